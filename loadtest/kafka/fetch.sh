@@ -50,8 +50,10 @@ rm -rf "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 echo "fetch.sh: downloading Kafka $version jars into $libs" >&2
 # mvn -q prints its errors on stdout; keep stdout for the folder name only.
-mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies \
-	-DoutputDirectory="$tmp" 1>&2
+# Maven 3.8 still emits bare colour resets under -q -B: strip escapes and
+# blank lines.
+mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$tmp" 2>&1 |
+	sed 's/\x1b\[[0-9;]*m//g' | { grep -v '^[[:space:]]*$' || true; } >&2
 if ! ls "$tmp"/kafka_2.13-"$version".jar "$tmp"/connect-mirror-"$version".jar >/dev/null 2>&1; then
 	echo "fetch.sh: download incomplete: kafka_2.13 or connect-mirror jar missing in $tmp" >&2
 	exit 1

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -60,7 +59,7 @@ const (
 // work), no auto-created topics, no group rebalance delay, and fewer
 // partitions for the internal topics so the first group or transaction does
 // not wait for 50 partitions to be created. Keep in sync with cluster.sh.
-func defaultServerProps(name string, port, cport int, dataDir string) map[string]string {
+func defaultServerProps(port, cport int, dataDir string) map[string]string {
 	return map[string]string{
 		"process.roles":                                    "broker,controller",
 		"node.id":                                          "1",
@@ -150,7 +149,7 @@ func (b *Broker) setup(ctx context.Context) error {
 		}
 	}
 
-	props := defaultServerProps(b.opts.Name, b.opts.Port, b.opts.ControllerPort, dir)
+	props := defaultServerProps(b.opts.Port, b.opts.ControllerPort, dir)
 	maps.Copy(props, b.opts.Props)
 	if err := writeProps(b.propsPath(), "Written by loadtest/kafkabroker for "+b.opts.Name, props); err != nil {
 		return err
@@ -177,6 +176,10 @@ func (b *Broker) format(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, "java", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Run(); err != nil {
+		var notRun *exec.Error // java missing: the log has nothing to add
+		if errors.As(err, &notRun) {
+			return fmt.Errorf("format storage: %w", err)
+		}
 		return fmt.Errorf("format storage: %w; end of %s:\n%s", err, b.logPath, logTail(b.logPath, 20))
 	}
 	return nil
@@ -321,5 +324,5 @@ func (b *Broker) Resume() error {
 
 // String names the broker for logs.
 func (b *Broker) String() string {
-	return strings.Join([]string{b.opts.Name, b.Addr()}, "@")
+	return b.opts.Name + "@" + b.Addr()
 }

@@ -7,6 +7,10 @@ require (
 	github.com/mitchellh/cli v1.1.0
 )
 
+// Pinned above what consul v1.15.4 names (api v1.21.0): its agent code uses
+// api.GatewayConditionType and friends, which only api v1.22.0 has.
+require github.com/hashicorp/consul/api v1.22.0 // indirect
+
 require (
 	cloud.google.com/go v0.97.0 // indirect
 	github.com/Azure/azure-sdk-for-go v44.0.0+incompatible // indirect
@@ -82,7 +86,6 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.7.0 // indirect
 	github.com/hashicorp/consul-awsauth v0.0.0-20220713182709-05ac1c5c2706 // indirect
 	github.com/hashicorp/consul-net-rpc v0.0.0-20221205195236-156cfab66a69 // indirect
-	github.com/hashicorp/consul/api v1.22.0 // indirect
 	github.com/hashicorp/consul/envoyextensions v0.2.1 // indirect
 	github.com/hashicorp/consul/proto-public v0.3.0 // indirect
 	github.com/hashicorp/consul/sdk v0.14.0 // indirect

@@ -1,0 +1,182 @@
+package kafkabroker
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// MM2Options configures a MirrorMaker 2 process in dedicated mode that
+// replicates one way, from the source cluster to the target cluster.
+type MM2Options struct {
+	// SourceAlias and TargetAlias name the clusters. With the default
+	// replication policy a source topic T appears on the target as
+	// "<SourceAlias>.T". Defaults "source" and "target".
+	SourceAlias, TargetAlias string
+	// SourceAddr and TargetAddr are the bootstrap addresses. Required.
+	SourceAddr, TargetAddr string
+	// Topics is the regex of source topics to replicate. Default ".*".
+	Topics string
+	// Props are extra mm2.properties entries; they override the defaults.
+	// Examples: "tasks.max", "source->target.producer.override.batch.size",
+	// "target.producer.linger.ms", "exactly.once.support"="enabled" (the
+	// target brokers need transactions, which Broker has),
+	// "emit.heartbeats.enabled"="false", "emit.checkpoints.enabled"="false".
+	Props map[string]string
+	// Dir receives mm2.properties and mm2.log. Empty: a new temporary
+	// directory, removed by Stop.
+	Dir string
+	// Heap is the JVM heap, used for both -Xms and -Xmx. Default "1g".
+	Heap string
+	// JVMArgs are extra java arguments placed before the main class.
+	JVMArgs []string
+}
+
+// MirrorMaker is a running MirrorMaker 2 process. Its methods are not safe
+// for concurrent use.
+type MirrorMaker struct {
+	opts    MM2Options
+	ownDir  bool
+	logPath string
+	proc    *proc
+}
+
+const mm2StopTimeout = 30 * time.Second
+
+// defaultMM2Props replicate one flow, with replication factor 1 for every
+// topic MM2 creates, since each cluster has a single broker. Also:
+//   - heartbeats of the disabled reverse flow are off: otherwise MM2 runs a
+//     whole second Connect herder (consumer group, internal topics) just to
+//     emit them, which costs start-up time and benchmark CPU;
+//   - plugin.discovery=service_load: MM2 otherwise scans the classpath for
+//     plugins at start, which takes seconds and logs a WARN suggesting this;
+//   - topic and group lists are refreshed every 10 s instead of 10 min, so a
+//     topic created after start-up is picked up within a test's patience;
+//   - ACL sync is off: the brokers have no authorizer and would answer every
+//     ACL request with an error.
+func defaultMM2Props(o MM2Options) map[string]string {
+	src, dst := o.SourceAlias, o.TargetAlias
+	return map[string]string{
+		"clusters":                              src + ", " + dst,
+		src + ".bootstrap.servers":              o.SourceAddr,
+		dst + ".bootstrap.servers":              o.TargetAddr,
+		src + "->" + dst + ".enabled":           "true",
+		src + "->" + dst + ".topics":            o.Topics,
+		dst + "->" + src + ".enabled":           "false",
+		"replication.factor":                    "1",
+		"checkpoints.topic.replication.factor":  "1",
+		"heartbeats.topic.replication.factor":   "1",
+		"offset-syncs.topic.replication.factor": "1",
+		"offset.storage.replication.factor":     "1",
+		"status.storage.replication.factor":     "1",
+		"config.storage.replication.factor":     "1",
+		"sync.topic.acls.enabled":               "false",
+		"refresh.topics.interval.seconds":       "10",
+		"refresh.groups.interval.seconds":       "10",
+	}
+}
+
+// StartMirrorMaker writes mm2.properties and starts
+// org.apache.kafka.connect.mirror.MirrorMaker. It returns as soon as the JVM
+// runs: MM2 has no readiness signal of its own, so callers wait for
+// replicated data to appear on the target (typically 15-40 s on 2 cores).
+// ctx is only used while starting; the process runs until Stop or Kill.
+func StartMirrorMaker(ctx context.Context, opts MM2Options) (*MirrorMaker, error) {
+	if opts.SourceAddr == "" || opts.TargetAddr == "" {
+		return nil, fmt.Errorf("start mirrormaker: SourceAddr and TargetAddr are required")
+	}
+	if opts.SourceAlias == "" {
+		opts.SourceAlias = "source"
+	}
+	if opts.TargetAlias == "" {
+		opts.TargetAlias = "target"
+	}
+	if opts.Topics == "" {
+		opts.Topics = ".*"
+	}
+	if opts.Heap == "" {
+		opts.Heap = "1g"
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start mirrormaker: %w", err)
+	}
+	libs, err := Libs()
+	if err != nil {
+		return nil, fmt.Errorf("start mirrormaker: %w", err)
+	}
+	m := &MirrorMaker{opts: opts}
+	if err := m.launch(libs); err != nil {
+		if m.ownDir {
+			os.RemoveAll(m.opts.Dir)
+		}
+		return nil, fmt.Errorf("start mirrormaker: %w", err)
+	}
+	return m, nil
+}
+
+func (m *MirrorMaker) launch(libs string) error {
+	if m.opts.Dir == "" {
+		dir, err := os.MkdirTemp("", "ferry-mm2-")
+		if err != nil {
+			return err
+		}
+		m.opts.Dir, m.ownDir = dir, true
+	} else if err := os.MkdirAll(m.opts.Dir, 0o755); err != nil {
+		return err
+	}
+	m.logPath = filepath.Join(m.opts.Dir, "mm2.log")
+	props := defaultMM2Props(m.opts)
+	maps.Copy(props, m.opts.Props)
+	propsPath := filepath.Join(m.opts.Dir, "mm2.properties")
+	if err := writeProps(propsPath, "Written by loadtest/kafkabroker", props); err != nil {
+		return err
+	}
+	args := javaArgs(libs, m.opts.Heap, m.opts.JVMArgs, "org.apache.kafka.connect.mirror.MirrorMaker", propsPath)
+	p, err := startProc(args, m.logPath)
+	if err != nil {
+		return err
+	}
+	m.proc = p
+	return nil
+}
+
+// PID is the process id of the MM2 JVM; the benchmark reads /proc/PID.
+func (m *MirrorMaker) PID() int { return m.proc.pid() }
+
+// LogPath is the file receiving MM2's stdout and stderr.
+func (m *MirrorMaker) LogPath() string { return m.logPath }
+
+// Running reports whether the MM2 process is alive.
+func (m *MirrorMaker) Running() bool { return !m.proc.exited() }
+
+// ExitError describes why MM2 ended, with the end of its log, or returns nil
+// while it runs. Useful when replicated data never shows up.
+func (m *MirrorMaker) ExitError() error {
+	if !m.proc.exited() {
+		return nil
+	}
+	return exitError(m.proc, m.logPath)
+}
+
+// Stop shuts MM2 down (SIGTERM, then SIGKILL after 30 s) and removes its
+// directory if StartMirrorMaker created it. Calling it again is a no-op.
+func (m *MirrorMaker) Stop() error {
+	err := m.proc.stop(mm2StopTimeout)
+	if m.ownDir {
+		if rmErr := os.RemoveAll(m.opts.Dir); rmErr != nil && err == nil {
+			err = rmErr
+		}
+		m.ownDir = false
+	}
+	if err != nil {
+		return fmt.Errorf("stop mirrormaker: %w", err)
+	}
+	return nil
+}
+
+// Kill ends MM2 at once with SIGKILL. Its directory is kept; call Stop
+// afterwards to remove a temporary one.
+func (m *MirrorMaker) Kill() { m.proc.kill() }

@@ -1,0 +1,107 @@
+// Package app wires the fetcher's parts together and runs them until the
+// context ends, then drains every shard (stop reading, wait for the writers'
+// acknowledgements, close the streams) before closing the source clients.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferry-replicator/ferry/pkg/admin"
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/config"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/ownership"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/shard"
+)
+
+// Run runs the fetcher until ctx ends.
+func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+
+	sc, err := cfg.Source.Sarama()
+	if err != nil {
+		return err
+	}
+	sc.Consumer.IsolationLevel = sarama.ReadCommitted // aborted records and markers never travel
+	sc.Consumer.Return.Errors = true
+	sc.Consumer.Fetch.Default = int32(cfg.Link.FetchMaxBytes)
+	sc.Consumer.MaxWaitTime = 100 * time.Millisecond
+	sc.ChannelBufferSize = 1024
+	client, err := sarama.NewClient(cfg.Source.BootstrapServers, sc)
+	if err != nil {
+		return fmt.Errorf("source client: %w", err)
+	}
+	defer client.Close()
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return fmt.Errorf("source consumer: %w", err)
+	}
+	defer consumer.Close()
+	// The admin shares the client, which the deferred Close above releases.
+	lister, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		return fmt.Errorf("source admin: %w", err)
+	}
+	sel, err := discovery.NewSelector(cfg.Link.Topics.Include, cfg.Link.Topics.Exclude)
+	if err != nil {
+		return err
+	}
+	codecs, err := batch.NewCodecs(int(cfg.Writers.MaxMessageBytes))
+	if err != nil {
+		return err
+	}
+	defer codecs.Close()
+	codec, _ := batch.ParseCodec(cfg.Link.Codec) // checked by Validate
+	writers := shard.NewWriters(cfg.Writers.Addresses, int(cfg.Writers.MaxMessageBytes))
+	defer writers.Close()
+
+	startFrom := sarama.OffsetOldest
+	if cfg.Link.StartFrom == "latest" {
+		startFrom = sarama.OffsetNewest
+	}
+	set := shard.Settings{
+		Link: cfg.Link.Name, FetcherID: cfg.ID, Codec: codec,
+		BatchMaxBytes: int(cfg.Link.Batch.MaxBytes), Linger: cfg.Link.Batch.Linger,
+		MaxInflightBytes: int(cfg.Link.MaxInflightBytes), StartFrom: startFrom,
+		OpenTimeout: cfg.Writers.OpenTimeout, MinBackoff: cfg.Writers.MinBackoff, MaxBackoff: cfg.Writers.MaxBackoff,
+		DrainTimeout: cfg.ShutdownTimeout,
+	}
+	deps := shard.Deps{Consumer: consumer, Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name)}
+	sup := &supervisor{
+		lister: lister, selector: sel, shards: cfg.Link.Shards, interval: cfg.Link.DiscoveryInterval,
+		owner: ownership.NewLocal(cfg.Link.OwnedShards), log: log, running: map[int]*running{},
+		onOwned: func(n int) { m.ShardsOwned.Set(float64(n)) },
+		newRun: func(l ownership.Lease, topics []discovery.Topic, parts []discovery.Partition) *shard.Runner {
+			return shard.NewRunner(set, deps, l.Shard, l.Epoch, topics, parts)
+		},
+	}
+	adm, err := admin.Listen(cfg.Admin.Listen, reg, admin.Options{
+		Ready: func() error {
+			if !sup.isReady() {
+				return errors.New("source not discovered yet")
+			}
+			return nil
+		},
+		Status: func() any { return map[string]any{"fetcher": cfg.ID, "link": cfg.Link.Name, "shards": sup.status()} },
+	}, log)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return adm.Run(gctx) })
+	g.Go(func() error { return sup.run(gctx) })
+	log.Info("fetcher running", "link", cfg.Link.Name, "writers", cfg.Writers.Addresses)
+	return g.Wait()
+}

@@ -1,0 +1,201 @@
+// Package config is the fetcher's typed configuration: defaults, the YAML
+// layout and validation that names every bad key.
+package config
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/config"
+	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
+	"github.com/ferry-replicator/ferry/pkg/telemetry"
+)
+
+// Config is the whole fetcher configuration. One fetcher process serves one
+// link: one source cluster, one topic selection.
+type Config struct {
+	// ID names this fetcher in logs, status and the writers' view.
+	// Default: hostname.
+	ID string `yaml:"id"`
+	// Admin is the HTTP address of /metrics, /healthz, /readyz, /status, pprof.
+	Admin struct {
+		Listen string `yaml:"listen"`
+	} `yaml:"admin"`
+	Log telemetry.LogConfig `yaml:"log"`
+	// Source is the cluster the fetcher reads.
+	Source kafkaclient.Config `yaml:"source"`
+	Link   Link               `yaml:"link"`
+	// Writers is where batches go.
+	Writers Writers `yaml:"writers"`
+	// ShutdownTimeout bounds the drain at SIGTERM.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// Link is the replication flow's source side.
+type Link struct {
+	// Name identifies the link; writers must know it.
+	Name string `yaml:"name"`
+	// Topics selects the source topics by regular expressions, anchored at
+	// both ends. A topic is replicated when an include matches and no
+	// exclude does.
+	Topics struct {
+		Include []string `yaml:"include"`
+		Exclude []string `yaml:"exclude"`
+	} `yaml:"topics"`
+	// Shards is the fixed number of shards partitions hash into.
+	Shards int `yaml:"shards"`
+	// OwnedShards restricts this fetcher to these shard numbers; empty owns
+	// every shard (single fetcher).
+	OwnedShards []int `yaml:"owned_shards"`
+	// StartFrom is where a partition with no checkpoint starts: earliest or
+	// latest.
+	StartFrom string `yaml:"start_from"`
+	// DiscoveryInterval is how often new topics and partitions are looked for.
+	DiscoveryInterval time.Duration `yaml:"discovery_interval"`
+	// Codec compresses batches on the wire: zstd, lz4, snappy or none.
+	Codec string `yaml:"codec"`
+	Batch struct {
+		// MaxBytes cuts a batch once its encoded records reach this size.
+		MaxBytes config.ByteSize `yaml:"max_bytes"`
+		// Linger cuts a batch this long after its first record.
+		Linger time.Duration `yaml:"linger"`
+	} `yaml:"batch"`
+	// MaxInflightBytes bounds the compressed bytes sent on a shard's stream
+	// and not yet acknowledged.
+	MaxInflightBytes config.ByteSize `yaml:"max_inflight_bytes"`
+	// FetchMaxBytes is the source consumer's per-partition fetch size.
+	FetchMaxBytes config.ByteSize `yaml:"fetch_max_bytes"`
+}
+
+// Writers lists the writers and how to reach them.
+type Writers struct {
+	// Addresses are writer gRPC host:port addresses; a shard sticks to one
+	// by stable hashing and moves on failure.
+	Addresses []string `yaml:"addresses"`
+	// MaxMessageBytes must not exceed the writers' max_batch_bytes.
+	MaxMessageBytes config.ByteSize `yaml:"max_message_bytes"`
+	// OpenTimeout bounds waiting for a writer's answer to an open.
+	OpenTimeout time.Duration `yaml:"open_timeout"`
+	// Backoff between reconnects grows from MinBackoff to MaxBackoff.
+	MinBackoff time.Duration `yaml:"min_backoff"`
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+}
+
+// DefaultExclude is MirrorMaker 2's default topic exclusion: internal and
+// replica topics, and anything starting with two underscores.
+var DefaultExclude = []string{`.*[\-\.]internal`, `.*\.replica`, `__.*`}
+
+// Defaults returns the configuration used where a file is silent.
+func Defaults() Config {
+	host, _ := os.Hostname()
+	c := Config{
+		ID:              host,
+		Log:             telemetry.LogConfig{Level: "info", Format: "text"},
+		Source:          kafkaclient.Defaults("ferry-fetcher"),
+		ShutdownTimeout: 20 * time.Second,
+		Writers: Writers{
+			MaxMessageBytes: 4 << 20,
+			OpenTimeout:     30 * time.Second,
+			MinBackoff:      100 * time.Millisecond,
+			MaxBackoff:      10 * time.Second,
+		},
+	}
+	c.Admin.Listen = "127.0.0.1:7402"
+	c.Link.Topics.Include = []string{".*"}
+	c.Link.Topics.Exclude = DefaultExclude
+	c.Link.Shards = 64
+	c.Link.StartFrom = "earliest"
+	c.Link.DiscoveryInterval = 30 * time.Second
+	c.Link.Codec = "zstd"
+	c.Link.Batch.MaxBytes = 1 << 20
+	c.Link.Batch.Linger = 20 * time.Millisecond
+	c.Link.MaxInflightBytes = 16 << 20
+	c.Link.FetchMaxBytes = 4 << 20
+	return c
+}
+
+var linkName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// Validate returns every problem, each naming its key.
+func (c *Config) Validate() error {
+	var p config.Problems
+	if c.ID == "" {
+		p.Addf("id", "required")
+	}
+	if c.Admin.Listen == "" {
+		p.Addf("admin.listen", "required")
+	}
+	c.Log.Validate(&p)
+	c.Source.Validate("source", &p)
+	l := &c.Link
+	if !linkName.MatchString(l.Name) {
+		p.Addf("link.name", "%q: want 1 to 128 of A-Z a-z 0-9 . _ -", l.Name)
+	}
+	if len(l.Topics.Include) == 0 {
+		p.Addf("link.topics.include", "required: at least one regular expression")
+	}
+	for i, re := range l.Topics.Include {
+		if _, err := regexp.Compile(re); err != nil {
+			p.Addf("link.topics.include["+strconv.Itoa(i)+"]", "%q is not a regular expression: %v", re, err)
+		}
+	}
+	for i, re := range l.Topics.Exclude {
+		if _, err := regexp.Compile(re); err != nil {
+			p.Addf("link.topics.exclude["+strconv.Itoa(i)+"]", "%q is not a regular expression: %v", re, err)
+		}
+	}
+	if l.Shards < 1 || l.Shards > 100000 {
+		p.Addf("link.shards", "%d: must be between 1 and 100000", l.Shards)
+	}
+	for _, s := range l.OwnedShards {
+		if s < 0 || s >= l.Shards {
+			p.Addf("link.owned_shards", "shard %d is outside 0..%d", s, l.Shards-1)
+		}
+	}
+	if l.StartFrom != "earliest" && l.StartFrom != "latest" {
+		p.Addf("link.start_from", "%q: want earliest or latest", l.StartFrom)
+	}
+	if l.DiscoveryInterval < 100*time.Millisecond {
+		p.Addf("link.discovery_interval", "%v: must be at least 100ms", l.DiscoveryInterval)
+	}
+	if _, err := batch.ParseCodec(l.Codec); err != nil {
+		p.Addf("link.codec", "%v", err)
+	}
+	if l.Batch.MaxBytes < 1024 {
+		p.Addf("link.batch.max_bytes", "%v: must be at least 1KiB", l.Batch.MaxBytes)
+	}
+	if l.Batch.MaxBytes > c.Writers.MaxMessageBytes {
+		p.Addf("link.batch.max_bytes", "%v is above writers.max_message_bytes (%v): batches would be refused", l.Batch.MaxBytes, c.Writers.MaxMessageBytes)
+	}
+	if l.Batch.Linger <= 0 {
+		p.Addf("link.batch.linger", "must be positive")
+	}
+	if l.MaxInflightBytes < l.Batch.MaxBytes {
+		p.Addf("link.max_inflight_bytes", "%v: must be at least link.batch.max_bytes (%v)", l.MaxInflightBytes, l.Batch.MaxBytes)
+	}
+	if l.FetchMaxBytes < 1024 {
+		p.Addf("link.fetch_max_bytes", "must be at least 1KiB")
+	}
+	if len(c.Writers.Addresses) == 0 {
+		p.Addf("writers.addresses", "required: list writer host:port addresses")
+	}
+	if c.Writers.MaxMessageBytes < 1024 || c.Writers.MaxMessageBytes > 256<<20 {
+		p.Addf("writers.max_message_bytes", "%v: must be between 1KiB and 256MiB", c.Writers.MaxMessageBytes)
+	}
+	if c.Writers.OpenTimeout <= 0 {
+		p.Addf("writers.open_timeout", "must be positive")
+	}
+	if c.Writers.MinBackoff <= 0 || c.Writers.MaxBackoff < c.Writers.MinBackoff {
+		p.Addf("writers.min_backoff", "must be positive and at most writers.max_backoff")
+	}
+	if c.ShutdownTimeout <= 0 {
+		p.Addf("shutdown_timeout", "must be positive")
+	}
+	return p.Err()
+}
+
+// Logging returns the log settings.
+func (c *Config) Logging() telemetry.LogConfig { return c.Log }

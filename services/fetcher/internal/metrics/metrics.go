@@ -1,0 +1,54 @@
+// Package metrics defines the fetcher's Prometheus metrics. Names start with
+// ferry_; docs/metrics.md maps them to MirrorMaker 2's.
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the fetcher's instruments.
+type Metrics struct {
+	Records        *prometheus.CounterVec
+	Bytes          *prometheus.CounterVec
+	WireBytes      *prometheus.CounterVec
+	LagRecords     *prometheus.GaugeVec
+	Committed      *prometheus.GaugeVec
+	InflightBytes  prometheus.Gauge
+	StreamRestarts *prometheus.CounterVec
+	PartitionStops *prometheus.CounterVec
+	ShardsOwned    prometheus.Gauge
+}
+
+// New registers the fetcher's metrics on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	part := []string{"link", "topic", "partition"}
+	m := &Metrics{
+		Records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_fetcher_records_total", Help: "Records read from the source and sent to a writer, by source partition.",
+		}, part),
+		Bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_fetcher_bytes_total", Help: "Encoded record bytes sent, before compression.",
+		}, part),
+		WireBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_fetcher_wire_bytes_total", Help: "Compressed batch payload bytes sent to writers.",
+		}, part),
+		LagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ferry_lag_records", Help: "Source high watermark minus the committed next offset, by source partition.",
+		}, part),
+		Committed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ferry_committed_offset", Help: "Next source offset committed in the target, by source partition.",
+		}, part),
+		InflightBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_fetcher_inflight_bytes", Help: "Compressed bytes sent and not yet acknowledged, all shards.",
+		}),
+		StreamRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_fetcher_stream_restarts_total", Help: "Shard streams that failed and were reopened.",
+		}, []string{"link"}),
+		PartitionStops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_data_loss_events_total", Help: "Partitions stopped because copying on would lose or skip data (offset out of range, checkpoint beyond the source, oversized record).",
+		}, []string{"link", "topic", "partition", "reason"}),
+		ShardsOwned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_shards_owned", Help: "Shards this fetcher replicates now.",
+		}),
+	}
+	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.LagRecords, m.Committed, m.InflightBytes, m.StreamRestarts, m.PartitionStops, m.ShardsOwned)
+	return m
+}

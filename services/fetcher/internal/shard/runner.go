@@ -1,0 +1,159 @@
+// Package shard replicates one shard: it opens a stream to a writer, reads
+// the shard's source partitions from where the writer says the target has
+// committed, and sends compressed batches with a bound on unacknowledged
+// bytes. Any failure ends the session; the next one resumes from the
+// writer's answer, never from this process's memory.
+package shard
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
+)
+
+// Settings are the fixed parameters of every shard of a fetcher.
+type Settings struct {
+	Link             string
+	FetcherID        string
+	Codec            ferryv1.Codec
+	BatchMaxBytes    int
+	Linger           time.Duration
+	MaxInflightBytes int
+	// StartFrom is sarama.OffsetOldest or sarama.OffsetNewest, for
+	// partitions the writer has no checkpoint of.
+	StartFrom    int64
+	OpenTimeout  time.Duration
+	MinBackoff   time.Duration
+	MaxBackoff   time.Duration
+	DrainTimeout time.Duration
+}
+
+// Deps are the shared clients a shard uses.
+type Deps struct {
+	Consumer sarama.Consumer
+	Client   sarama.Client
+	Writers  *Writers
+	Codecs   *batch.Codecs
+	Metrics  *metrics.Metrics
+	Log      *slog.Logger
+}
+
+// Runner replicates one shard until its context ends.
+type Runner struct {
+	set    Settings
+	deps   Deps
+	shard  int
+	epoch  uint64
+	topics []discovery.Topic
+	parts  []discovery.Partition
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	status Status
+}
+
+// Status is a shard's line in the fetcher's /status.
+type Status struct {
+	Shard      int                        `json:"shard"`
+	Epoch      uint64                     `json:"epoch"`
+	Writer     string                     `json:"writer"`
+	Connected  bool                       `json:"connected"`
+	LastError  string                     `json:"last_error,omitempty"`
+	Restarts   int                        `json:"restarts"`
+	Partitions map[string]PartitionStatus `json:"partitions"`
+}
+
+// PartitionStatus is one partition's progress.
+type PartitionStatus struct {
+	Committed int64  `json:"committed_next_offset"`
+	HighWater int64  `json:"high_watermark"`
+	Stopped   string `json:"stopped,omitempty"`
+}
+
+// NewRunner prepares a runner for a shard with the given partitions.
+func NewRunner(set Settings, deps Deps, shard int, epoch uint64, topics []discovery.Topic, parts []discovery.Partition) *Runner {
+	r := &Runner{
+		set: set, deps: deps, shard: shard, epoch: epoch, topics: topics, parts: parts,
+		log:    deps.Log.With("shard", shard, "epoch", epoch),
+		status: Status{Shard: shard, Epoch: epoch, Partitions: map[string]PartitionStatus{}},
+	}
+	for _, p := range parts {
+		r.status.Partitions[partKey(p)] = PartitionStatus{Committed: -1, HighWater: -1}
+	}
+	return r
+}
+
+func partKey(p discovery.Partition) string { return p.Topic + "/" + strconv.Itoa(int(p.Partition)) }
+
+// Partitions returns the partitions the runner was built for.
+func (r *Runner) Partitions() []discovery.Partition { return r.parts }
+
+// Status returns a copy of the shard's status.
+func (r *Runner) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.status
+	s.Partitions = make(map[string]PartitionStatus, len(r.status.Partitions))
+	for k, v := range r.status.Partitions {
+		s.Partitions[k] = v
+	}
+	return s
+}
+
+func (r *Runner) update(fn func(*Status)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fn(&r.status)
+}
+
+// Run replicates until ctx ends, then drains: it stops reading, waits (up to
+// DrainTimeout) for the writer to acknowledge what was sent, and closes the
+// stream, so the next owner starts exactly where this one stopped.
+func (r *Runner) Run(ctx context.Context) {
+	backoff := r.set.MinBackoff
+	attempt := 0
+	for {
+		progressed, err := r.session(ctx, attempt)
+		if ctx.Err() != nil {
+			return
+		}
+		r.deps.Metrics.StreamRestarts.WithLabelValues(r.set.Link).Inc()
+		r.update(func(s *Status) { s.Connected, s.LastError, s.Restarts = false, errString(err), s.Restarts+1 })
+		if progressed {
+			backoff = r.set.MinBackoff
+		} else {
+			attempt++ // try the next writer in this shard's order
+			backoff = min(2*backoff, r.set.MaxBackoff)
+		}
+		// Full jitter keeps shards that failed together from retrying together.
+		wait := backoff/2 + rand.N(backoff/2+1)
+		r.log.Warn("shard stream ended; reopening", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// ErrPartitionStopped marks a partition that cannot go on without losing or
+// skipping data; the operator must act.
+var ErrPartitionStopped = errors.New("partition stopped")

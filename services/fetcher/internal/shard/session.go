@@ -1,0 +1,396 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
+)
+
+// session is one stream's life.
+type session struct {
+	r      *Runner
+	stream ferryv1.ReplicationService_ReplicateClient
+	out    chan *ferryv1.Batch
+	credit *semaphore.Weighted
+	pcs    map[discovery.Partition]sarama.PartitionConsumer
+
+	mu       sync.Mutex
+	seq      uint64
+	inflight []sent // sent, not yet acknowledged, in order
+	acked    bool   // the writer acknowledged something this session
+}
+
+type sent struct {
+	seq    uint64
+	weight int64
+}
+
+// session runs one stream. progressed reports whether the writer
+// acknowledged anything, which resets the reconnect backoff.
+func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err error) {
+	addr, conn, err := r.deps.Writers.Pick(r.set.Link, r.shard, attempt)
+	if err != nil {
+		return false, err
+	}
+	r.update(func(s *Status) { s.Writer = addr })
+	// The stream lives on a context of its own: cancelling ctx asks for a
+	// drain, and the stream must outlive the drain to receive the last acks.
+	sctx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardStop()
+	stream, err := ferryv1.NewReplicationServiceClient(conn).Replicate(sctx)
+	if err != nil {
+		return false, fmt.Errorf("open stream to %s: %w", addr, err)
+	}
+	resume, err := r.open(stream, hardStop)
+	if err != nil {
+		return false, fmt.Errorf("open shard on %s: %w", addr, err)
+	}
+	r.update(func(s *Status) { s.Connected, s.LastError = true, "" })
+	r.log.Info("shard stream open", "writer", addr)
+
+	s := &session{
+		r: r, stream: stream,
+		out:    make(chan *ferryv1.Batch, 8),
+		credit: semaphore.NewWeighted(int64(r.set.MaxInflightBytes)),
+		pcs:    map[discovery.Partition]sarama.PartitionConsumer{},
+	}
+	defer func() { progressed = s.progressed() }()
+	readCtx, stopReading := context.WithCancel(sctx)
+	defer stopReading()
+	for _, p := range r.parts {
+		pc, err := r.consume(p, resume[p])
+		if errors.Is(err, ErrPartitionStopped) {
+			r.stopPartition(p, err)
+			continue
+		}
+		if err != nil { // transient: fail the session and retry it whole
+			for _, pc := range s.pcs {
+				pc.Close()
+			}
+			return false, err
+		}
+		s.pcs[p] = pc
+	}
+	g, gctx := errgroup.WithContext(readCtx)
+	for p, pc := range s.pcs {
+		g.Go(func() error { s.read(gctx, p, pc); return nil })
+	}
+	g.Go(func() error { return s.send(gctx) })
+	sendDone := make(chan error, 1)
+	go func() { sendDone <- g.Wait() }()
+	recvDone := make(chan error, 1)
+	go func() { recvDone <- s.receive() }()
+
+	select {
+	case <-ctx.Done():
+		stopReading()
+		<-sendDone
+		return false, s.drain(recvDone)
+	case err := <-recvDone:
+		hardStop()
+		<-sendDone
+		if err == nil {
+			err = errors.New("writer ended the stream")
+		}
+		return false, err
+	case err := <-sendDone:
+		hardStop()
+		<-recvDone
+		return false, err
+	}
+}
+
+// open sends the Open and waits for the writer's resume offsets.
+func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardStop context.CancelFunc) (map[discovery.Partition]*ferryv1.PartitionPosition, error) {
+	open := &ferryv1.Open{Link: r.set.Link, Shard: uint32(r.shard), Epoch: r.epoch, Fetcher: r.set.FetcherID}
+	for _, t := range r.topics {
+		open.Topics = append(open.Topics, &ferryv1.TopicSpec{Name: t.Name, PartitionCount: t.Partitions, Configs: t.Configs})
+	}
+	for _, p := range r.parts {
+		open.Partitions = append(open.Partitions, &ferryv1.TopicPartition{Topic: p.Topic, Partition: p.Partition})
+	}
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
+		return nil, fmt.Errorf("send open: %w", err)
+	}
+	timer := time.AfterFunc(r.set.OpenTimeout, hardStop)
+	resp, err := stream.Recv()
+	if !timer.Stop() {
+		return nil, fmt.Errorf("no answer within %v", r.set.OpenTimeout)
+	}
+	if err != nil {
+		return nil, err
+	}
+	opened := resp.GetOpened()
+	if opened == nil {
+		return nil, errors.New("writer answered the open with something else")
+	}
+	resume := map[discovery.Partition]*ferryv1.PartitionPosition{}
+	for _, pos := range opened.GetResume() {
+		resume[discovery.Partition{Topic: pos.GetTopic(), Partition: pos.GetPartition()}] = pos
+	}
+	return resume, nil
+}
+
+// consume starts reading a partition where the writer said, checking that
+// the position exists in the source: a checkpoint below the log start means
+// retention removed data not yet copied, one above the end means the topic
+// was recreated or truncated. Both stop the partition instead of skipping.
+func (r *Runner) consume(p discovery.Partition, pos *ferryv1.PartitionPosition) (sarama.PartitionConsumer, error) {
+	offset := r.set.StartFrom
+	if pos != nil && pos.GetHasCheckpoint() {
+		offset = pos.GetNextOffset()
+		oldest, err := r.deps.Client.GetOffset(p.Topic, p.Partition, sarama.OffsetOldest)
+		if err != nil {
+			return nil, fmt.Errorf("log start of %s/%d: %w", p.Topic, p.Partition, err)
+		}
+		newest, err := r.deps.Client.GetOffset(p.Topic, p.Partition, sarama.OffsetNewest)
+		if err != nil {
+			return nil, fmt.Errorf("log end of %s/%d: %w", p.Topic, p.Partition, err)
+		}
+		switch {
+		case offset < oldest:
+			return nil, fmt.Errorf("%w: offset_out_of_range: checkpoint %d is below the source log start %d: retention removed %d records not yet copied",
+				ErrPartitionStopped, offset, oldest, oldest-offset)
+		case offset > newest:
+			return nil, fmt.Errorf("%w: checkpoint_ahead: checkpoint %d is beyond the source log end %d: was the topic deleted and recreated?",
+				ErrPartitionStopped, offset, newest)
+		}
+		r.setCommitted(p, offset)
+	}
+	pc, err := r.deps.Consumer.ConsumePartition(p.Topic, p.Partition, offset)
+	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
+		return nil, fmt.Errorf("%w: offset_out_of_range: %s/%d offset %d: %v", ErrPartitionStopped, p.Topic, p.Partition, offset, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("consume %s/%d from %d: %w", p.Topic, p.Partition, offset, err)
+	}
+	return pc, nil
+}
+
+// stopPartition reports, loudly (error log, data-loss metric, status), a
+// partition that cannot go on without losing or skipping data. It stays
+// stopped until an operator acts (and the fetcher restarts).
+func (r *Runner) stopPartition(p discovery.Partition, err error) {
+	reason := "stopped"
+	for _, rs := range []string{"offset_out_of_range", "checkpoint_ahead"} {
+		if strings.Contains(err.Error(), rs) {
+			reason = rs
+		}
+	}
+	r.deps.Metrics.PartitionStops.WithLabelValues(r.set.Link, p.Topic, strconv.Itoa(int(p.Partition)), reason).Inc()
+	r.log.Error("partition stopped: replicating on would lose data", "topic", p.Topic, "partition", p.Partition, "reason", reason, "err", err)
+	r.update(func(s *Status) {
+		ps := s.Partitions[partKey(p)]
+		ps.Stopped = err.Error()
+		s.Partitions[partKey(p)] = ps
+	})
+}
+
+// read turns a partition's records into batches, cut at BatchMaxBytes or
+// Linger after a batch's first record, whichever comes first.
+func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.PartitionConsumer) {
+	defer pc.Close()
+	r := s.r
+	var enc batch.Encoder
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
+	part := strconv.Itoa(int(p.Partition))
+	records := r.deps.Metrics.Records.WithLabelValues(r.set.Link, p.Topic, part)
+	rawBytes := r.deps.Metrics.Bytes.WithLabelValues(r.set.Link, p.Topic, part)
+	wireBytes := r.deps.Metrics.WireBytes.WithLabelValues(r.set.Link, p.Topic, part)
+	flush := func() bool {
+		b := r.deps.Codecs.Seal(&enc, r.set.Codec)
+		b.Topic, b.Partition, b.Epoch = p.Topic, p.Partition, r.epoch
+		records.Add(float64(enc.Count()))
+		rawBytes.Add(float64(enc.Len()))
+		wireBytes.Add(float64(len(b.Payload)))
+		enc.Reset()
+		linger.Stop()
+		select {
+		case s.out <- b:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-pc.Messages():
+			if !ok {
+				return
+			}
+			if enc.Count() > 0 && enc.Len()+len(m.Key)+len(m.Value) > r.set.BatchMaxBytes {
+				if !flush() {
+					return
+				}
+			}
+			enc.Begin(m.Offset, m.Timestamp.UnixMilli(), m.Key, m.Value, len(m.Headers))
+			for _, h := range m.Headers {
+				enc.Header(h.Key, h.Value)
+			}
+			if enc.Count() == 1 {
+				linger.Reset(r.set.Linger)
+			}
+			if enc.Len() >= r.set.BatchMaxBytes && !flush() {
+				return
+			}
+		case <-linger.C:
+			if enc.Count() > 0 && !flush() {
+				return
+			}
+		case err := <-pc.Errors():
+			if err == nil {
+				continue
+			}
+			if errors.Is(err.Err, sarama.ErrOffsetOutOfRange) {
+				r.stopPartition(p, fmt.Errorf("%w: offset_out_of_range while reading: %v", ErrPartitionStopped, err))
+				return
+			}
+			r.log.Warn("source read error; sarama retries", "topic", p.Topic, "partition", p.Partition, "err", err)
+		}
+	}
+}
+
+// send numbers batches and sends them, holding at most MaxInflightBytes of
+// compressed payload unacknowledged.
+func (s *session) send(ctx context.Context) error {
+	max := int64(s.r.set.MaxInflightBytes)
+	for {
+		var b *ferryv1.Batch
+		select {
+		case <-ctx.Done():
+			return nil
+		case b = <-s.out:
+		}
+		w := min(int64(len(b.Payload)), max)
+		if err := s.credit.Acquire(ctx, w); err != nil {
+			return nil // ctx ended
+		}
+		s.r.deps.Metrics.InflightBytes.Add(float64(w))
+		s.mu.Lock()
+		s.seq++
+		b.Sequence = s.seq
+		s.inflight = append(s.inflight, sent{seq: s.seq, weight: w})
+		s.mu.Unlock()
+		if err := s.stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
+			return fmt.Errorf("send batch: %w", err)
+		}
+	}
+}
+
+// receive applies acknowledgements until the stream ends; it returns nil
+// when the writer closed the stream cleanly.
+func (s *session) receive() error {
+	for {
+		resp, err := s.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ack := resp.GetAck()
+		if ack == nil {
+			return errors.New("writer sent something other than an ack")
+		}
+		s.applyAck(ack)
+	}
+}
+
+func (s *session) applyAck(ack *ferryv1.Ack) {
+	s.mu.Lock()
+	var release int64
+	n := 0
+	for n < len(s.inflight) && s.inflight[n].seq <= ack.GetSequence() {
+		release += s.inflight[n].weight
+		n++
+	}
+	s.inflight = s.inflight[n:]
+	s.acked = true
+	s.mu.Unlock()
+	s.credit.Release(release)
+	s.r.deps.Metrics.InflightBytes.Sub(float64(release))
+	for _, pos := range ack.GetCommitted() {
+		s.r.setCommitted(discovery.Partition{Topic: pos.GetTopic(), Partition: pos.GetPartition()}, pos.GetNextOffset())
+	}
+	for p, pc := range s.pcs {
+		s.r.setHighWater(p, pc.HighWaterMarkOffset())
+	}
+}
+
+func (s *session) progressed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.acked
+}
+
+func (s *session) unacked() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.inflight)
+}
+
+// drain waits for the writer to acknowledge everything sent, then closes the
+// stream and waits for the writer to end it.
+func (s *session) drain(recvDone <-chan error) error {
+	deadline := time.After(s.r.set.DrainTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for s.unacked() > 0 {
+		select {
+		case err := <-recvDone:
+			return fmt.Errorf("stream ended during drain: %w", err)
+		case <-deadline:
+			return fmt.Errorf("drain: %d batches unacknowledged after %v", s.unacked(), s.r.set.DrainTimeout)
+		case <-tick.C:
+		}
+	}
+	if err := s.stream.CloseSend(); err != nil {
+		return fmt.Errorf("close stream: %w", err)
+	}
+	select {
+	case err := <-recvDone:
+		if err == nil {
+			s.r.log.Info("shard drained")
+		}
+		return err
+	case <-deadline:
+		return errors.New("drain: writer did not end the stream")
+	}
+}
+
+func (r *Runner) setCommitted(p discovery.Partition, next int64) {
+	r.deps.Metrics.Committed.WithLabelValues(r.set.Link, p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(next))
+	r.update(func(s *Status) {
+		ps := s.Partitions[partKey(p)]
+		ps.Committed = next
+		s.Partitions[partKey(p)] = ps
+	})
+}
+
+func (r *Runner) setHighWater(p discovery.Partition, hw int64) {
+	r.update(func(s *Status) {
+		ps := s.Partitions[partKey(p)]
+		ps.HighWater = hw
+		if ps.Committed >= 0 && hw >= ps.Committed {
+			r.deps.Metrics.LagRecords.WithLabelValues(r.set.Link, p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(hw - ps.Committed))
+		}
+		s.Partitions[partKey(p)] = ps
+	})
+}

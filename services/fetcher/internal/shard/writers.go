@@ -1,0 +1,63 @@
+package shard
+
+import (
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Writers holds one gRPC connection per writer address, shared by every
+// shard: gRPC multiplexes their streams.
+type Writers struct {
+	addrs    []string
+	maxBytes int
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// NewWriters prepares connections (made on first use) to addrs.
+func NewWriters(addrs []string, maxMessageBytes int) *Writers {
+	return &Writers{addrs: addrs, maxBytes: maxMessageBytes, conns: map[string]*grpc.ClientConn{}}
+}
+
+// Pick returns the writer a shard uses on its attempt-th try. Shards rank
+// the writers by rendezvous hashing, so a shard sticks to one writer and
+// moves only when that writer fails or the list changes.
+func (w *Writers) Pick(link string, shard, attempt int) (string, *grpc.ClientConn, error) {
+	ranked := append([]string(nil), w.addrs...)
+	score := func(addr string) uint64 {
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%s/%d/%s", link, shard, addr)
+		return h.Sum64()
+	}
+	sort.Slice(ranked, func(i, j int) bool { return score(ranked[i]) > score(ranked[j]) })
+	addr := ranked[attempt%len(ranked)]
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c, ok := w.conns[addr]; ok {
+		return addr, c, nil
+	}
+	c, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(w.maxBytes+64<<10)),
+	)
+	if err != nil {
+		return "", nil, fmt.Errorf("writer %s: %w", addr, err)
+	}
+	w.conns[addr] = c
+	return addr, c, nil
+}
+
+// Close closes every connection.
+func (w *Writers) Close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.conns {
+		c.Close()
+	}
+}

@@ -1,0 +1,173 @@
+// Package app wires the writer's parts together and runs them until the
+// context ends, then shuts down in order: stop taking streams, drain the
+// ones open (commit, acknowledge, end), stop gRPC, close Kafka clients.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"regexp"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/ferry-replicator/ferry/pkg/admin"
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/config"
+	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
+	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/server"
+	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
+)
+
+// grpcOverhead is room above the largest batch payload for the rest of a
+// gRPC message.
+const grpcOverhead = 64 << 10
+
+// Run runs the writer until ctx ends.
+func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+
+	base, err := cfg.Target.Sarama()
+	if err != nil {
+		return err
+	}
+	links, err := buildLinks(cfg.Links)
+	if err != nil {
+		return err
+	}
+	store, err := checkpoint.Open(cfg.Target.BootstrapServers, base, checkpoint.Options{
+		Topic: cfg.Checkpoints.Topic, Partitions: cfg.Checkpoints.Partitions,
+		ReplicationFactor: cfg.Checkpoints.ReplicationFactor, Writer: cfg.ID,
+	}, log.With("component", "checkpoints"))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	ens, err := topics.New(cfg.Target.BootstrapServers, base, log.With("component", "topics"))
+	if err != nil {
+		return err
+	}
+	defer ens.Close()
+	codecs, err := batch.NewCodecs(int(cfg.MaxBatchBytes))
+	if err != nil {
+		return err
+	}
+	defer codecs.Close()
+
+	srv := server.New(server.Options{
+		ID:            cfg.ID,
+		TargetAddrs:   cfg.Target.BootstrapServers,
+		Producer:      producerConfig(base, cfg.Producer),
+		MaxBatchBytes: int(cfg.MaxBatchBytes),
+		MaxGroupBytes: int(cfg.MaxGroupBytes),
+	}, links, ens, store, codecs, m, log)
+
+	gs := grpc.NewServer(
+		grpc.MaxRecvMsgSize(int(cfg.MaxBatchBytes)+grpcOverhead),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	ferryv1.RegisterReplicationServiceServer(gs, srv)
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	adm, err := admin.Listen(cfg.Admin.Listen, reg, admin.Options{
+		Status: func() any { return map[string]any{"writer": cfg.ID, "shards": srv.Status()} },
+	}, log)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := gs.Serve(lis); err != nil {
+			return fmt.Errorf("grpc serve: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return adm.Run(gctx) })
+	g.Go(func() error {
+		<-gctx.Done()
+		hs.Shutdown() // NOT_SERVING: discovery stops sending fetchers here
+		dctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := srv.Drain(dctx); err != nil {
+			log.Warn("drain incomplete", "err", err)
+		}
+		stopped := make(chan struct{})
+		go func() { gs.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-dctx.Done():
+			gs.Stop()
+			<-stopped
+		}
+		return nil
+	})
+	log.Info("writer serving", "listen", lis.Addr().String(), "links", len(links))
+	return g.Wait()
+}
+
+// producerConfig is the shard producer's configuration: idempotent with
+// acks=all, so retries never duplicate or reorder within a session, and the
+// manual partitioner, so each record keeps its source partition number.
+func producerConfig(base *sarama.Config, p config.Producer) *sarama.Config {
+	c := *base
+	c.Producer.Idempotent = true
+	c.Producer.RequiredAcks = sarama.WaitForAll
+	c.Net.MaxOpenRequests = 1
+	c.Producer.Retry.Max = 10
+	c.Producer.Return.Successes = true
+	c.Producer.Return.Errors = true
+	c.Producer.Partitioner = sarama.NewManualPartitioner
+	c.Producer.MaxMessageBytes = int(p.MaxMessageBytes)
+	c.Producer.Timeout = p.Timeout
+	c.Producer.Flush.Bytes = int(p.MaxMessageBytes)
+	switch p.Compression {
+	case "gzip":
+		c.Producer.Compression = sarama.CompressionGZIP
+	case "snappy":
+		c.Producer.Compression = sarama.CompressionSnappy
+	case "lz4":
+		c.Producer.Compression = sarama.CompressionLZ4
+	case "zstd":
+		c.Producer.Compression = sarama.CompressionZSTD
+	default:
+		c.Producer.Compression = sarama.CompressionNone
+	}
+	return &c
+}
+
+func buildLinks(cfgs []config.Link) ([]server.Link, error) {
+	var out []server.Link
+	for _, l := range cfgs {
+		policy, err := naming.Parse(l.Naming, l.Prefix)
+		if err != nil {
+			return nil, fmt.Errorf("link %s: %w", l.Name, err)
+		}
+		link := server.Link{Name: l.Name, Naming: policy, ReplicationFactor: l.ReplicationFactor}
+		for _, re := range l.ConfigExclude {
+			link.ConfigExclude = append(link.ConfigExclude, regexp.MustCompile(re)) // checked by Validate
+		}
+		out = append(out, link)
+	}
+	return out, nil
+}

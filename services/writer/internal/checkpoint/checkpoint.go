@@ -1,0 +1,303 @@
+// Package checkpoint keeps each source partition's committed progress in a
+// compacted topic of the target cluster: the next source offset to copy and
+// where the last copied record landed in the target.
+//
+// A Store tails the whole topic into memory for the writer's lifetime. Reads
+// must never see a stale view, because a shard may have moved here from
+// another writer that committed more since: Sync produces a barrier record
+// to every partition of the topic and waits until the tail has read past
+// it. Kafka orders the barrier after every checkpoint written before it, and
+// a read_committed tail returns it only once all earlier transactions are
+// resolved, so after Sync the view holds every committed checkpoint.
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// Checkpoint is one partition's committed progress.
+type Checkpoint struct {
+	// NextSourceOffset is the next source offset to copy.
+	NextSourceOffset int64 `json:"next_source_offset"`
+	// TargetOffset is the target offset after the last copied record.
+	TargetOffset int64 `json:"target_offset"`
+	// Epoch is the shard epoch that wrote it; Writer and Time are for people.
+	Epoch  uint64    `json:"epoch"`
+	Writer string    `json:"writer"`
+	Time   time.Time `json:"time"`
+}
+
+// Key identifies a source partition within a link.
+type Key struct {
+	Link      string
+	Topic     string
+	Partition int32
+}
+
+// String is the record key in the checkpoint topic: link/topic/partition.
+// Neither link names nor topic names can hold a slash.
+func (k Key) String() string {
+	return k.Link + "/" + k.Topic + "/" + strconv.Itoa(int(k.Partition))
+}
+
+func parseKey(s string) (Key, bool) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 {
+		return Key{}, false
+	}
+	p, err := strconv.ParseInt(parts[2], 10, 32)
+	if err != nil {
+		return Key{}, false
+	}
+	return Key{Link: parts[0], Topic: parts[1], Partition: int32(p)}, true
+}
+
+const barrierPrefix = "barrier/"
+
+// Store is the in-memory view of the checkpoint topic.
+type Store struct {
+	topic      string
+	partitions int32
+	writer     string
+	client     sarama.Client
+	consumer   sarama.Consumer
+	barrier    sarama.SyncProducer
+	log        *slog.Logger
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	cps  map[Key]Checkpoint
+	read []int64 // per topic partition: the highest offset the tail has read
+	err  error   // set when a tail fails; the store is then unusable
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// Options configure a Store.
+type Options struct {
+	Topic             string
+	Partitions        int32
+	ReplicationFactor int16
+	// Writer identifies this writer in barrier records.
+	Writer string
+}
+
+// Open makes sure the topic exists, compacted, and starts tailing it with
+// its own client built from base.
+func Open(addrs []string, base *sarama.Config, opts Options, log *slog.Logger) (*Store, error) {
+	cfg := *base
+	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	cfg.Consumer.Return.Errors = true
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Return.Errors = true
+	client, err := sarama.NewClient(addrs, &cfg)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint client: %w", err)
+	}
+	parts, err := ensureTopic(client, opts)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("checkpoint consumer: %w", err)
+	}
+	barrier, err := sarama.NewSyncProducerFromClient(client)
+	if err != nil {
+		consumer.Close()
+		client.Close()
+		return nil, fmt.Errorf("checkpoint barrier producer: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{
+		topic: opts.Topic, partitions: parts, writer: opts.Writer,
+		client: client, consumer: consumer, barrier: barrier, log: log,
+		cps: map[Key]Checkpoint{}, read: make([]int64, parts), stop: cancel,
+	}
+	s.cond = sync.NewCond(&s.mu)
+	for p := range parts {
+		s.read[p] = -1
+		pc, err := consumer.ConsumePartition(opts.Topic, p, sarama.OffsetOldest)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("tail checkpoint partition %d: %w", p, err)
+		}
+		s.wg.Add(1)
+		go s.tail(ctx, p, pc)
+	}
+	return s, nil
+}
+
+// ensureTopic creates the compacted topic if missing and returns its
+// partition count, which may differ from the configured one if it existed.
+func ensureTopic(client sarama.Client, opts Options) (int32, error) {
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint admin: %w", err)
+	}
+	// The admin shares the store's client, which Close releases; closing the
+	// admin here would close the client too.
+	err = admin.CreateTopic(opts.Topic, &sarama.TopicDetail{
+		NumPartitions:     opts.Partitions,
+		ReplicationFactor: opts.ReplicationFactor,
+		ConfigEntries:     map[string]*string{"cleanup.policy": ptr("compact")},
+	}, false)
+	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+		return 0, fmt.Errorf("create checkpoint topic %s: %w", opts.Topic, err)
+	}
+	if err := client.RefreshMetadata(opts.Topic); err != nil {
+		return 0, fmt.Errorf("checkpoint topic metadata: %w", err)
+	}
+	parts, err := client.Partitions(opts.Topic)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint topic partitions: %w", err)
+	}
+	return int32(len(parts)), nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (s *Store) tail(ctx context.Context, p int32, pc sarama.PartitionConsumer) {
+	defer s.wg.Done()
+	defer pc.AsyncClose()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-pc.Errors():
+			if err == nil {
+				continue
+			}
+			s.fail(fmt.Errorf("tail checkpoint partition %d: %w", p, err))
+			return
+		case m, ok := <-pc.Messages():
+			if !ok {
+				return
+			}
+			s.apply(p, m)
+		}
+	}
+}
+
+func (s *Store) apply(p int32, m *sarama.ConsumerMessage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.read[p] = m.Offset
+	s.cond.Broadcast()
+	key := string(m.Key)
+	if strings.HasPrefix(key, barrierPrefix) {
+		return
+	}
+	k, ok := parseKey(key)
+	if !ok {
+		s.log.Warn("ignoring checkpoint record with a foreign key", "key", key, "partition", p, "offset", m.Offset)
+		return
+	}
+	if m.Value == nil { // a tombstone forgets the partition
+		delete(s.cps, k)
+		return
+	}
+	var cp Checkpoint
+	if err := json.Unmarshal(m.Value, &cp); err != nil {
+		s.log.Warn("ignoring unreadable checkpoint", "key", key, "offset", m.Offset, "err", err)
+		return
+	}
+	s.cps[k] = cp
+}
+
+func (s *Store) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+		s.log.Error("checkpoint store failed", "err", err)
+	}
+	s.cond.Broadcast()
+}
+
+// Sync waits until the view holds every checkpoint committed before it was
+// called (see the package comment).
+func (s *Store) Sync(ctx context.Context) error {
+	msgs := make([]*sarama.ProducerMessage, s.partitions)
+	for p := range s.partitions {
+		msgs[p] = &sarama.ProducerMessage{
+			Topic: s.topic, Partition: p,
+			Key: sarama.StringEncoder(barrierPrefix + s.writer),
+		}
+	}
+	if err := s.barrier.SendMessages(msgs); err != nil {
+		return fmt.Errorf("checkpoint barrier: %w", err)
+	}
+	// Wake the waiter below when ctx ends; sync.Cond has no context.
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.cond.Broadcast()
+	})
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range msgs {
+		for s.read[m.Partition] < m.Offset {
+			if s.err != nil {
+				return s.err
+			}
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("checkpoint sync: %w", err)
+			}
+			s.cond.Wait()
+		}
+	}
+	return s.err
+}
+
+// Get returns the partition's checkpoint as of the last Sync or later.
+func (s *Store) Get(k Key) (Checkpoint, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cp, ok := s.cps[k]
+	return cp, ok
+}
+
+// Message builds the record that commits cp for k; the caller produces it,
+// after (at-least-once) or with (exactly-once) the data it covers.
+func (s *Store) Message(k Key, cp Checkpoint) *sarama.ProducerMessage {
+	value, _ := json.Marshal(cp) // a struct of numbers and strings cannot fail
+	key := k.String()
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return &sarama.ProducerMessage{
+		Topic:     s.topic,
+		Partition: int32(h.Sum32() % uint32(s.partitions)),
+		Key:       sarama.StringEncoder(key),
+		Value:     sarama.ByteEncoder(value),
+	}
+}
+
+// Topic is the checkpoint topic's name.
+func (s *Store) Topic() string { return s.topic }
+
+// Close stops the tail.
+func (s *Store) Close() {
+	s.stop()
+	s.wg.Wait()
+	s.barrier.Close()
+	s.consumer.Close()
+	s.client.Close()
+}

@@ -1,0 +1,208 @@
+// Package config is the writer's typed configuration: defaults, the YAML
+// layout and validation that names every bad key.
+package config
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/ferry-replicator/ferry/pkg/config"
+	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
+	"github.com/ferry-replicator/ferry/pkg/telemetry"
+	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+)
+
+// Config is the whole writer configuration.
+type Config struct {
+	// ID names this writer in logs, status and checkpoints. Default: hostname.
+	ID string `yaml:"id"`
+	// Listen is the gRPC address fetchers connect to.
+	Listen string `yaml:"listen"`
+	// Admin is the HTTP address of /metrics, /healthz, /readyz, /status, pprof.
+	Admin struct {
+		Listen string `yaml:"listen"`
+	} `yaml:"admin"`
+	Log telemetry.LogConfig `yaml:"log"`
+	// Target is the cluster the writer produces to.
+	Target kafkaclient.Config `yaml:"target"`
+	// Checkpoints is where committed progress is kept, in the target cluster.
+	Checkpoints Checkpoints `yaml:"checkpoints"`
+	// Producer tunes the target producer of each shard.
+	Producer Producer `yaml:"producer"`
+	// MaxBatchBytes bounds one batch's records, uncompressed. It must be at
+	// least the fetchers' batch.max_bytes.
+	MaxBatchBytes config.ByteSize `yaml:"max_batch_bytes"`
+	// MaxGroupBytes bounds the records one produce round (and, in
+	// exactly-once mode, one transaction) groups from several batches.
+	MaxGroupBytes config.ByteSize `yaml:"max_group_bytes"`
+	// ShutdownTimeout bounds the drain at SIGTERM.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// Links lists the replication flows this writer accepts.
+	Links []Link `yaml:"links"`
+}
+
+// Checkpoints configures the compacted checkpoint topic.
+type Checkpoints struct {
+	Topic             string `yaml:"topic"`
+	Partitions        int32  `yaml:"partitions"`
+	ReplicationFactor int16  `yaml:"replication_factor"`
+}
+
+// Producer tunes target producers.
+type Producer struct {
+	// Compression of the records in the target cluster: none, gzip, snappy,
+	// lz4 or zstd.
+	Compression string `yaml:"compression"`
+	// MaxMessageBytes bounds one produce request batch; keep it at or below
+	// the target broker's message.max.bytes.
+	MaxMessageBytes config.ByteSize `yaml:"max_message_bytes"`
+	// Timeout bounds one produce round before the shard's stream fails and
+	// resumes from its checkpoint.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Link is one replication flow as the target side sees it.
+type Link struct {
+	// Name must match the fetchers' link.name.
+	Name string `yaml:"name"`
+	// Naming is identity (keep topic names) or prefix.
+	Naming string `yaml:"naming"`
+	// Prefix goes before each topic name when naming is prefix.
+	Prefix string `yaml:"prefix"`
+	// Delivery is at_least_once.
+	Delivery string `yaml:"delivery"`
+	// ReplicationFactor of created target topics; -1 takes the broker's default.
+	ReplicationFactor int16 `yaml:"replication_factor"`
+	// ConfigExclude lists regular expressions of source topic configs never
+	// copied to a created target topic (MM2's config.properties.exclude).
+	ConfigExclude []string `yaml:"config_exclude"`
+}
+
+// DefaultConfigExclude is MirrorMaker 2's default list of topic configs
+// that describe the source cluster rather than the data.
+var DefaultConfigExclude = []string{
+	`follower\.replication\.throttled\.replicas`,
+	`leader\.replication\.throttled\.replicas`,
+	`message\.timestamp\.difference\.max\.ms`,
+	`message\.timestamp\.type`,
+	`unclean\.leader\.election\.enable`,
+	`min\.insync\.replicas`,
+}
+
+// Defaults returns the configuration used where a file is silent.
+func Defaults() Config {
+	host, _ := os.Hostname()
+	c := Config{
+		ID:              host,
+		Listen:          "127.0.0.1:7400",
+		Log:             telemetry.LogConfig{Level: "info", Format: "text"},
+		Target:          kafkaclient.Defaults("ferry-writer"),
+		Checkpoints:     Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
+		Producer:        Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, Timeout: 30 * time.Second},
+		MaxBatchBytes:   4 << 20,
+		MaxGroupBytes:   8 << 20,
+		ShutdownTimeout: 20 * time.Second,
+	}
+	c.Admin.Listen = "127.0.0.1:7401"
+	return c
+}
+
+// linkDefaults fills a link's unset fields.
+func linkDefaults(l *Link) {
+	if l.Naming == "" {
+		l.Naming = "identity"
+	}
+	if l.Delivery == "" {
+		l.Delivery = "at_least_once"
+	}
+	if l.ReplicationFactor == 0 {
+		l.ReplicationFactor = -1
+	}
+	if l.ConfigExclude == nil {
+		l.ConfigExclude = DefaultConfigExclude
+	}
+}
+
+var linkName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// Validate fills link defaults and returns every problem, each naming its key.
+func (c *Config) Validate() error {
+	var p config.Problems
+	if c.ID == "" {
+		p.Addf("id", "required")
+	}
+	if c.Listen == "" {
+		p.Addf("listen", "required: the gRPC host:port fetchers connect to")
+	}
+	if c.Admin.Listen == "" {
+		p.Addf("admin.listen", "required")
+	}
+	c.Log.Validate(&p)
+	c.Target.Validate("target", &p)
+	if c.Checkpoints.Topic == "" {
+		p.Addf("checkpoints.topic", "required")
+	}
+	if c.Checkpoints.Partitions < 1 {
+		p.Addf("checkpoints.partitions", "must be at least 1")
+	}
+	switch c.Producer.Compression {
+	case "none", "gzip", "snappy", "lz4", "zstd":
+	default:
+		p.Addf("producer.compression", "%q: want none, gzip, snappy, lz4 or zstd", c.Producer.Compression)
+	}
+	if c.Producer.MaxMessageBytes < 1024 {
+		p.Addf("producer.max_message_bytes", "must be at least 1KiB")
+	}
+	if c.Producer.Timeout <= 0 {
+		p.Addf("producer.timeout", "must be positive")
+	}
+	if c.MaxBatchBytes < 1024 || c.MaxBatchBytes > 256<<20 {
+		p.Addf("max_batch_bytes", "%v: must be between 1KiB and 256MiB", c.MaxBatchBytes)
+	}
+	if c.MaxGroupBytes < c.MaxBatchBytes {
+		p.Addf("max_group_bytes", "%v: must be at least max_batch_bytes (%v)", c.MaxGroupBytes, c.MaxBatchBytes)
+	}
+	if c.ShutdownTimeout <= 0 {
+		p.Addf("shutdown_timeout", "must be positive")
+	}
+	if len(c.Links) == 0 {
+		p.Addf("links", "required: at least one link")
+	}
+	seen := map[string]bool{}
+	for i := range c.Links {
+		l := &c.Links[i]
+		linkDefaults(l)
+		key := func(f string) string { return "links[" + strconv.Itoa(i) + "]." + f }
+		if !linkName.MatchString(l.Name) {
+			p.Addf(key("name"), "%q: want 1 to 128 of A-Z a-z 0-9 . _ -", l.Name)
+		}
+		if seen[l.Name] {
+			p.Addf(key("name"), "%q appears twice", l.Name)
+		}
+		seen[l.Name] = true
+		if _, err := naming.Parse(l.Naming, l.Prefix); err != nil {
+			p.Addf(key("naming"), "%v", err)
+		}
+		switch l.Delivery {
+		case "at_least_once":
+		case "exactly_once":
+			p.Addf(key("delivery"), "exactly_once is not built yet; use at_least_once")
+		default:
+			p.Addf(key("delivery"), "%q: want at_least_once", l.Delivery)
+		}
+		if l.ReplicationFactor < -1 || l.ReplicationFactor == 0 {
+			p.Addf(key("replication_factor"), "%d: want -1 (broker default) or a positive number", l.ReplicationFactor)
+		}
+		for _, re := range l.ConfigExclude {
+			if _, err := regexp.Compile(re); err != nil {
+				p.Addf(key("config_exclude"), "%q: %v", re, err)
+			}
+		}
+	}
+	return p.Err()
+}
+
+// Logging returns the log settings.
+func (c *Config) Logging() telemetry.LogConfig { return c.Log }

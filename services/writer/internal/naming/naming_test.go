@@ -1,0 +1,26 @@
+package naming
+
+import "testing"
+
+func TestPolicies(t *testing.T) {
+	tests := []struct {
+		policy, prefix, source, want string
+		wantErr                      bool
+	}{
+		{policy: "identity", source: "orders", want: "orders"},
+		{policy: "prefix", prefix: "east.", source: "orders", want: "east.orders"},
+		{policy: "prefix", prefix: "", wantErr: true},
+		{policy: "identity", prefix: "east.", wantErr: true},
+		{policy: "prefix", prefix: "a/b", wantErr: true},
+		{policy: "rename", wantErr: true},
+	}
+	for _, tt := range tests {
+		p, err := Parse(tt.policy, tt.prefix)
+		if (err != nil) != tt.wantErr {
+			t.Fatalf("Parse(%q, %q) error = %v, wantErr %v", tt.policy, tt.prefix, err, tt.wantErr)
+		}
+		if err == nil && p.Target(tt.source) != tt.want {
+			t.Errorf("Parse(%q, %q).Target(%q) = %q, want %q", tt.policy, tt.prefix, tt.source, p.Target(tt.source), tt.want)
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+)
+
+// Domain errors of the writer. toStatus is the one place they become gRPC
+// status codes.
+var (
+	errBadRequest  = errors.New("bad request")
+	errStaleEpoch  = errors.New("stale epoch")
+	errNotInShard  = errors.New("partition not in shard")
+	errUnknownLink = errors.New("unknown link")
+	errOutOfOrder  = errors.New("batch out of offset order")
+	errSuperseded  = errors.New("stream superseded by a newer open of the shard")
+	errDraining    = errors.New("writer draining")
+)
+
+var statusTable = []struct {
+	err  error
+	code codes.Code
+}{
+	{batch.ErrChecksum, codes.DataLoss},
+	{batch.ErrMalformed, codes.InvalidArgument},
+	{batch.ErrTooLarge, codes.InvalidArgument},
+	{errBadRequest, codes.InvalidArgument},
+	{errStaleEpoch, codes.FailedPrecondition},
+	{errNotInShard, codes.FailedPrecondition},
+	{errUnknownLink, codes.FailedPrecondition},
+	{errOutOfOrder, codes.FailedPrecondition},
+	{errSuperseded, codes.Aborted},
+	{errDraining, codes.Unavailable},
+	{context.Canceled, codes.Canceled},
+	{context.DeadlineExceeded, codes.DeadlineExceeded},
+}
+
+// toStatus maps an error to the status the fetcher sees. Anything not in
+// the table is a target-side failure the fetcher should retry: Unavailable.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	for _, e := range statusTable {
+		if errors.Is(err, e.err) {
+			return status.Error(e.code, err.Error())
+		}
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}

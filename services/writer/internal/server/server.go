@@ -1,0 +1,227 @@
+// Package server is the writer's side of the replication stream: it checks
+// every open and batch, produces the records to the target cluster and
+// commits checkpoints, and acknowledges upstream only what is committed.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+
+	"github.com/IBM/sarama"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
+	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
+)
+
+// Link is a replication flow the writer accepts.
+type Link struct {
+	Name              string
+	Naming            naming.Policy
+	ReplicationFactor int16
+	ConfigExclude     []*regexp.Regexp
+}
+
+// Options are the server's fixed settings.
+type Options struct {
+	// ID names this writer in Opened answers and checkpoints.
+	ID string
+	// TargetAddrs and Producer build each shard's target producer.
+	TargetAddrs []string
+	Producer    *sarama.Config
+	// MaxBatchBytes bounds one batch's uncompressed records.
+	MaxBatchBytes int
+	// MaxGroupBytes bounds the records of one produce round.
+	MaxGroupBytes int
+}
+
+// Server implements ferryv1.ReplicationServiceServer.
+type Server struct {
+	ferryv1.UnimplementedReplicationServiceServer
+
+	opts    Options
+	links   map[string]Link
+	topics  *topics.Ensurer
+	store   *checkpoint.Store
+	codecs  *batch.Codecs
+	metrics *metrics.Metrics
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	shards   map[shardKey]*shardState
+	draining bool
+	drain    chan struct{} // closed by Drain
+	sessions sync.WaitGroup
+}
+
+type shardKey struct {
+	link  string
+	shard uint32
+}
+
+// shardState is what the writer knows of a shard across its streams.
+type shardState struct {
+	highest uint64   // highest epoch seen
+	active  *session // the stream serving it now, if any
+}
+
+// New builds a server. The caller owns the dependencies and closes them
+// after the server has drained.
+func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Store, codecs *batch.Codecs, m *metrics.Metrics, log *slog.Logger) *Server {
+	byName := map[string]Link{}
+	for _, l := range links {
+		byName[l.Name] = l
+	}
+	return &Server{
+		opts: opts, links: byName, topics: ens, store: store, codecs: codecs,
+		metrics: m, log: log, shards: map[shardKey]*shardState{}, drain: make(chan struct{}),
+	}
+}
+
+// Replicate serves one shard stream.
+func (s *Server) Replicate(stream ferryv1.ReplicationService_ReplicateServer) error {
+	err := s.replicate(stream)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		s.log.Warn("stream ended", "err", err)
+	}
+	return toStatus(err)
+}
+
+func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) error {
+	req, err := stream.Recv()
+	if err != nil {
+		return fmt.Errorf("receive open: %w", err)
+	}
+	open := req.GetOpen()
+	if open == nil {
+		return fmt.Errorf("%w: the first message must be an Open", errBadRequest)
+	}
+	link, ok := s.links[open.GetLink()]
+	if !ok {
+		s.metrics.Rejected.WithLabelValues(open.GetLink(), "unknown_link").Inc()
+		return fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, open.GetLink())
+	}
+	sess, err := newSession(stream.Context(), s, link, open)
+	if err != nil {
+		s.metrics.Rejected.WithLabelValues(link.Name, "bad_open").Inc()
+		return err
+	}
+	if err := s.claim(stream.Context(), sess); err != nil {
+		sess.cancel(nil)
+		return err
+	}
+	defer s.release(sess)
+	return sess.run(stream)
+}
+
+// claim makes sess the shard's active stream. An open with an older epoch
+// than the shard has seen is refused; a stream it replaces (same or newer
+// epoch: a reconnect or a new owner) is stopped and waited for first, so two
+// streams of one shard never produce at the same time in this writer.
+func (s *Server) claim(ctx context.Context, sess *session) error {
+	key := shardKey{sess.link.Name, sess.shard}
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return errDraining
+	}
+	st := s.shards[key]
+	if st == nil {
+		st = &shardState{}
+		s.shards[key] = st
+	}
+	if sess.epoch < st.highest {
+		s.mu.Unlock()
+		s.metrics.StaleEpochs.WithLabelValues(sess.link.Name).Inc()
+		return fmt.Errorf("%w: open of shard %d with epoch %d, but epoch %d exists", errStaleEpoch, sess.shard, sess.epoch, st.highest)
+	}
+	st.highest = sess.epoch
+	old := st.active
+	st.active = sess
+	s.sessions.Add(1)
+	s.mu.Unlock()
+	if old != nil {
+		old.cancel(errSuperseded)
+		select {
+		case <-old.done:
+		case <-ctx.Done():
+			s.release(sess)
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (s *Server) release(sess *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.shards[shardKey{sess.link.Name, sess.shard}]; st != nil && st.active == sess {
+		st.active = nil
+	}
+	s.sessions.Done()
+}
+
+// currentEpoch is the highest epoch seen for the shard; a batch of a lower
+// epoch is refused even on a stream opened before the newer owner came.
+func (s *Server) currentEpoch(link string, shard uint32) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.shards[shardKey{link, shard}]; st != nil {
+		return st.highest
+	}
+	return 0
+}
+
+// Drain stops taking streams and asks every stream to commit what it has
+// produced, acknowledge it and end with Unavailable, so fetchers resume
+// elsewhere from the checkpoints. It returns when all have ended or ctx ends.
+func (s *Server) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.draining {
+		s.draining = true
+		close(s.drain)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.sessions.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("drain: %w", ctx.Err())
+	}
+}
+
+// ShardStatus is one shard's line in /status.
+type ShardStatus struct {
+	Link    string `json:"link"`
+	Shard   uint32 `json:"shard"`
+	Epoch   uint64 `json:"epoch"`
+	Fetcher string `json:"fetcher,omitempty"`
+	Active  bool   `json:"active"`
+}
+
+// Status lists the shards this writer has served.
+func (s *Server) Status() []ShardStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ShardStatus, 0, len(s.shards))
+	for k, st := range s.shards {
+		ss := ShardStatus{Link: k.link, Shard: k.shard, Epoch: st.highest, Active: st.active != nil}
+		if st.active != nil {
+			ss.Fetcher = st.active.fetcher
+		}
+		out = append(out, ss)
+	}
+	return out
+}

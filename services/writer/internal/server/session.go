@@ -1,0 +1,378 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
+)
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// session serves one stream: one shard, one epoch, one target producer.
+type session struct {
+	s       *Server
+	link    Link
+	shard   uint32
+	epoch   uint64
+	fetcher string
+	open    *ferryv1.Open
+	// next is the lowest source offset the next batch of each partition may
+	// start at; it refuses overlaps and replays within the stream.
+	next map[topicPartition]int64
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+// work is a checked batch on its way to the target.
+type work struct {
+	b    *ferryv1.Batch
+	recs []batch.Record
+}
+
+func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (*session, error) {
+	if len(open.GetPartitions()) == 0 {
+		return nil, fmt.Errorf("%w: open of shard %d lists no partitions", errBadRequest, open.GetShard())
+	}
+	counts := map[string]int32{}
+	for _, t := range open.GetTopics() {
+		if t.GetName() == "" || t.GetPartitionCount() < 1 {
+			return nil, fmt.Errorf("%w: topic spec %q with %d partitions", errBadRequest, t.GetName(), t.GetPartitionCount())
+		}
+		counts[t.GetName()] = t.GetPartitionCount()
+	}
+	sess := &session{
+		s: s, link: link, shard: open.GetShard(), epoch: open.GetEpoch(), fetcher: open.GetFetcher(),
+		open: open, next: map[topicPartition]int64{}, done: make(chan struct{}),
+	}
+	sess.ctx, sess.cancel = context.WithCancelCause(ctx)
+	for _, p := range open.GetPartitions() {
+		tp := topicPartition{p.GetTopic(), p.GetPartition()}
+		n, ok := counts[tp.topic]
+		if !ok || tp.partition < 0 || tp.partition >= n {
+			return nil, fmt.Errorf("%w: partition %s/%d is not described by the open's topics", errBadRequest, tp.topic, tp.partition)
+		}
+		if _, dup := sess.next[tp]; dup {
+			return nil, fmt.Errorf("%w: partition %s/%d listed twice", errBadRequest, tp.topic, tp.partition)
+		}
+		sess.next[tp] = 0
+	}
+	return sess, nil
+}
+
+func (ss *session) key(tp topicPartition) checkpoint.Key {
+	return checkpoint.Key{Link: ss.link.Name, Topic: tp.topic, Partition: tp.partition}
+}
+
+// run prepares the target, answers the open and then moves batches until
+// the stream or the writer ends.
+func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error {
+	defer close(ss.done)
+	defer ss.cancel(nil)
+	s := ss.s
+	log := s.log.With("link", ss.link.Name, "shard", ss.shard, "epoch", ss.epoch, "fetcher", ss.fetcher)
+
+	for _, t := range ss.open.GetTopics() {
+		err := s.topics.Ensure(topics.Spec{
+			Name:              ss.link.Naming.Target(t.GetName()),
+			Partitions:        t.GetPartitionCount(),
+			ReplicationFactor: ss.link.ReplicationFactor,
+			Configs:           topics.FilterConfigs(t.GetConfigs(), ss.link.ConfigExclude),
+		})
+		if err != nil {
+			return err
+		}
+	}
+	producer, err := sarama.NewSyncProducer(s.opts.TargetAddrs, s.opts.Producer)
+	if err != nil {
+		return fmt.Errorf("target producer: %w", err)
+	}
+	defer producer.Close()
+	if err := s.store.Sync(ss.ctx); err != nil {
+		return err
+	}
+	opened := &ferryv1.Opened{Writer: s.opts.ID}
+	for tp := range ss.next {
+		pos := &ferryv1.PartitionPosition{Topic: tp.topic, Partition: tp.partition}
+		if cp, ok := s.store.Get(ss.key(tp)); ok {
+			pos.NextOffset, pos.HasCheckpoint = cp.NextSourceOffset, true
+			ss.next[tp] = cp.NextSourceOffset
+		}
+		opened.Resume = append(opened.Resume, pos)
+	}
+	if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Opened{Opened: opened}}); err != nil {
+		return fmt.Errorf("send opened: %w", err)
+	}
+	log.Info("shard opened", "partitions", len(ss.next))
+	s.metrics.Streams.Inc()
+	defer s.metrics.Streams.Dec()
+
+	// The receiver blocks in stream.Recv, which only the end of the stream
+	// interrupts: gRPC ends it when this handler returns, so the receiver
+	// outlives run by at most that. It reports failure by cancelling ss.ctx.
+	works := make(chan work, 4)
+	go ss.receive(stream, works)
+	err = ss.produce(ss.ctx, stream, producer, works)
+	if cause := context.Cause(ss.ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		err = cause
+	}
+	if err == nil {
+		log.Info("shard closed by fetcher")
+	}
+	return err
+}
+
+// receive checks each batch whole before handing it on, so nothing of a bad
+// batch reaches the target.
+func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, out chan<- work) {
+	defer close(out)
+	var seq uint64
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			ss.cancel(fmt.Errorf("receive: %w", err))
+			return
+		}
+		w, err := ss.check(req.GetBatch(), seq+1)
+		if err != nil {
+			ss.s.metrics.Rejected.WithLabelValues(ss.link.Name, reasonOf(err)).Inc()
+			ss.cancel(err)
+			return
+		}
+		seq++
+		select {
+		case out <- w:
+		case <-ss.ctx.Done():
+			return
+		}
+	}
+}
+
+func reasonOf(err error) string {
+	switch {
+	case errors.Is(err, batch.ErrChecksum):
+		return "checksum"
+	case errors.Is(err, batch.ErrTooLarge):
+		return "too_large"
+	case errors.Is(err, errStaleEpoch):
+		return "stale_epoch"
+	case errors.Is(err, errNotInShard):
+		return "not_in_shard"
+	case errors.Is(err, errOutOfOrder):
+		return "out_of_order"
+	}
+	return "malformed"
+}
+
+func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
+	if b == nil {
+		return work{}, fmt.Errorf("%w: expected a batch after the open", errBadRequest)
+	}
+	if b.GetSequence() != wantSeq {
+		return work{}, fmt.Errorf("%w: batch sequence %d, want %d", errBadRequest, b.GetSequence(), wantSeq)
+	}
+	if cur := ss.s.currentEpoch(ss.link.Name, ss.shard); b.GetEpoch() != ss.epoch || b.GetEpoch() < cur {
+		ss.s.metrics.StaleEpochs.WithLabelValues(ss.link.Name).Inc()
+		return work{}, fmt.Errorf("%w: batch epoch %d on a stream of epoch %d, shard at %d", errStaleEpoch, b.GetEpoch(), ss.epoch, cur)
+	}
+	tp := topicPartition{b.GetTopic(), b.GetPartition()}
+	next, ok := ss.next[tp]
+	if !ok {
+		return work{}, fmt.Errorf("%w: %s/%d is not in shard %d", errNotInShard, tp.topic, tp.partition, ss.shard)
+	}
+	if b.GetFirstOffset() < next {
+		return work{}, fmt.Errorf("%w: %s/%d batch starts at %d, below %d", errOutOfOrder, tp.topic, tp.partition, b.GetFirstOffset(), next)
+	}
+	recs, err := ss.s.codecs.Open(b, ss.s.opts.MaxBatchBytes)
+	if err != nil {
+		return work{}, fmt.Errorf("batch %d of %s/%d: %w", b.GetSequence(), tp.topic, tp.partition, err)
+	}
+	ss.next[tp] = b.GetLastOffset() + 1
+	return work{b: b, recs: recs}, nil
+}
+
+// produce writes batches to the target in rounds. Each round sends the
+// records of every batch waiting (up to MaxGroupBytes) together with the
+// checkpoints of the previous round's batches, whose records the target has
+// acknowledged. Only after a checkpoint is acknowledged is its batch
+// acknowledged upstream: a crash between the two can duplicate, never lose.
+func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationService_ReplicateServer, producer sarama.SyncProducer, in <-chan work) error {
+	var (
+		pending []work                                // records acknowledged, checkpoint not yet
+		cps     = map[topicPartition]checkpoint.Checkpoint{} // latest per partition in pending
+		closed  bool
+	)
+	for {
+		group, more := ss.take(ctx, in, len(pending) > 0)
+		closed = closed || !more
+		if ctx.Err() != nil {
+			return nil
+		}
+		draining := ss.draining()
+		if draining {
+			group = nil // not produced, not acknowledged: the fetcher resends them
+		}
+		if len(group) == 0 && len(pending) == 0 {
+			if draining {
+				return errDraining
+			}
+			if closed {
+				return nil
+			}
+			continue
+		}
+		msgs := ss.messages(group)
+		dataCount := len(msgs)
+		for tp, cp := range cps {
+			msgs = append(msgs, ss.s.store.Message(ss.key(tp), cp))
+		}
+		start := time.Now()
+		if err := producer.SendMessages(msgs); err != nil {
+			return fmt.Errorf("produce to target: %w", err)
+		}
+		now := time.Now()
+		ss.s.metrics.ProduceSeconds.Observe(now.Sub(start).Seconds())
+		if len(pending) > 0 {
+			if err := ss.ack(stream, pending, cps); err != nil {
+				return err
+			}
+			ss.s.metrics.Checkpoints.WithLabelValues(ss.link.Name).Add(float64(len(cps)))
+		}
+		pending, cps = group, map[topicPartition]checkpoint.Checkpoint{}
+		ss.observe(group, msgs[:dataCount], now, cps)
+	}
+}
+
+// take returns the batches ready now, at least one unless nonBlocking, and
+// whether the input is still open.
+func (ss *session) take(ctx context.Context, in <-chan work, nonBlocking bool) ([]work, bool) {
+	var group []work
+	size := 0
+	for size < ss.s.opts.MaxGroupBytes {
+		if len(group) > 0 || nonBlocking {
+			select {
+			case w, ok := <-in:
+				if !ok {
+					return group, false
+				}
+				group, size = append(group, w), size+int(w.b.GetUncompressedSize())
+				continue
+			default:
+				return group, true
+			}
+		}
+		select {
+		case w, ok := <-in:
+			if !ok {
+				return group, false
+			}
+			group, size = append(group, w), size+int(w.b.GetUncompressedSize())
+		case <-ss.s.drain:
+			return group, true
+		case <-ctx.Done():
+			return nil, true
+		}
+	}
+	return group, true
+}
+
+func (ss *session) draining() bool {
+	select {
+	case <-ss.s.drain:
+		return true
+	default:
+		return false
+	}
+}
+
+// messages turns batches into target records on the same partition number.
+func (ss *session) messages(group []work) []*sarama.ProducerMessage {
+	n := 0
+	for _, w := range group {
+		n += len(w.recs)
+	}
+	msgs := make([]*sarama.ProducerMessage, 0, n)
+	for _, w := range group {
+		topic := ss.link.Naming.Target(w.b.GetTopic())
+		for i := range w.recs {
+			r := &w.recs[i]
+			m := &sarama.ProducerMessage{
+				Topic:     topic,
+				Partition: w.b.GetPartition(),
+				Timestamp: time.UnixMilli(r.Timestamp),
+			}
+			// A nil interface, not a nil slice in an encoder, keeps a null
+			// key or value null on the target.
+			if r.Key != nil {
+				m.Key = sarama.ByteEncoder(r.Key)
+			}
+			if r.Value != nil {
+				m.Value = sarama.ByteEncoder(r.Value)
+			}
+			if len(r.Headers) > 0 {
+				m.Headers = make([]sarama.RecordHeader, len(r.Headers))
+				for j, h := range r.Headers {
+					m.Headers[j] = sarama.RecordHeader{Key: h.Key, Value: h.Value}
+				}
+			}
+			msgs = append(msgs, m)
+		}
+	}
+	return msgs
+}
+
+// observe records metrics for a produced group and computes the checkpoint
+// each partition reaches with it.
+func (ss *session) observe(group []work, msgs []*sarama.ProducerMessage, now time.Time, cps map[topicPartition]checkpoint.Checkpoint) {
+	m := ss.s.metrics
+	i := 0
+	for _, w := range group {
+		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
+		part := strconv.Itoa(int(tp.partition))
+		m.Records.WithLabelValues(ss.link.Name, tp.topic, part).Add(float64(len(w.recs)))
+		m.Bytes.WithLabelValues(ss.link.Name, tp.topic, part).Add(float64(w.b.GetUncompressedSize()))
+		m.WireBytes.WithLabelValues(ss.link.Name, tp.topic, part).Add(float64(len(w.b.GetPayload())))
+		lat := m.Latency.WithLabelValues(ss.link.Name, tp.topic)
+		for _, r := range w.recs {
+			lat.Observe(now.Sub(time.UnixMilli(r.Timestamp)).Seconds())
+		}
+		i += len(w.recs)
+		cps[tp] = checkpoint.Checkpoint{
+			NextSourceOffset: w.b.GetLastOffset() + 1,
+			TargetOffset:     msgs[i-1].Offset + 1,
+			Epoch:            ss.epoch,
+			Writer:           ss.s.opts.ID,
+			Time:             now,
+		}
+	}
+}
+
+func (ss *session) ack(stream ferryv1.ReplicationService_ReplicateServer, acked []work, cps map[topicPartition]checkpoint.Checkpoint) error {
+	ack := &ferryv1.Ack{Sequence: acked[len(acked)-1].b.GetSequence()}
+	for tp, cp := range cps {
+		ack.Committed = append(ack.Committed, &ferryv1.PartitionPosition{
+			Topic: tp.topic, Partition: tp.partition, NextOffset: cp.NextSourceOffset, HasCheckpoint: true,
+		})
+	}
+	if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Ack{Ack: ack}}); err != nil {
+		return fmt.Errorf("send ack: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,18 @@
+// Command ferry-writer receives record batches from Ferry fetchers over gRPC
+// and produces them to the target Kafka cluster with their checkpoints.
+package main
+
+import (
+	"os"
+
+	"github.com/ferry-replicator/ferry/pkg/service"
+	"github.com/ferry-replicator/ferry/services/writer/internal/app"
+	"github.com/ferry-replicator/ferry/services/writer/internal/config"
+)
+
+func main() {
+	cfg := config.Defaults()
+	os.Exit(service.Main("ferry-writer", "FERRY_WRITER_",
+		"produce replicated batches to the target Kafka cluster",
+		&cfg, os.Args[1:], os.Environ(), os.Stderr, app.Run))
+}
