@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -176,6 +177,27 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 		f.Close()
 	}
 
+	// A port chosen free can still be taken before the agent binds it (by
+	// another test's agent picking at the same moment); then the agent exits
+	// at once, and new ports are tried.
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		var a *Agent
+		a, err = start(ctx, opts)
+		if err == nil {
+			return a, nil
+		}
+		if !errors.Is(err, errExited) {
+			break
+		}
+	}
+	return nil, err
+}
+
+// errExited marks an agent process that ended before it had a leader.
+var errExited = errors.New("exited before electing a leader")
+
+func start(ctx context.Context, opts Options) (*Agent, error) {
 	ports, err := freePorts(4)
 	if err != nil {
 		return nil, err
@@ -191,8 +213,8 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 		"-server-port", strconv.Itoa(serverPort),
 		"-serf-lan-port", strconv.Itoa(lanPort),
 		"-serf-wan-port", strconv.Itoa(wanPort),
-		// -dev listens on gRPC 8502 and gRPC-TLS 8503 and DNS 8600 unless
-		// told not to; fixed ports would clash between parallel agents.
+		// -dev listens on gRPC 8502, gRPC-TLS 8503 and DNS 8600 unless told
+		// not to; fixed ports would clash between parallel agents.
 		"-grpc-port", "-1",
 		"-grpc-tls-port", "-1",
 		"-dns-port", "-1",
@@ -340,7 +362,7 @@ func (a *Agent) waitLeader(ctx context.Context) error {
 		last = err
 		select {
 		case <-a.done:
-			return fmt.Errorf("exited before electing a leader: %s", a.cmd.ProcessState)
+			return fmt.Errorf("%w: %s", errExited, a.cmd.ProcessState)
 		case <-ctx.Done():
 			return fmt.Errorf("no leader: %w (last: %v)", ctx.Err(), last)
 		case <-tick.C:
@@ -437,6 +459,9 @@ func allThreadsStopped(pid int) (bool, error) {
 	}
 	for _, path := range stats {
 		b, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread has exited
+		}
 		if err != nil {
 			return false, err
 		}
@@ -453,6 +478,15 @@ func allThreadsStopped(pid int) (bool, error) {
 	return true, nil
 }
 
+// Agent ports are drawn from below Linux's ephemeral range (32768-60999 by
+// default), from which the kernel hands out the local ports of outgoing
+// connections: there, any client on the machine could take an agent's port
+// while it is down for a Restart.
+const (
+	portMin = 15000
+	portMax = 32767
+)
+
 // freePorts returns n distinct loopback ports that are free for both TCP and
 // UDP (Serf uses both). The listeners stay open until all n are chosen, so the
 // ports differ; another process may still take one before the agent binds it.
@@ -464,19 +498,22 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	var ports []int
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 1000 {
+			return nil, fmt.Errorf("no free port in %d-%d", portMin, portMax)
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(portMin+rand.IntN(portMax-portMin+1)))
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
+			continue // taken, or already chosen: try another
 		}
 		closers = append(closers, l)
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		u, err := net.ListenPacket("udp", addr)
 		if err != nil {
-			continue // UDP side taken; try another port
+			continue
 		}
 		closers = append(closers, u)
-		ports = append(ports, port)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -27,12 +28,20 @@ func TestAgentLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
+	logFile := filepath.Join(t.TempDir(), "consul.log")
+	// The agent's output stays out of the test's; show it only on failure.
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile)
+			t.Logf("agent log tail:\n%s", lastLines(string(b), 60))
+		}
+	})
 	began := time.Now()
 	a, err := consulagent.Start(ctx, consulagent.Options{
 		Binary:     bin,
 		Datacenter: "ferry-test",
 		NodeName:   "lifecycle",
-		LogFile:    filepath.Join(t.TempDir(), "consul.log"),
+		LogFile:    logFile,
 	})
 	if err != nil {
 		t.Fatalf("start: %v", err)
@@ -132,4 +141,12 @@ func leader(addr string, timeout time.Duration) (string, error) {
 		return "", fmt.Errorf("decode leader %q: %w", body, err)
 	}
 	return l, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -70,6 +70,10 @@ transaction.state.log.num.partitions=10
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# After a SIGKILL the restarted node waits for the old broker session to
+# expire before it can register again: 4 s instead of the default 9 s.
+broker.heartbeat.interval.ms=1000
+broker.session.timeout.ms=4000
 auto.create.topics.enable=false
 PROPS
 

@@ -58,7 +58,11 @@ const (
 // 1 everywhere (including the transaction log, so transactional producers
 // work), no auto-created topics, no group rebalance delay, and fewer
 // partitions for the internal topics so the first group or transaction does
-// not wait for 50 partitions to be created. Keep in sync with cluster.sh.
+// not wait for 50 partitions to be created. The broker session timeout is
+// 4 s instead of 9 s: after a SIGKILL the restarted controller refuses the
+// new broker registration (DUPLICATE_BROKER_REGISTRATION) until the old
+// session expires, so this is most of the cost of Kill+Restart. Keep in sync
+// with cluster.sh.
 func defaultServerProps(port, cport int, dataDir string) map[string]string {
 	return map[string]string{
 		"process.roles":                                    "broker,controller",
@@ -81,6 +85,8 @@ func defaultServerProps(port, cport int, dataDir string) map[string]string {
 		"share.coordinator.state.topic.replication.factor": "1",
 		"share.coordinator.state.topic.min.isr":            "1",
 		"group.initial.rebalance.delay.ms":                 "0",
+		"broker.heartbeat.interval.ms":                     "1000",
+		"broker.session.timeout.ms":                        "4000",
 		"auto.create.topics.enable":                        "false",
 	}
 }

@@ -21,10 +21,11 @@ type MM2Options struct {
 	// Topics is the regex of source topics to replicate. Default ".*".
 	Topics string
 	// Props are extra mm2.properties entries; they override the defaults.
-	// Examples: "tasks.max", "source->target.producer.override.batch.size",
-	// "target.producer.linger.ms", "exactly.once.support"="enabled" (the
-	// target brokers need transactions, which Broker has),
-	// "emit.heartbeats.enabled"="false", "emit.checkpoints.enabled"="false".
+	// Keys are top-level ("tasks.max"), per cluster ("<alias>.producer.linger.ms",
+	// "<alias>.consumer.fetch.max.bytes") or per flow
+	// ("<src>-><dst>.emit.checkpoints.enabled"). Exactly-once delivery:
+	// "<TargetAlias>.exactly.once.source.support"="enabled" (checked to work
+	// with one MM2 node; the brokers support transactions).
 	Props map[string]string
 	// Dir receives mm2.properties and mm2.log. Empty: a new temporary
 	// directory, removed by Stop.
@@ -52,7 +53,9 @@ const mm2StopTimeout = 30 * time.Second
 //     whole second Connect herder (consumer group, internal topics) just to
 //     emit them, which costs start-up time and benchmark CPU;
 //   - plugin.discovery=service_load: MM2 otherwise scans the classpath for
-//     plugins at start, which takes seconds and logs a WARN suggesting this;
+//     plugins at start, which takes seconds and logs a WARN suggesting this.
+//     It is read once at top level and once per herder from the herder's
+//     target cluster settings, hence two entries;
 //   - topic and group lists are refreshed every 10 s instead of 10 min, so a
 //     topic created after start-up is picked up within a test's patience;
 //   - ACL sync is off: the brokers have no authorizer and would answer every
@@ -60,22 +63,25 @@ const mm2StopTimeout = 30 * time.Second
 func defaultMM2Props(o MM2Options) map[string]string {
 	src, dst := o.SourceAlias, o.TargetAlias
 	return map[string]string{
-		"clusters":                              src + ", " + dst,
-		src + ".bootstrap.servers":              o.SourceAddr,
-		dst + ".bootstrap.servers":              o.TargetAddr,
-		src + "->" + dst + ".enabled":           "true",
-		src + "->" + dst + ".topics":            o.Topics,
-		dst + "->" + src + ".enabled":           "false",
-		"replication.factor":                    "1",
-		"checkpoints.topic.replication.factor":  "1",
-		"heartbeats.topic.replication.factor":   "1",
-		"offset-syncs.topic.replication.factor": "1",
-		"offset.storage.replication.factor":     "1",
-		"status.storage.replication.factor":     "1",
-		"config.storage.replication.factor":     "1",
-		"sync.topic.acls.enabled":               "false",
-		"refresh.topics.interval.seconds":       "10",
-		"refresh.groups.interval.seconds":       "10",
+		"clusters":                                    src + ", " + dst,
+		src + ".bootstrap.servers":                    o.SourceAddr,
+		dst + ".bootstrap.servers":                    o.TargetAddr,
+		src + "->" + dst + ".enabled":                 "true",
+		src + "->" + dst + ".topics":                  o.Topics,
+		dst + "->" + src + ".enabled":                 "false",
+		dst + "->" + src + ".emit.heartbeats.enabled": "false",
+		"plugin.discovery":                            "service_load",
+		dst + ".plugin.discovery":                     "service_load",
+		"replication.factor":                          "1",
+		"checkpoints.topic.replication.factor":        "1",
+		"heartbeats.topic.replication.factor":         "1",
+		"offset-syncs.topic.replication.factor":       "1",
+		"offset.storage.replication.factor":           "1",
+		"status.storage.replication.factor":           "1",
+		"config.storage.replication.factor":           "1",
+		"sync.topic.acls.enabled":                     "false",
+		"refresh.topics.interval.seconds":             "10",
+		"refresh.groups.interval.seconds":             "10",
 	}
 }
 

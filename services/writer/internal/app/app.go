@@ -140,7 +140,6 @@ func producerConfig(base *sarama.Config, p config.Producer) *sarama.Config {
 	c.Producer.Partitioner = sarama.NewManualPartitioner
 	c.Producer.MaxMessageBytes = int(p.MaxMessageBytes)
 	c.Producer.Timeout = p.Timeout
-	c.Producer.Flush.Bytes = int(p.MaxMessageBytes)
 	switch p.Compression {
 	case "gzip":
 		c.Producer.Compression = sarama.CompressionGZIP

@@ -1,0 +1,251 @@
+// Package verify compares what a replicator wrote to the target cluster
+// with what the source holds, partition by partition, and reports lost,
+// duplicated, reordered and corrupt records.
+//
+// Both sides are read read_committed, so records of aborted source
+// transactions are not expected on the target, and one found there counts
+// as corrupt (and as leaked). Record identity is a digest of key, value,
+// headers and timestamp; the workload makes every record unique.
+package verify
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Result is the outcome of a comparison.
+type Result struct {
+	Produced   int64 `json:"produced"`
+	Replicated int64 `json:"replicated"`
+	Missing    int64 `json:"missing"`
+	Duplicates int64 `json:"duplicates"`
+	Reordered  int64 `json:"reordered"`
+	Corrupt    int64 `json:"corrupt"`
+	// Leaked counts target records whose key the source never committed
+	// (aborted transactions); they are part of Corrupt too.
+	Leaked int64 `json:"leaked"`
+	// Latency percentiles of target receive time minus record timestamp;
+	// meaningful only when the target is read while replication runs.
+	Latency Percentiles `json:"latency"`
+}
+
+// Percentiles of a latency distribution.
+type Percentiles struct {
+	P50, P99, P999, Max time.Duration
+}
+
+// OK reports a perfect copy.
+func (r Result) OK() bool {
+	return r.Missing == 0 && r.Duplicates == 0 && r.Reordered == 0 && r.Corrupt == 0
+}
+
+// Line is the one-line summary the demo and scenarios print.
+func (r Result) Line() string {
+	return fmt.Sprintf("verify: produced=%d replicated=%d missing=%d duplicates=%d reordered=%d corrupt=%d",
+		r.Produced, r.Replicated, r.Missing, r.Duplicates, r.Reordered, r.Corrupt)
+}
+
+// LatencyLine is the second line of the summary.
+func (r Result) LatencyLine() string {
+	l := r.Latency
+	return fmt.Sprintf("latency: p50=%v p99=%v p999=%v max=%v", l.P50, l.P99, l.P999, l.Max)
+}
+
+// Pair names a source topic and the target topic it is copied to.
+type Pair struct{ Source, Target string }
+
+// Compare reads every partition of each pair on both clusters and compares.
+func Compare(ctx context.Context, source, target []string, pairs []Pair) (Result, error) {
+	var res Result
+	seed := maphash.MakeSeed()
+	var lat []time.Duration
+	for _, pair := range pairs {
+		src, err := readAll(ctx, source, pair.Source, seed, nil)
+		if err != nil {
+			return res, fmt.Errorf("read source %s: %w", pair.Source, err)
+		}
+		dst, err := readAll(ctx, target, pair.Target, seed, &lat)
+		if err != nil {
+			return res, fmt.Errorf("read target %s: %w", pair.Target, err)
+		}
+		for p, want := range src {
+			compare(&res, want, dst[p])
+		}
+		for p, got := range dst {
+			if _, ok := src[p]; !ok { // a target partition the source lacks
+				compare(&res, nil, got)
+			}
+		}
+	}
+	res.Latency = percentiles(lat)
+	return res, nil
+}
+
+type rec struct {
+	digest uint64
+	key    uint64
+}
+
+func compare(res *Result, src, dst []rec) {
+	res.Produced += int64(len(src))
+	res.Replicated += int64(len(dst))
+	index := make(map[uint64]int, len(src))
+	keys := make(map[uint64]bool, len(src))
+	for i, r := range src {
+		index[r.digest] = i
+		keys[r.key] = true
+	}
+	seen := make([]bool, len(src))
+	highest := -1
+	for _, r := range dst {
+		i, ok := index[r.digest]
+		switch {
+		case !ok:
+			res.Corrupt++
+			if !keys[r.key] {
+				res.Leaked++
+			}
+		case seen[i]:
+			res.Duplicates++
+		default:
+			seen[i] = true
+			if i < highest {
+				res.Reordered++
+			}
+			highest = max(highest, i)
+		}
+	}
+	for _, s := range seen {
+		if !s {
+			res.Missing++
+		}
+	}
+}
+
+// readAll reads a topic's partitions to their committed end.
+func readAll(ctx context.Context, addrs []string, topic string, seed maphash.Seed, lat *[]time.Duration) (map[int32][]rec, error) {
+	adm, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		return nil, err
+	}
+	ends, err := kadm.NewClient(adm).ListCommittedOffsets(ctx, topic)
+	adm.Close()
+	if err != nil {
+		return nil, fmt.Errorf("end offsets: %w", err)
+	}
+	if err := ends.Error(); err != nil {
+		return nil, fmt.Errorf("end offsets: %w", err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+		}
+	})
+	out := map[int32][]rec{}
+	if len(want) == 0 {
+		return out, nil
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(addrs...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: startOffsets(want)}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxBytes(64<<20),
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	// A partition is done when its last record is at the committed end, or,
+	// when the end is a transaction marker no record can reach, when the
+	// partition has been quiet for a while.
+	last := map[int32]int64{}
+	quiet := time.Now()
+	for len(want) > 0 {
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		now := time.Now()
+		got := false
+		fs.EachError(func(_ string, _ int32, e error) {
+			if e != context.DeadlineExceeded && err == nil {
+				err = e
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			got = true
+			out[r.Partition] = append(out[r.Partition], rec{digest: digest(seed, r), key: maphash.Bytes(seed, r.Key)})
+			last[r.Partition] = r.Offset
+			if lat != nil {
+				*lat = append(*lat, now.Sub(r.Timestamp))
+			}
+			if r.Offset+1 >= want[r.Partition] {
+				delete(want, r.Partition)
+			}
+		})
+		if got {
+			quiet = now
+		} else if now.Sub(quiet) > 3*time.Second {
+			break // only partitions ending in markers remain
+		}
+	}
+	return out, nil
+}
+
+func startOffsets(parts map[int32]int64) map[int32]kgo.Offset {
+	m := map[int32]kgo.Offset{}
+	for p := range parts {
+		m[p] = kgo.NewOffset().AtStart()
+	}
+	return m
+}
+
+// digest identifies a record by all it carries: key, value, headers and
+// timestamp, keeping null apart from empty.
+func digest(seed maphash.Seed, r *kgo.Record) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	field := func(b []byte) {
+		var n [9]byte
+		if b == nil {
+			h.Write(n[:1])
+			return
+		}
+		n[0] = 1
+		binary.LittleEndian.PutUint64(n[1:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	field(r.Key)
+	field(r.Value)
+	for _, hd := range r.Headers {
+		field([]byte(hd.Key))
+		field(hd.Value)
+	}
+	var ts [8]byte
+	binary.LittleEndian.PutUint64(ts[:], uint64(r.Timestamp.UnixMilli()))
+	h.Write(ts[:])
+	return h.Sum64()
+}
+
+func percentiles(d []time.Duration) Percentiles {
+	if len(d) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(d)
+	at := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
+	return Percentiles{P50: at(0.50), P99: at(0.99), P999: at(0.999), Max: d[len(d)-1]}
+}
