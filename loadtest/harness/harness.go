@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -53,14 +54,29 @@ func Build(ctx context.Context, dir string) error {
 	return nil
 }
 
-// FreeAddr returns a loopback host:port that was free a moment ago.
+var (
+	addrMu sync.Mutex
+	given  = map[string]bool{}
+)
+
+// FreeAddr returns a loopback host:port that was free a moment ago and that
+// this process has not handed out before: the kernel reuses a released
+// port quickly, and two components of one test must not get the same one.
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	addrMu.Lock()
+	defer addrMu.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if !given[addr] {
+			given[addr] = true
+			return addr, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // Process is a running Ferry binary.
@@ -154,9 +170,9 @@ func WriterConfig(id, listen, admin string, target []string, links ...map[string
 // FetcherConfig is a fetcher configuration for a test or the demo.
 func FetcherConfig(id, admin, link string, source, writers []string, include ...string) map[string]any {
 	return map[string]any{
-		"id":    id,
-		"admin": map[string]any{"listen": admin},
-		"log":   map[string]any{"level": "info"},
+		"id":     id,
+		"admin":  map[string]any{"listen": admin},
+		"log":    map[string]any{"level": "info"},
 		"source": map[string]any{"bootstrap_servers": source},
 		"link": map[string]any{
 			"name":               link,

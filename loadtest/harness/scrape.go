@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // scrape reads a Prometheus text endpoint into sums per metric name (labels
@@ -44,4 +45,25 @@ func scrape(ctx context.Context, adminAddr string) (map[string]float64, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// WaitReady polls http://adminAddr/readyz until it answers 200 or ctx ends.
+func WaitReady(ctx context.Context, adminAddr string) error {
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+adminAddr+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready: %w", adminAddr, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -13,8 +13,8 @@ func TestSelectorAnchorsAndExcludes(t *testing.T) {
 	}
 	for topic, want := range map[string]bool{
 		"orders": true, "orders.eu": true, "payments": true,
-		"payments.v2": false, // anchored: "payments" is not a prefix match
-		"my-orders":   false,
+		"payments.v2":     false, // anchored: "payments" is not a prefix match
+		"my-orders":       false,
 		"orders.internal": false, "__consumer_offsets": false,
 	} {
 		if got := sel.Match(topic); got != want {

@@ -215,7 +215,7 @@ func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
 // acknowledged upstream: a crash between the two can duplicate, never lose.
 func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationService_ReplicateServer, producer sarama.SyncProducer, in <-chan work) error {
 	var (
-		pending []work                                // records acknowledged, checkpoint not yet
+		pending []work                                       // records acknowledged, checkpoint not yet
 		cps     = map[topicPartition]checkpoint.Checkpoint{} // latest per partition in pending
 		closed  bool
 	)

@@ -1,0 +1,55 @@
+# Ferry's build. Everything a fresh machine needs is fetched by these
+# targets: Go modules from the module proxy, Apache Kafka from Maven Central,
+# Consul built from its open-source Go module.
+
+GO        ?= go
+BIN       := bin
+CODEGEN   := $(GO) tool -modfile=tools/codegen/go.mod
+DEMO_ARGS ?=
+
+.PHONY: all build generate checkgenerate lint test test-short demo bench fuzz kafka consul clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ferry-fetcher ./services/fetcher
+	$(GO) build -o $(BIN)/ferry-writer ./services/writer
+	$(GO) build -o $(BIN)/ferry-demo ./loadtest/cmd/ferry-demo
+
+generate:
+	$(CODEGEN) buf lint
+	$(CODEGEN) buf generate
+
+# checkgenerate fails when the checked-in generated code is stale.
+checkgenerate: generate
+	@git diff --exit-code -- pkg/gen || (echo "pkg/gen is stale: run 'make generate' and commit" && exit 1)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# Real Apache Kafka (and MirrorMaker 2) jars, for the end-to-end tests and
+# the benchmark.
+kafka:
+	bash loadtest/kafka/fetch.sh
+
+# A real Consul agent (1.15.4, MPL-2.0) built from its Go module.
+consul:
+	bash tools/consul-dev/build.sh
+
+# test runs every test, the slow ones included; nothing skips for a missing
+# component: the targets above provide them.
+test: lint checkgenerate kafka consul
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+test-short:
+	$(GO) test -short -count=1 ./...
+
+demo: build
+	$(BIN)/ferry-demo --bin $(BIN) $(DEMO_ARGS)
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./pkg/batch
+
+clean:
+	rm -rf $(BIN)

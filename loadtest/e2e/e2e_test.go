@@ -1,0 +1,223 @@
+// Package e2e runs the real ferry-fetcher and ferry-writer binaries against
+// in-process Kafka clusters (kfake) and checks what lands in the target.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+
+	"github.com/ferry-replicator/ferry/loadtest/harness"
+	"github.com/ferry-replicator/ferry/loadtest/verify"
+	"github.com/ferry-replicator/ferry/loadtest/workload"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ferry-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	err = harness.Build(ctx, dir)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/twmb/franz-go/pkg/kfake.(*Cluster).run")); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// env is one link under test: two kfake clusters, a writer and a fetcher.
+type env struct {
+	t               *testing.T
+	dir             string
+	source, target  *kfake.Cluster
+	writer, fetcher *harness.Process
+	writerAddr      string
+	writerAdmin     string
+	fetcherAdmin    string
+	prefix          string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir(), prefix: "src."}
+	var err error
+	if e.source, err = kfake.NewCluster(kfake.NumBrokers(1)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.source.Close)
+	if e.target, err = kfake.NewCluster(kfake.NumBrokers(1)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.target.Close)
+	for _, a := range []*string{&e.writerAddr, &e.writerAdmin, &e.fetcherAdmin} {
+		if *a, err = harness.FreeAddr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(e.dumpLogsOnFailure)
+	return e
+}
+
+// dumpLogsOnFailure puts the end of each process log in the test output,
+// since the logs live in a folder removed after the test.
+func (e *env) dumpLogsOnFailure() {
+	if !e.t.Failed() {
+		return
+	}
+	for _, p := range []*harness.Process{e.writer, e.fetcher} {
+		if p == nil {
+			continue
+		}
+		data, _ := os.ReadFile(p.LogPath)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		e.t.Logf("--- last lines of %s ---\n%s", p.Name, strings.Join(lines[max(0, len(lines)-25):], "\n"))
+	}
+}
+
+func (e *env) startWriter() {
+	e.t.Helper()
+	link := map[string]any{"name": "test", "naming": "prefix", "prefix": e.prefix}
+	w, err := harness.Start(e.dir, filepath.Join(binDir, "ferry-writer"), "writer",
+		harness.WriterConfig("writer-1", e.writerAddr, e.writerAdmin, e.target.ListenAddrs(), link))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.writer = w
+	e.t.Cleanup(func() { e.stop(w) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := harness.WaitReady(ctx, e.writerAdmin); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) startFetcher(extra map[string]any) {
+	e.t.Helper()
+	cfg := harness.FetcherConfig("fetcher-1", e.fetcherAdmin, "test", e.source.ListenAddrs(), []string{e.writerAddr}, `t\..*`)
+	for k, v := range extra {
+		cfg["link"].(map[string]any)[k] = v
+	}
+	f, err := harness.Start(e.dir, filepath.Join(binDir, "ferry-fetcher"), "fetcher", cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.fetcher = f
+	e.t.Cleanup(func() { e.stop(f) })
+}
+
+func (e *env) stop(p *harness.Process) {
+	select {
+	case <-p.Done():
+	default:
+		if err := p.Stop(30 * time.Second); err != nil {
+			e.t.Errorf("%s: %v (log %s)", p.Name, err, p.LogPath)
+		}
+	}
+}
+
+func (e *env) createTopic(name string, partitions int32, configs map[string]*string) {
+	e.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.source.ListenAddrs()...))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), partitions, 1, configs, name); err != nil {
+		e.t.Fatalf("create %s: %v", name, err)
+	}
+}
+
+func (e *env) produce(ctx context.Context, o workload.Options) *workload.Producer {
+	e.t.Helper()
+	p, err := workload.NewProducer(e.source.ListenAddrs(), o)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(p.Close)
+	if err := p.Run(ctx); err != nil {
+		e.t.Fatalf("produce %s: %v", o.Topic, err)
+	}
+	return p
+}
+
+// targetCount is the number of records in a target topic (its end offsets).
+func (e *env) targetCount(ctx context.Context, topic string) int64 {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.target.ListenAddrs()...))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			n += o.Offset
+		}
+	})
+	return n
+}
+
+// waitFor polls until the target holds at least want records in topic.
+func (e *env) waitFor(ctx context.Context, topic string, want int64) {
+	e.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		got := e.targetCount(ctx, topic)
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("target %s holds %d records, want %d; logs: %s %s", topic, got, want, e.writer.LogPath, e.fetcher.LogPath)
+		}
+		for _, p := range []*harness.Process{e.writer, e.fetcher} {
+			select {
+			case <-p.Done():
+				e.t.Fatalf("%s exited: %v (log %s)", p.Name, p.Err(), p.LogPath)
+			default:
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (e *env) verify(ctx context.Context, topics ...string) verify.Result {
+	e.t.Helper()
+	var pairs []verify.Pair
+	for _, t := range topics {
+		pairs = append(pairs, verify.Pair{Source: t, Target: e.prefix + t})
+	}
+	res, err := verify.Compare(ctx, e.source.ListenAddrs(), e.target.ListenAddrs(), pairs)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Log(res.Line())
+	return res
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+)
+
+// TestWriterRefusesBadInput talks to a real writer as a hostile or broken
+// fetcher would, and checks each refusal's status and that nothing of the
+// refused input reaches the target.
+func TestWriterRefusesBadInput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newEnv(t)
+	e.startWriter()
+	conn, err := grpc.NewClient(e.writerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := ferryv1.NewReplicationServiceClient(conn)
+	codecs, err := batch.NewCodecs(64 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer codecs.Close()
+
+	good := func(partition int32) *ferryv1.Batch {
+		var enc batch.Encoder
+		for i := range 10 {
+			enc.Append(int64(i), time.Now().UnixMilli(), []byte("k"), []byte("some value to write"), nil)
+		}
+		b := codecs.Seal(&enc, ferryv1.Codec_CODEC_ZSTD)
+		b.Topic, b.Partition, b.Sequence, b.Epoch = "t.hostile", partition, 1, 5
+		return b
+	}
+	open := func(link string, epoch uint64) *ferryv1.Open {
+		return &ferryv1.Open{
+			Link: link, Shard: 3, Epoch: epoch, Fetcher: "hostile",
+			Topics:     []*ferryv1.TopicSpec{{Name: "t.hostile", PartitionCount: 2}},
+			Partitions: []*ferryv1.TopicPartition{{Topic: "t.hostile", Partition: 0}},
+		}
+	}
+	tests := []struct {
+		name  string
+		open  *ferryv1.Open
+		batch func() *ferryv1.Batch
+		want  codes.Code
+	}{
+		{"unknown link", open("nope", 5), nil, codes.FailedPrecondition},
+		{"open without partitions", &ferryv1.Open{Link: "test", Shard: 3, Epoch: 5}, nil, codes.InvalidArgument},
+		{"checksum mismatch", open("test", 5), func() *ferryv1.Batch {
+			b := good(0)
+			b.Payload[len(b.Payload)/2] ^= 0xff
+			return b
+		}, codes.DataLoss},
+		{"compression bomb", open("test", 5), func() *ferryv1.Batch {
+			var enc batch.Encoder
+			enc.Append(0, 0, nil, make([]byte, 32<<20), nil) // 32 MiB of zeros, a few KiB compressed
+			b := codecs.Seal(&enc, ferryv1.Codec_CODEC_ZSTD)
+			b.Topic, b.Partition, b.Sequence, b.Epoch = "t.hostile", 0, 1, 5
+			return b
+		}, codes.InvalidArgument},
+		{"unknown codec", open("test", 5), func() *ferryv1.Batch {
+			b := good(0)
+			b.Codec = 99
+			return b
+		}, codes.InvalidArgument},
+		{"partition the stream did not open", open("test", 5), func() *ferryv1.Batch { return good(1) }, codes.FailedPrecondition},
+		{"batch epoch differs from the open", open("test", 5), func() *ferryv1.Batch {
+			b := good(0)
+			b.Epoch = 4
+			return b
+		}, codes.FailedPrecondition},
+		{"oversized message", open("test", 5), func() *ferryv1.Batch {
+			b := good(0)
+			b.Payload = make([]byte, 8<<20)
+			return b
+		}, codes.ResourceExhausted},
+		// Last: an open with a higher epoch makes epoch 5 stale.
+		{"stale epoch after a newer owner", open("test", 6), func() *ferryv1.Batch {
+			b := good(0)
+			b.Epoch = 6
+			b.Payload[0] ^= 0xff // refused anyway; the next case checks epoch 5
+			return b
+		}, codes.DataLoss},
+		{"open with a stale epoch", open("test", 5), nil, codes.FailedPrecondition},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stream, err := client.Replicate(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: tt.open}}); err != nil {
+				t.Fatal(err)
+			}
+			if tt.batch != nil {
+				resp, err := stream.Recv()
+				if err != nil {
+					t.Fatalf("open refused: %v", err)
+				}
+				if resp.GetOpened() == nil {
+					t.Fatalf("first answer is not Opened: %v", resp)
+				}
+				_ = stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: tt.batch()}})
+			}
+			_, err = stream.Recv()
+			if got := status.Code(err); got != tt.want {
+				t.Fatalf("status %v (%v), want %v", got, err, tt.want)
+			}
+		})
+	}
+	if n := e.targetCount(ctx, "src.t.hostile"); n != 0 {
+		t.Fatalf("refused input wrote %d records to the target", n)
+	}
+}

@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-replicator/ferry/loadtest/workload"
+)
+
+func TestReplicatesTopicsKeepingPartitionsKeysHeaders(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.createTopic("t.orders", 3, map[string]*string{"retention.ms": ptr("123456789")})
+	e.createTopic("t.payments", 5, nil)
+	e.createTopic("other", 1, nil) // not selected by the link
+	e.startWriter()
+	e.startFetcher(nil)
+	e.produce(ctx, workload.Options{Topic: "t.orders", Partitions: 3, Records: 3000, ValueBytes: 300, Seed: 1})
+	e.produce(ctx, workload.Options{Topic: "t.payments", Partitions: 5, Records: 2000, ValueBytes: 200, Seed: 2})
+	e.produce(ctx, workload.Options{Topic: "other", Partitions: 1, Records: 10, ValueBytes: 10, Seed: 3})
+	e.waitFor(ctx, "src.t.orders", 3000)
+	e.waitFor(ctx, "src.t.payments", 2000)
+
+	// The verifier compares partition by partition: keys, values, headers
+	// and timestamps, in order.
+	if res := e.verify(ctx, "t.orders", "t.payments"); !res.OK() || res.Produced != 5000 || res.Replicated != 5000 {
+		t.Fatalf("copy not exact: %+v", res)
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.target.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	details, err := adm.ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(details["src.t.orders"].Partitions); got != 3 {
+		t.Errorf("target src.t.orders has %d partitions, want 3", got)
+	}
+	if got := len(details["src.t.payments"].Partitions); got != 5 {
+		t.Errorf("target src.t.payments has %d partitions, want 5", got)
+	}
+	if details.Has("src.other") || details.Has("other") {
+		t.Errorf("unselected topic was replicated: %v", details.Names())
+	}
+	cfgs, err := adm.DescribeTopicConfigs(ctx, "src.t.orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := cfgs.On("src.t.orders", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range rc.Configs {
+		if c.Key == "retention.ms" && c.MaybeValue() == "123456789" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("source topic config retention.ms was not copied to the target topic")
+	}
+}
+
+func TestPicksUpTopicCreatedAfterStart(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.createTopic("t.first", 2, nil)
+	e.startWriter()
+	e.startFetcher(nil)
+	e.produce(ctx, workload.Options{Topic: "t.first", Partitions: 2, Records: 200, ValueBytes: 100, Seed: 1})
+	e.waitFor(ctx, "src.t.first", 200)
+
+	e.createTopic("t.late", 4, nil) // discovery runs every second in tests
+	e.produce(ctx, workload.Options{Topic: "t.late", Partitions: 4, Records: 400, ValueBytes: 100, Seed: 2})
+	e.waitFor(ctx, "src.t.late", 400)
+	if res := e.verify(ctx, "t.first", "t.late"); !res.OK() {
+		t.Fatalf("copy not exact: %+v", res)
+	}
+}
+
+func TestAbortedSourceTransactionsAreNotReplicated(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.createTopic("t.txn", 2, nil)
+	e.startWriter()
+	e.startFetcher(nil)
+	p := e.produce(ctx, workload.Options{
+		Topic: "t.txn", Partitions: 2, Records: 1000, ValueBytes: 100, Seed: 1,
+		Transactional: true, TxnRecords: 50, AbortEvery: 3,
+	})
+	if p.Aborted() == 0 {
+		t.Fatal("the workload aborted nothing; the test would prove nothing")
+	}
+	e.waitFor(ctx, "src.t.txn", p.Produced())
+	time.Sleep(2 * time.Second) // room for a leak to show up
+	res := e.verify(ctx, "t.txn")
+	if !res.OK() || res.Leaked != 0 || res.Produced != p.Produced() {
+		t.Fatalf("aborted=%d committed=%d: %+v", p.Aborted(), p.Produced(), res)
+	}
+}
