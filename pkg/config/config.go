@@ -90,6 +90,9 @@ func typeName(t reflect.Type) string {
 	case reflect.TypeOf(ByteSize(0)):
 		return "bytes"
 	}
+	if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct {
+		return "list of objects, file only"
+	}
 	if t.Kind() == reflect.Slice {
 		return "list, comma-separated"
 	}

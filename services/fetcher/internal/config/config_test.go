@@ -1,0 +1,78 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ferry-replicator/ferry/pkg/config"
+)
+
+func load(t *testing.T, yaml string, env []string, sets ...string) error {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fetcher.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := Defaults()
+	if err := config.Load(&c, path, env, "FERRY_FETCHER_", sets); err != nil {
+		return err
+	}
+	return c.Validate()
+}
+
+const valid = `
+source: {bootstrap_servers: ["127.0.0.1:9092"]}
+link: {name: east-west}
+writers: {addresses: ["127.0.0.1:7400"]}
+`
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		env  []string
+		sets []string
+		want string // "" means valid
+	}{
+		{name: "valid", yaml: valid},
+		{name: "unknown key in file", yaml: valid + "lnk: {}\n", want: "field lnk not found"},
+		{name: "misspelt nested key", yaml: valid + "shutdown_timout: 1s\n", want: "shutdown_timout"},
+		{name: "missing bootstrap", yaml: "link: {name: a}\nwriters: {addresses: [x:1]}\n", want: "source.bootstrap_servers: required"},
+		{name: "bad include regex", yaml: valid, sets: []string{"link.topics.include=orders(,x"}, want: "link.topics.include[0]"},
+		{name: "batch above message limit", yaml: valid, sets: []string{"link.batch.max_bytes=8MiB"}, want: "link.batch.max_bytes: 8MiB is above writers.max_message_bytes"},
+		{name: "bad codec", yaml: valid, sets: []string{"link.codec=gzip"}, want: "link.codec"},
+		{name: "bad duration from env", yaml: valid, env: []string{"FERRY_FETCHER_LINK_BATCH_LINGER=soon"}, want: "FERRY_FETCHER_LINK_BATCH_LINGER"},
+		{name: "unknown env setting", yaml: valid, env: []string{"FERRY_FETCHER_NOPE=1"}, want: "FERRY_FETCHER_NOPE: no such setting"},
+		{name: "env overrides file", yaml: valid, env: []string{"FERRY_FETCHER_LINK_START_FROM=middle"}, want: `link.start_from: "middle"`},
+		{name: "owned shard out of range", yaml: valid, sets: []string{"link.owned_shards=3,64"}, want: "shard 64 is outside 0..63"},
+		{name: "unknown --set key", yaml: valid, sets: []string{"link.nme=x"}, want: `no such setting "link.nme"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := load(t, tt.yaml, tt.env, tt.sets...)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("valid config refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestEveryProblemIsReportedAtOnce(t *testing.T) {
+	err := load(t, "link: {name: 'bad name', codec: gzip}\n", nil)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, key := range []string{"source.bootstrap_servers", "link.name", "link.codec", "writers.addresses"} {
+		if !strings.Contains(err.Error(), key) {
+			t.Errorf("error does not name %s:\n%v", key, err)
+		}
+	}
+}
