@@ -48,11 +48,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// env is one link under test: two kfake clusters, a writer and a fetcher.
+// env is one link under test: two clusters, a writer and a fetcher.
 type env struct {
 	t               *testing.T
 	dir             string
-	source, target  *kfake.Cluster
+	src, dst        []string // source and target bootstrap addresses
 	writer, fetcher *harness.Process
 	writerAddr      string
 	writerAdmin     string
@@ -60,18 +60,26 @@ type env struct {
 	prefix          string
 }
 
+// newEnv runs the link between two in-process kfake clusters.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), prefix: "src."}
+	var addrs [][]string
+	for range 2 {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		addrs = append(addrs, c.ListenAddrs())
+	}
+	return newEnvOn(t, addrs[0], addrs[1])
+}
+
+// newEnvOn runs the link between two running clusters.
+func newEnvOn(t *testing.T, src, dst []string) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir(), prefix: "src.", src: src, dst: dst}
 	var err error
-	if e.source, err = kfake.NewCluster(kfake.NumBrokers(1)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.source.Close)
-	if e.target, err = kfake.NewCluster(kfake.NumBrokers(1)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.target.Close)
 	for _, a := range []*string{&e.writerAddr, &e.writerAdmin, &e.fetcherAdmin} {
 		if *a, err = harness.FreeAddr(); err != nil {
 			t.Fatal(err)
@@ -101,7 +109,7 @@ func (e *env) startWriter() {
 	e.t.Helper()
 	link := map[string]any{"name": "test", "naming": "prefix", "prefix": e.prefix}
 	w, err := harness.Start(e.dir, filepath.Join(binDir, "ferry-writer"), "writer",
-		harness.WriterConfig("writer-1", e.writerAddr, e.writerAdmin, e.target.ListenAddrs(), link))
+		harness.WriterConfig("writer-1", e.writerAddr, e.writerAdmin, e.dst, link))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -116,7 +124,7 @@ func (e *env) startWriter() {
 
 func (e *env) startFetcher(extra map[string]any) {
 	e.t.Helper()
-	cfg := harness.FetcherConfig("fetcher-1", e.fetcherAdmin, "test", e.source.ListenAddrs(), []string{e.writerAddr}, `t\..*`)
+	cfg := harness.FetcherConfig("fetcher-1", e.fetcherAdmin, "test", e.src, []string{e.writerAddr}, `t\..*`)
 	for k, v := range extra {
 		cfg["link"].(map[string]any)[k] = v
 	}
@@ -140,7 +148,7 @@ func (e *env) stop(p *harness.Process) {
 
 func (e *env) createTopic(name string, partitions int32, configs map[string]*string) {
 	e.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.source.ListenAddrs()...))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.src...))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -152,7 +160,7 @@ func (e *env) createTopic(name string, partitions int32, configs map[string]*str
 
 func (e *env) produce(ctx context.Context, o workload.Options) *workload.Producer {
 	e.t.Helper()
-	p, err := workload.NewProducer(e.source.ListenAddrs(), o)
+	p, err := workload.NewProducer(e.src, o)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -165,7 +173,7 @@ func (e *env) produce(ctx context.Context, o workload.Options) *workload.Produce
 
 // targetCount is the number of records in a target topic (its end offsets).
 func (e *env) targetCount(ctx context.Context, topic string) int64 {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.target.ListenAddrs()...))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.dst...))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -212,7 +220,7 @@ func (e *env) verify(ctx context.Context, topics ...string) verify.Result {
 	for _, t := range topics {
 		pairs = append(pairs, verify.Pair{Source: t, Target: e.prefix + t})
 	}
-	res, err := verify.Compare(ctx, e.source.ListenAddrs(), e.target.ListenAddrs(), pairs)
+	res, err := verify.Compare(ctx, e.src, e.dst, pairs)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestReplicatesTopicsKeepingPartitionsKeysHeaders(t *testing.T) {
 		t.Fatalf("copy not exact: %+v", res)
 	}
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.target.ListenAddrs()...))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.dst...))
 	if err != nil {
 		t.Fatal(err)
 	}
