@@ -76,7 +76,7 @@ type Agent struct {
 // set, else the one tools/consul-dev/build.sh keeps in the Ferry cache
 // ($FERRY_CACHE or ~/.cache/ferry). When the repository is found above the
 // working directory, build.sh is run first: it returns at once when the binary
-// is current, and otherwise builds it, which takes about ten minutes on a cold
+// is current, and otherwise builds it, which takes 8 to 9 minutes on a cold
 // Go cache.
 func Binary() (string, error) {
 	if bin := os.Getenv("FERRY_CONSUL_BIN"); bin != "" {

@@ -198,8 +198,10 @@ func readAll(ctx context.Context, addrs []string, topic string, seed maphash.See
 		})
 		if got {
 			quiet = now
-		} else if now.Sub(quiet) > 3*time.Second {
-			break // only partitions ending in markers remain
+		} else if now.Sub(quiet) > 10*time.Second {
+			// Only partitions whose committed end is a transaction marker or
+			// aborted records remain: no record will reach their end.
+			break
 		}
 	}
 	return out, nil

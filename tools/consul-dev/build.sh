@@ -3,7 +3,7 @@
 # and prints the binary's path on stdout (progress goes to stderr).
 #
 # A stamp next to the binary holds the sha256 of go.mod, go.sum and main.go, so
-# the slow build (about 10 minutes on a cold Go cache, 2 cores) runs again only
+# the slow build (8 to 9 minutes on cold Go caches, 2 cores) runs again only
 # when those change. A lock keeps parallel callers (several test packages at
 # once) from building twice.
 set -euo pipefail
