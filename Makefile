@@ -42,7 +42,7 @@ consul:
 test: lint checkgenerate kafka consul
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-test-short:
+test-short: kafka consul
 	$(GO) test -short -count=1 ./...
 
 demo: build
