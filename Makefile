@@ -48,6 +48,12 @@ test-short: kafka consul
 demo: build
 	$(BIN)/ferry-demo --bin $(BIN) $(DEMO_ARGS)
 
+# bench runs Ferry and MirrorMaker 2 side by side on real Apache Kafka and
+# writes loadtest/results/<date>/. Never part of make test.
+BENCH_ARGS ?=
+bench: build kafka
+	$(GO) run ./loadtest/cmd/ferry-bench --bin $(BIN) $(BENCH_ARGS)
+
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./pkg/batch
 
