@@ -52,3 +52,37 @@ func TestFetcherGracefulRestartMidStream(t *testing.T) { restartMidStream(t, "fe
 func TestFetcherKilledMidStream(t *testing.T)          { restartMidStream(t, "fetcher", true) }
 func TestWriterGracefulRestartMidStream(t *testing.T)  { restartMidStream(t, "writer", false) }
 func TestWriterKilledMidStream(t *testing.T)           { restartMidStream(t, "writer", true) }
+
+// pauseMidStream freezes a process (SIGSTOP) for a few seconds while records
+// flow, as a long GC pause or a frozen VM would, then lets it go on.
+func pauseMidStream(t *testing.T, which string) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.createTopic("t.live", 4, nil)
+	e.startWriter()
+	e.startFetcher(nil)
+	const records = 4000
+	prodDone := make(chan struct{})
+	go func() {
+		defer close(prodDone)
+		e.produce(ctx, workload.Options{Topic: "t.live", Partitions: 4, Records: records, ValueBytes: 200, Rate: 1000, Seed: 11})
+	}()
+	proc := map[string]*harness.Process{"writer": e.writer, "fetcher": e.fetcher}[which]
+	e.waitFor(ctx, "src.t.live", 1000)
+	if err := proc.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second)
+	if err := proc.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	<-prodDone
+	e.waitFor(ctx, "src.t.live", records)
+	res := e.verify(ctx, "t.live")
+	if !res.OK() || res.Produced != records {
+		t.Fatalf("after pausing the %s: %+v", which, res)
+	}
+}
+
+func TestWriterPausedMidStream(t *testing.T)  { pauseMidStream(t, "writer") }
+func TestFetcherPausedMidStream(t *testing.T) { pauseMidStream(t, "fetcher") }

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -197,5 +196,9 @@ func Metric(ctx context.Context, adminAddr, name string) (float64, error) {
 	return v, nil
 }
 
-// Itoa is strconv.Itoa, for building addresses.
-func Itoa(i int) string { return strconv.Itoa(i) }
+// Pause stops the process with SIGSTOP, as a long GC pause or a frozen VM
+// would; Resume continues it.
+func (p *Process) Pause() error { return syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP) }
+
+// Resume continues a paused process.
+func (p *Process) Resume() error { return syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT) }

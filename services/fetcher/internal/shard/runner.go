@@ -7,7 +7,6 @@ package shard
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -154,6 +153,18 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// ErrPartitionStopped marks a partition that cannot go on without losing or
-// skipping data; the operator must act.
-var ErrPartitionStopped = errors.New("partition stopped")
+// Reasons a partition stops, as the data-loss metric and /status name them.
+const (
+	ReasonOutOfRange      = "offset_out_of_range"
+	ReasonCheckpointAhead = "checkpoint_ahead"
+)
+
+// StopError marks a partition that cannot go on without losing or skipping
+// data; the operator must act.
+type StopError struct {
+	Reason string
+	Err    error
+}
+
+func (e *StopError) Error() string { return "partition stopped: " + e.Reason + ": " + e.Err.Error() }
+func (e *StopError) Unwrap() error { return e.Err }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -72,8 +71,9 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	defer stopReading()
 	for _, p := range r.parts {
 		pc, err := r.consume(p, resume[p])
-		if errors.Is(err, ErrPartitionStopped) {
-			r.stopPartition(p, err)
+		var stop *StopError
+		if errors.As(err, &stop) {
+			r.stopPartition(p, stop)
 			continue
 		}
 		if err != nil { // transient: fail the session and retry it whole
@@ -162,17 +162,17 @@ func (r *Runner) consume(p discovery.Partition, pos *ferryv1.PartitionPosition) 
 		}
 		switch {
 		case offset < oldest:
-			return nil, fmt.Errorf("%w: offset_out_of_range: checkpoint %d is below the source log start %d: retention removed %d records not yet copied",
-				ErrPartitionStopped, offset, oldest, oldest-offset)
+			return nil, &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("checkpoint %d is below the source log start %d: retention removed %d records not yet copied",
+				offset, oldest, oldest-offset)}
 		case offset > newest:
-			return nil, fmt.Errorf("%w: checkpoint_ahead: checkpoint %d is beyond the source log end %d: was the topic deleted and recreated?",
-				ErrPartitionStopped, offset, newest)
+			return nil, &StopError{Reason: ReasonCheckpointAhead, Err: fmt.Errorf("checkpoint %d is beyond the source log end %d: was the topic deleted and recreated?",
+				offset, newest)}
 		}
 		r.setCommitted(p, offset)
 	}
 	pc, err := r.deps.Consumer.ConsumePartition(p.Topic, p.Partition, offset)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
-		return nil, fmt.Errorf("%w: offset_out_of_range: %s/%d offset %d: %v", ErrPartitionStopped, p.Topic, p.Partition, offset, err)
+		return nil, &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("offset %d: %w", offset, err)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("consume %s/%d from %d: %w", p.Topic, p.Partition, offset, err)
@@ -183,15 +183,9 @@ func (r *Runner) consume(p discovery.Partition, pos *ferryv1.PartitionPosition) 
 // stopPartition reports, loudly (error log, data-loss metric, status), a
 // partition that cannot go on without losing or skipping data. It stays
 // stopped until an operator acts (and the fetcher restarts).
-func (r *Runner) stopPartition(p discovery.Partition, err error) {
-	reason := "stopped"
-	for _, rs := range []string{"offset_out_of_range", "checkpoint_ahead"} {
-		if strings.Contains(err.Error(), rs) {
-			reason = rs
-		}
-	}
-	r.deps.Metrics.PartitionStops.WithLabelValues(r.set.Link, p.Topic, strconv.Itoa(int(p.Partition)), reason).Inc()
-	r.log.Error("partition stopped: replicating on would lose data", "topic", p.Topic, "partition", p.Partition, "reason", reason, "err", err)
+func (r *Runner) stopPartition(p discovery.Partition, err *StopError) {
+	r.deps.Metrics.PartitionStops.WithLabelValues(r.set.Link, p.Topic, strconv.Itoa(int(p.Partition)), err.Reason).Inc()
+	r.log.Error("partition stopped: replicating on would lose data", "topic", p.Topic, "partition", p.Partition, "reason", err.Reason, "err", err.Err)
 	r.update(func(s *Status) {
 		ps := s.Partitions[partKey(p)]
 		ps.Stopped = err.Error()
@@ -259,7 +253,7 @@ func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.Par
 				continue
 			}
 			if errors.Is(err.Err, sarama.ErrOffsetOutOfRange) {
-				r.stopPartition(p, fmt.Errorf("%w: offset_out_of_range while reading: %v", ErrPartitionStopped, err))
+				r.stopPartition(p, &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("while reading: %w", err)})
 				return
 			}
 			r.log.Warn("source read error; sarama retries", "topic", p.Topic, "partition", p.Partition, "err", err)
