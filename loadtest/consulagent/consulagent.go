@@ -47,6 +47,11 @@ type Options struct {
 	// DataDir is passed as -data-dir when set. Even then a -dev agent keeps
 	// Raft state in memory; the directory holds only the node ID and such.
 	DataDir string
+	// Persistent runs a single-server agent (-server -bootstrap-expect 1)
+	// that keeps its Raft state in DataDir, which is then required, so a
+	// restart keeps sessions, locks and their indexes as a real Consul
+	// outage would. Electing a leader takes a few seconds longer than -dev.
+	Persistent bool
 	// LogFile receives the agent's output, appended across restarts. Empty
 	// means a new file in the system temp directory (see Agent.LogFile).
 	LogFile string
@@ -203,8 +208,14 @@ func start(ctx context.Context, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	httpPort, serverPort, lanPort, wanPort := ports[0], ports[1], ports[2], ports[3]
-	args := []string{
-		"-dev",
+	mode := []string{"-dev"}
+	if opts.Persistent {
+		if opts.DataDir == "" {
+			return nil, errors.New("consulagent: Persistent needs DataDir")
+		}
+		mode = []string{"-server", "-bootstrap-expect", "1", "-ui=false"}
+	}
+	args := append(mode,
 		"-client", "127.0.0.1",
 		"-bind", "127.0.0.1",
 		"-datacenter", opts.Datacenter,
@@ -218,7 +229,7 @@ func start(ctx context.Context, opts Options) (*Agent, error) {
 		"-grpc-port", "-1",
 		"-grpc-tls-port", "-1",
 		"-dns-port", "-1",
-	}
+	)
 	if opts.DataDir != "" {
 		args = append(args, "-data-dir", opts.DataDir)
 	}

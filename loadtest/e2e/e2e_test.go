@@ -204,6 +204,9 @@ func (e *env) waitFor(ctx context.Context, topic string, want int64) {
 			e.t.Fatalf("target %s holds %d records, want %d; logs: %s %s", topic, got, want, e.writer.LogPath, e.fetcher.LogPath)
 		}
 		for _, p := range []*harness.Process{e.writer, e.fetcher} {
+			if p == nil {
+				continue
+			}
 			select {
 			case <-p.Done():
 				e.t.Fatalf("%s exited: %v (log %s)", p.Name, p.Err(), p.LogPath)

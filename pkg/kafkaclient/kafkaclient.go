@@ -22,6 +22,10 @@ type Config struct {
 	Version string `yaml:"version"`
 	// DialTimeout bounds connecting to a broker.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// TLS encrypts and authenticates the connections to the brokers.
+	TLS TLSConfig `yaml:"tls"`
+	// SASL authenticates this client to the brokers.
+	SASL SASLConfig `yaml:"sasl"`
 }
 
 // Defaults returns the settings used when a file leaves them out.
@@ -45,10 +49,13 @@ func (c Config) Validate(prefix string, p *config.Problems) {
 	if c.DialTimeout <= 0 {
 		p.Addf(prefix+".dial_timeout", "must be positive")
 	}
+	c.TLS.validate(prefix+".tls", p)
+	c.SASL.validate(prefix+".sasl", c.TLS, c.BootstrapServers, p)
 }
 
 // Sarama returns a sarama configuration with these settings; callers add
-// their producer or consumer settings.
+// their producer or consumer settings. It reads the TLS files and the SASL
+// password now: a change on disk takes effect at the next start.
 func (c Config) Sarama() (*sarama.Config, error) {
 	v, err := sarama.ParseKafkaVersion(c.Version)
 	if err != nil {
@@ -61,5 +68,16 @@ func (c Config) Sarama() (*sarama.Config, error) {
 	// Kafka's metadata refresh default of 10 minutes is far too slow to see
 	// new partitions; discovery refreshes explicitly anyway.
 	sc.Metadata.RefreshFrequency = time.Minute
+	if c.TLS.Enabled {
+		tc, err := c.TLS.build()
+		if err != nil {
+			return nil, err
+		}
+		sc.Net.TLS.Enable = true
+		sc.Net.TLS.Config = tc
+	}
+	if err := c.SASL.apply(sc); err != nil {
+		return nil, err
+	}
 	return sc, nil
 }

@@ -79,12 +79,23 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		DrainTimeout: cfg.ShutdownTimeout,
 	}
 	deps := shard.Deps{Consumer: consumer, Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name)}
+	var owner ownership.Owner = ownership.NewLocal(cfg.Link.OwnedShards)
+	var consul *ownership.Consul
+	balance := cfg.Link.DiscoveryInterval
+	if cfg.Lease.Address != "" {
+		consul, err = ownership.NewConsul(cfg.Lease, cfg.Link.Name, cfg.ID, ownership.NewMetrics(reg), log)
+		if err != nil {
+			return err
+		}
+		owner, balance = consul, cfg.Lease.BalanceInterval
+	}
 	sup := &supervisor{
-		lister: lister, selector: sel, shards: cfg.Link.Shards, interval: cfg.Link.DiscoveryInterval,
-		owner: ownership.NewLocal(cfg.Link.OwnedShards), log: log, running: map[int]*running{},
+		id: cfg.ID, lister: lister, selector: sel, shards: cfg.Link.Shards,
+		discover: cfg.Link.DiscoveryInterval, balance: balance,
+		owner: owner, log: log, running: map[int]*running{},
 		onOwned: func(n int) { m.ShardsOwned.Set(float64(n)) },
 		newRun: func(l ownership.Lease, topics []discovery.Topic, parts []discovery.Partition) *shard.Runner {
-			return shard.NewRunner(set, deps, l.Shard, l.Epoch, topics, parts)
+			return shard.NewRunner(set, deps, l.Shard, l.Epoch, l.Lost, topics, parts)
 		},
 	}
 	adm, err := admin.Listen(cfg.Admin.Listen, reg, admin.Options{
@@ -101,7 +112,20 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return adm.Run(gctx) })
-	g.Go(func() error { return sup.run(gctx) })
+	// The lease session must outlive the supervisor, whose shards drain and
+	// release their leases before the session ends.
+	leaseCtx, endLeases := context.WithCancel(context.Background())
+	leaseDone := make(chan error, 1)
+	if consul != nil {
+		go func() { leaseDone <- consul.Run(leaseCtx) }()
+	} else {
+		leaseDone <- nil
+	}
+	g.Go(func() error {
+		err := sup.run(gctx)
+		endLeases()
+		return errors.Join(err, <-leaseDone)
+	})
 	log.Info("fetcher running", "link", cfg.Link.Name, "writers", cfg.Writers.Addresses)
 	return g.Wait()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/config"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/ownership"
 )
 
 // Config is the whole fetcher configuration. One fetcher process serves one
@@ -30,6 +31,9 @@ type Config struct {
 	Link   Link               `yaml:"link"`
 	// Writers is where batches go.
 	Writers Writers `yaml:"writers"`
+	// Lease coordinates shard ownership among the link's fetchers through
+	// Consul; without lease.address this fetcher owns every shard.
+	Lease ownership.ConsulConfig `yaml:"lease"`
 	// ShutdownTimeout bounds the drain at SIGTERM.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
@@ -104,6 +108,7 @@ func Defaults() Config {
 		},
 	}
 	c.Admin.Listen = "127.0.0.1:7402"
+	c.Lease = ownership.DefaultConsulConfig()
 	c.Link.Topics.Include = []string{".*"}
 	c.Link.Topics.Exclude = DefaultExclude
 	c.Link.Shards = 64
@@ -193,6 +198,25 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		p.Addf("shutdown_timeout", "must be positive")
+	}
+	if c.Lease.Address != "" {
+		// Consul's own bounds: it refuses session TTLs outside 10s..24h and
+		// caps the lock delay at 60s.
+		if c.Lease.SessionTTL < 10*time.Second || c.Lease.SessionTTL > 24*time.Hour {
+			p.Addf("lease.session_ttl", "%v: Consul accepts 10s to 24h", c.Lease.SessionTTL)
+		}
+		if c.Lease.LockDelay < 0 || c.Lease.LockDelay > time.Minute {
+			p.Addf("lease.lock_delay", "%v: must be between 0 and 60s", c.Lease.LockDelay)
+		}
+		if c.Lease.BalanceInterval < 100*time.Millisecond {
+			p.Addf("lease.balance_interval", "%v: must be at least 100ms", c.Lease.BalanceInterval)
+		}
+		if c.Lease.KeyPrefix == "" {
+			p.Addf("lease.key_prefix", "required")
+		}
+		if len(l.OwnedShards) > 0 {
+			p.Addf("link.owned_shards", "cannot be combined with lease.address: Consul leases decide ownership")
+		}
 	}
 	return p.Err()
 }

@@ -24,8 +24,11 @@ type Owner interface {
 	Acquire(ctx context.Context, shard int) (lease Lease, ok bool, err error)
 	// Release gives the shard back after its stream has drained.
 	Release(shard int)
-	// Wants reports whether this fetcher should hold the shard at all.
+	// Wants reports whether this fetcher may hold the shard at all.
 	Wants(shard int) bool
+	// Target is how many of total non-empty shards this fetcher should
+	// hold now: its fair share when several fetchers split a link.
+	Target(total int) int
 }
 
 // Local is the in-process backend: every shard the configuration allows is
@@ -56,6 +59,9 @@ func NewLocal(shards []int) *Local {
 
 // Wants reports whether the configuration gives this process the shard.
 func (l *Local) Wants(shard int) bool { return l.allowed == nil || l.allowed[shard] }
+
+// Target is every shard: a Local owner is alone.
+func (l *Local) Target(total int) int { return total }
 
 // Acquire takes the shard; it is never lost.
 func (l *Local) Acquire(_ context.Context, shard int) (Lease, bool, error) {

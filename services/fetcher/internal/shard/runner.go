@@ -54,6 +54,7 @@ type Runner struct {
 	deps   Deps
 	shard  int
 	epoch  uint64
+	lost   <-chan struct{}
 	topics []discovery.Topic
 	parts  []discovery.Partition
 	log    *slog.Logger
@@ -80,10 +81,12 @@ type PartitionStatus struct {
 	Stopped   string `json:"stopped,omitempty"`
 }
 
-// NewRunner prepares a runner for a shard with the given partitions.
-func NewRunner(set Settings, deps Deps, shard int, epoch uint64, topics []discovery.Topic, parts []discovery.Partition) *Runner {
+// NewRunner prepares a runner for a shard with the given partitions. When
+// lost is closed the runner stops at once, without draining: its lease is
+// gone and another fetcher may own the shard.
+func NewRunner(set Settings, deps Deps, shard int, epoch uint64, lost <-chan struct{}, topics []discovery.Topic, parts []discovery.Partition) *Runner {
 	r := &Runner{
-		set: set, deps: deps, shard: shard, epoch: epoch, topics: topics, parts: parts,
+		set: set, deps: deps, shard: shard, epoch: epoch, lost: lost, topics: topics, parts: parts,
 		log:    deps.Log.With("shard", shard, "epoch", epoch),
 		status: Status{Shard: shard, Epoch: epoch, Partitions: map[string]PartitionStatus{}},
 	}
@@ -124,7 +127,7 @@ func (r *Runner) Run(ctx context.Context) {
 	attempt := 0
 	for {
 		progressed, err := r.session(ctx, attempt)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || r.isLost() {
 			return
 		}
 		r.deps.Metrics.StreamRestarts.WithLabelValues(r.set.Link).Inc()
@@ -141,8 +144,19 @@ func (r *Runner) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-r.lost:
+			return
 		case <-time.After(wait):
 		}
+	}
+}
+
+func (r *Runner) isLost() bool {
+	select {
+	case <-r.lost:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 )
 
+var errLeaseLost = errors.New("shard lease lost")
+
 // session is one stream's life.
 type session struct {
 	r      *Runner
@@ -95,6 +97,13 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	go func() { recvDone <- s.receive() }()
 
 	select {
+	case <-r.lost:
+		// No drain: the lease is gone, so nothing more may be sent, and
+		// what is in flight is the writer's to commit or drop.
+		hardStop()
+		<-sendDone
+		r.log.Error("shard lease lost: stream stopped")
+		return false, errLeaseLost
 	case <-ctx.Done():
 		stopReading()
 		<-sendDone
@@ -277,6 +286,9 @@ func (s *session) send(ctx context.Context) error {
 			return nil // ctx ended
 		}
 		s.r.deps.Metrics.InflightBytes.Add(float64(w))
+		if s.r.isLost() {
+			return errLeaseLost
+		}
 		s.mu.Lock()
 		s.seq++
 		b.Sequence = s.seq

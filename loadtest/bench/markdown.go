@@ -1,0 +1,210 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// markdown renders the report.
+func markdown(rep Report, plots []string) string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	m, c := rep.Machine, rep.Config
+	p("# Ferry vs MirrorMaker 2: benchmark of %s\n\n", rep.Started.UTC().Format("2006-01-02 15:04 MST"))
+	p("Written by `make bench` (`loadtest/cmd/ferry-bench`); method in [docs/benchmark.md](../../../docs/benchmark.md). ")
+	p("The run took %v. Raw figures: [results.json](results.json).\n\n", rep.Elapsed.Round(time.Second))
+
+	p("## Machine\n\n")
+	p("| | |\n|---|---|\n")
+	p("| CPU | %d cores, %s |\n| memory | %.1f GiB |\n| kernel | Linux %s |\n| Go | %s |\n| Java | %s |\n| Kafka | %s |\n| load average at start | %s |\n\n",
+		m.Cores, m.CPU, float64(m.MemoryBytes)/(1<<30), m.Kernel, m.Go, m.Java, m.Kafka, m.LoadAtStart)
+	p("Everything (two brokers, the replicator, the workload producer, the target tail consumer and the verifier) shares these cores; see \"Noise\".\n\n")
+
+	p("## Workloads\n\n")
+	p("- Source topic `bench.orders`, %d partitions, `compression.type=lz4`; target topic `src.bench.orders` (every system names it so). ", c.Partitions)
+	p("Records from `loadtest/workload`: JSON-like values of ~%d bytes (3-5x compressible), keys and two headers, produced with lz4.\n", c.ValueBytes)
+	p("- **catch-up**: %d records preloaded into the source, then the replicator starts; timed until the target holds all of them.\n", c.Records)
+	p("- **live**: the replicator starts on an empty topic, %d primer records prove it copies, then a producer runs at a fixed rate for %.0f s ", primerPer*c.Partitions, c.LiveDurationS)
+	p("(rates: %v of MM2 tuned's catch-up records/s unless given). Latency = time the tail consumer on the target received a record minus its source timestamp.\n", c.LiveFractions)
+	p("- **wan**: catch-up of %d records with toxiproxy on the cross-region hop (half the RTT added each way", c.WANRecords)
+	if c.WANBandwidthKBs > 0 {
+		p(", bandwidth capped at %d KB/s per connection and direction", c.WANBandwidthKBs)
+	}
+	p("). Ferry: fetcher → writer. MM2 and the floor: their consumer → the source cluster (the source broker advertises a second listener at the proxy address).\n\n")
+
+	p("## Systems\n\n")
+	for _, sys := range AllSystems {
+		if s, ok := c.Settings[sys]; ok {
+			p("- **%s**: %s.\n", sys, s)
+		}
+	}
+	p("- **ferry exactly-once**: not built yet (`delivery: exactly_once` is refused at start).\n\n")
+
+	goals(&b, rep.Results)
+
+	keys, byKey := group(rep.Results)
+	for _, k := range keys {
+		table(&b, k, byKey[k])
+	}
+
+	if len(plots) > 0 {
+		p("## Plots\n\n")
+		for _, name := range plots {
+			p("![%s](%s)\n\n", name, name)
+		}
+	}
+
+	p("## How to read it\n\n")
+	p("- **MB/s** and **rec/s** count logical bytes (key + value + headers, uncompressed) of the records the target received, over the copy window: ")
+	p("first record on the target to last (catch-up, wan), or live producer start to last record (live). **startup** is replicator start to its first record on the target; it is not in the window.\n")
+	p("- **CPU s/GB** is utime+stime of the replicator's own processes (Ferry: fetcher + writer; MM2: its JVM; floor: its process), read from /proc/PID/stat at the window's start and end, per GB (10^9 logical bytes) copied. Broker CPU is not counted.\n")
+	p("- **peak RSS** is VmHWM from /proc/PID/status at the end of the run, summed over the system's processes (Ferry has two).\n")
+	p("- **×tuned** columns divide by MM2 tuned in the same table (higher is better for throughput, lower for CPU, RSS and latency).\n")
+	p("- **wire MB/GB** counts both directions through the WAN proxy per GB copied: for Ferry the gRPC stream (zstd batches), for MM2 and the floor the Kafka fetch traffic (lz4 batches as stored on the source).\n")
+	p("- **verify** compares every target partition with its source (`loadtest/verify`): a run with a missing, duplicated, reordered or corrupt record is a failure, shown as FAILED, never as a figure.\n\n")
+
+	p("## Noise\n\n")
+	p("All processes share %d cores; the brokers alone take a good part of them under load, and the tail consumer and producer run on the same cores. ", m.Cores)
+	p("Other work was running on this machine at the same time (load average at start: %s). ", m.LoadAtStart)
+	p("Each system ran once per workload: read differences under ~20%% as noise. JVM systems pay JIT warm-up inside the copy window of a short catch-up. ")
+	p("CPU per GB is the most stable figure (it does not depend on who else had the cores); throughput and latency depend on contention.\n")
+	return b.String()
+}
+
+func group(results []Result) ([]string, map[string][]Result) {
+	var keys []string
+	by := map[string][]Result{}
+	for _, r := range results {
+		k := r.Key()
+		if _, ok := by[k]; !ok {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], r)
+	}
+	return keys, by
+}
+
+func find(rs []Result, sys System) (Result, bool) {
+	for _, r := range rs {
+		if r.System == sys && r.OK {
+			return r, true
+		}
+	}
+	return Result{}, false
+}
+
+func ratio(a, b float64) string {
+	if a <= 0 || b <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+func table(b *strings.Builder, key string, rs []Result) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	tuned, hasTuned := find(rs, MM2Tuned)
+	live := rs[0].Workload == Live
+	wan := rs[0].Workload == WAN
+	p("## %s\n\n", key)
+	p("| system | MB/s | rec/s | ×tuned | CPU s/GB | ×tuned | peak RSS MB | ×tuned | startup s |")
+	if live {
+		p(" p50 ms | p99 ms | p99.9 ms | max ms | p99 ×tuned |")
+	}
+	if wan {
+		p(" wire MB/GB | ×tuned |")
+	}
+	p(" verify |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	if live {
+		p("---:|---:|---:|---:|---:|")
+	}
+	if wan {
+		p("---:|---:|")
+	}
+	p("---|\n")
+	for _, r := range rs {
+		if !r.OK {
+			p("| %s | FAILED: %s |\n", r.System, strings.ReplaceAll(firstLine(r.Error), "|", "/"))
+			continue
+		}
+		t := func(a, bb float64) string {
+			if !hasTuned {
+				return "–"
+			}
+			return ratio(a, bb)
+		}
+		p("| %s | %.1f | %.0f | %s | %.1f | %s | %d | %s | %.1f |", r.System, r.MBps, r.RecordsPerSec, t(r.MBps, tuned.MBps),
+			r.CPUPerGB, t(r.CPUPerGB, tuned.CPUPerGB), r.PeakRSSBytes>>20, t(float64(r.PeakRSSBytes), float64(tuned.PeakRSSBytes)), r.StartupSeconds)
+		if live {
+			l := r.Latency
+			p(" %.0f | %.0f | %.0f | %.0f | %s |", l.P50, l.P99, l.P999, l.Max, t(l.P99, tuned.Latency.P99))
+		}
+		if wan {
+			p(" %.0f | %s |", r.WireBytesPerGB/1e6, t(r.WireBytesPerGB, tuned.WireBytesPerGB))
+		}
+		v := r.Verify
+		p(" ok: %d/%d, 0 missing, %d dup |\n", v.Replicated, v.Produced, v.Duplicates)
+	}
+	if !wan {
+		p("| ferry exactly-once | not built yet |\n")
+	}
+	p("\n")
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// goals is the headline: Ferry against the project's goals, as ratios to
+// MM2 tuned in the same run.
+func goals(b *strings.Builder, results []Result) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	keys, by := group(results)
+	p("## Headline: Ferry against its goals (ratios to MM2 tuned, same run)\n\n")
+	p("| goal | target | Ferry | MM2 tuned | ratio | met |\n|---|---|---:|---:|---:|---|\n")
+	row := func(goal, target string, f, t float64, unit string, better func(r float64) bool) {
+		if f <= 0 || t <= 0 {
+			p("| %s | %s | – | – | – | no data |\n", goal, target)
+			return
+		}
+		r := f / t
+		met := "no"
+		switch {
+		case better == nil:
+			met = "–"
+		case better(r):
+			met = "yes"
+		}
+		p("| %s | %s | %.1f %s | %.1f %s | %.2f× | %s |\n", goal, target, f, unit, t, unit, r, met)
+	}
+	for _, k := range keys {
+		rs := by[k]
+		f, okF := find(rs, Ferry)
+		t, okT := find(rs, MM2Tuned)
+		if !okF || !okT {
+			p("| %s | | missing or failed run | | | no data |\n", k)
+			continue
+		}
+		switch rs[0].Workload {
+		case CatchUp:
+			row("catch-up throughput", "≥ 2×", f.MBps, t.MBps, "MB/s", func(r float64) bool { return r >= 2 })
+			row("CPU per GB (catch-up)", "≤ 0.5×", f.CPUPerGB, t.CPUPerGB, "s/GB", func(r float64) bool { return r <= 0.5 })
+			row("peak RSS (catch-up)", "≤ 0.25×", float64(f.PeakRSSBytes>>20), float64(t.PeakRSSBytes>>20), "MB", func(r float64) bool { return r <= 0.25 })
+		case Live:
+			row("p99 latency, "+k, "≤ 0.5×", f.Latency.P99, t.Latency.P99, "ms", func(r float64) bool { return r <= 0.5 })
+			row("CPU per GB, "+k, "≤ 0.5×", f.CPUPerGB, t.CPUPerGB, "s/GB", func(r float64) bool { return r <= 0.5 })
+		case WAN:
+			target := "(no goal)"
+			var better func(float64) bool
+			if f.RTTMillis == 50 {
+				target, better = "≥ 5×", func(r float64) bool { return r >= 5 }
+			}
+			row("throughput, "+k+" RTT", target, f.MBps, t.MBps, "MB/s", better)
+			row("wire bytes per GB, "+k+" RTT", "(no goal)", f.WireBytesPerGB/1e6, t.WireBytesPerGB/1e6, "MB/GB", nil)
+		}
+	}
+	p("\nFerry exactly-once: not built yet.\n\n")
+}

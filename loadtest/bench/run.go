@@ -1,0 +1,574 @@
+// Package bench runs Ferry and MirrorMaker 2 side by side on real Apache
+// Kafka brokers and reports throughput, CPU, memory, latency and bytes on an
+// emulated WAN, with every run's target verified against its source. See
+// docs/benchmark.md.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-replicator/ferry/loadtest/harness"
+	"github.com/ferry-replicator/ferry/loadtest/kafkabroker"
+	"github.com/ferry-replicator/ferry/loadtest/verify"
+	"github.com/ferry-replicator/ferry/loadtest/workload"
+)
+
+// Config selects what the benchmark runs.
+type Config struct {
+	Bin     string // folder of ferry-fetcher and ferry-writer
+	Self    string // this program, run as "Self floor-copy ..." for the floor
+	WorkDir string // per-run folders: configs, logs, broker data (removed)
+
+	Systems     []System // catch-up runs
+	LiveSystems []System // live runs
+	WANSystems  []System // WAN runs
+
+	CatchUp, Live, WAN bool
+
+	Records    int // catch-up records
+	ValueBytes int
+	Partitions int
+
+	// LiveRates in records/s; when empty, LiveFractions of MM2 tuned's
+	// catch-up records/s in this benchmark.
+	LiveRates     []int
+	LiveFractions []float64
+	LiveDuration  time.Duration
+
+	WANRTTs         []time.Duration
+	WANBandwidthKBs int
+	WANRecords      int
+
+	RunTimeout time.Duration
+	Out        io.Writer // progress
+}
+
+// Workload kinds.
+const (
+	CatchUp = "catch-up"
+	Live    = "live"
+	WAN     = "wan"
+)
+
+// Result is one system on one workload.
+type Result struct {
+	System   System `json:"system"`
+	Workload string `json:"workload"`
+	// RateTarget is the live producer rate, records/s.
+	RateTarget int `json:"rate_target,omitempty"`
+	// RTT and BandwidthKBs describe the WAN hop of a WAN run.
+	RTTMillis    int64 `json:"rtt_ms,omitempty"`
+	BandwidthKBs int   `json:"bandwidth_kbs,omitempty"`
+
+	Records int64 `json:"records"` // records expected on the target
+	Bytes   int64 `json:"bytes"`   // their logical size: keys, values, headers
+
+	// StartupSeconds: replicator start to its first record on the target.
+	StartupSeconds float64 `json:"startup_s"`
+	// CopySeconds: first to last record on the target (catch-up), or live
+	// producer start to last record (live).
+	CopySeconds   float64 `json:"copy_s"`
+	MBps          float64 `json:"mb_per_s"`
+	RecordsPerSec float64 `json:"records_per_s"`
+	// CPUSeconds is utime+stime of the replicator's processes over the
+	// copy window; CPUTotalSeconds from process start to the end.
+	CPUSeconds      float64 `json:"cpu_s"`
+	CPUTotalSeconds float64 `json:"cpu_total_s"`
+	CPUPerGB        float64 `json:"cpu_s_per_gb"`
+	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
+
+	Latency    LatencyMillis `json:"latency_ms"`
+	LatencyCDF []float64     `json:"latency_cdf_ms,omitempty"` // 1000 quantiles
+
+	WireBytes      int64   `json:"wire_bytes,omitempty"`
+	WireBytesPerGB float64 `json:"wire_bytes_per_gb,omitempty"`
+
+	// Series is records on the target, sampled every second from start.
+	Series []int64 `json:"series"`
+
+	Verify verify.Result `json:"verify"`
+	OK     bool          `json:"ok"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// LatencyMillis are end-to-end latency percentiles in milliseconds.
+type LatencyMillis struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50"`
+	P99   float64 `json:"p99"`
+	P999  float64 `json:"p999"`
+	Max   float64 `json:"max"`
+}
+
+// Key names the run in tables and plots.
+func (r Result) Key() string {
+	switch r.Workload {
+	case Live:
+		return fmt.Sprintf("live %d rec/s", r.RateTarget)
+	case WAN:
+		return fmt.Sprintf("wan %d ms", r.RTTMillis)
+	}
+	return r.Workload
+}
+
+const (
+	topic       = "bench.orders"
+	targetTopic = sourceAlias + "." + topic
+	primerPer   = 25 // primer records per partition before a live run
+)
+
+type spec struct {
+	system   System
+	workload string
+	records  int // catch-up or WAN preload
+	rate     int // live
+	wan      *WANOptions
+}
+
+// Run runs the selected workloads one system at a time, each on two fresh
+// brokers, and returns every result (failed runs included, with Error set).
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	var results []Result
+	run := func(s spec) Result {
+		fmt.Fprintf(cfg.Out, "=== %s %s\n", s.system, describe(s))
+		r := runOne(ctx, cfg, s, len(results))
+		if r.Error != "" {
+			fmt.Fprintf(cfg.Out, "    FAILED: %s\n", r.Error)
+		} else {
+			fmt.Fprintf(cfg.Out, "    %.1f MB/s %.0f rec/s, cpu %.1f s/GB, rss %d MB, latency p99 %.0f ms, %s\n",
+				r.MBps, r.RecordsPerSec, r.CPUPerGB, r.PeakRSSBytes>>20, r.Latency.P99, r.Verify.Line())
+		}
+		results = append(results, r)
+		return r
+	}
+	if cfg.CatchUp {
+		for _, sys := range cfg.Systems {
+			run(spec{system: sys, workload: CatchUp, records: cfg.Records})
+			if ctx.Err() != nil {
+				return results, ctx.Err()
+			}
+		}
+	}
+	if cfg.Live {
+		rates := cfg.LiveRates
+		if len(rates) == 0 {
+			base, ok := tunedRate(results)
+			if !ok {
+				return results, errors.New("live: no rates given and no successful mm2-tuned catch-up run to derive them from")
+			}
+			for _, f := range cfg.LiveFractions {
+				rates = append(rates, int(math.Round(base*f/100))*100)
+			}
+		}
+		for _, rate := range rates {
+			for _, sys := range cfg.LiveSystems {
+				run(spec{system: sys, workload: Live, rate: rate})
+				if ctx.Err() != nil {
+					return results, ctx.Err()
+				}
+			}
+		}
+	}
+	if cfg.WAN {
+		for _, rtt := range cfg.WANRTTs {
+			for _, sys := range cfg.WANSystems {
+				run(spec{system: sys, workload: WAN, records: cfg.WANRecords,
+					wan: &WANOptions{RTT: rtt, BandwidthKBs: cfg.WANBandwidthKBs}})
+				if ctx.Err() != nil {
+					return results, ctx.Err()
+				}
+			}
+		}
+	}
+	return results, nil
+}
+
+func describe(s spec) string {
+	switch s.workload {
+	case Live:
+		return fmt.Sprintf("live at %d records/s", s.rate)
+	case WAN:
+		return fmt.Sprintf("catch-up of %d records over a %v RTT hop (bandwidth cap %d KB/s, 0 = none)", s.records, s.wan.RTT, s.wan.BandwidthKBs)
+	}
+	return fmt.Sprintf("catch-up of %d records", s.records)
+}
+
+// tunedRate is MM2 tuned's catch-up records/s.
+func tunedRate(results []Result) (float64, bool) {
+	for _, r := range results {
+		if r.System == MM2Tuned && r.Workload == CatchUp && r.OK {
+			return r.RecordsPerSec, true
+		}
+	}
+	return 0, false
+}
+
+// runOne runs one spec and always returns a Result.
+func runOne(ctx context.Context, cfg Config, s spec, n int) Result {
+	r := Result{System: s.system, Workload: s.workload, RateTarget: s.rate}
+	if s.wan != nil {
+		r.RTTMillis, r.BandwidthKBs = s.wan.RTT.Milliseconds(), s.wan.BandwidthKBs
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.RunTimeout)
+	defer cancel()
+	dir := filepath.Join(cfg.WorkDir, fmt.Sprintf("%02d-%s-%s", n, s.system, s.workload))
+	if err := runIn(ctx, cfg, s, dir, &r); err != nil {
+		r.Error = err.Error()
+		r.OK = false
+	}
+	return r
+}
+
+// cluster is the pair of fresh brokers of one run.
+type cluster struct {
+	source, target *kafkabroker.Broker
+	// wanAddr is where the source's WAN listener is advertised: a
+	// replicator that bootstraps from it talks to the source only through
+	// the proxy listening there. wanPort is the listener's real port.
+	wanAddr string
+	wanPort int
+}
+
+func startCluster(ctx context.Context, dir string) (*cluster, error) {
+	ports := make([]int, 3)
+	for i := range ports {
+		a, err := harness.FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		_, p, _ := net.SplitHostPort(a)
+		ports[i], _ = strconv.Atoi(p)
+	}
+	wanAddr, err := harness.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{wanAddr: wanAddr, wanPort: ports[2]}
+	// Two client listeners on the source: PLAINTEXT for local clients
+	// (workload, verifier) and WAN, advertised at the proxy address.
+	srcProps := map[string]string{
+		"listeners": fmt.Sprintf("PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d,WAN://127.0.0.1:%d",
+			ports[0], ports[1], ports[2]),
+		"advertised.listeners":           fmt.Sprintf("PLAINTEXT://127.0.0.1:%d,WAN://%s", ports[0], wanAddr),
+		"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,WAN:PLAINTEXT",
+	}
+	c.source, err = kafkabroker.Start(ctx, kafkabroker.Options{Name: "source", DataDir: filepath.Join(dir, "source"),
+		Port: ports[0], ControllerPort: ports[1], Props: srcProps})
+	if err != nil {
+		return nil, err
+	}
+	c.target, err = kafkabroker.Start(ctx, kafkabroker.Options{Name: "target", DataDir: filepath.Join(dir, "target")})
+	if err != nil {
+		c.source.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// stop stops both brokers and removes their data, keeping logs.
+func (c *cluster) stop() {
+	for _, b := range []*kafkabroker.Broker{c.source, c.target} {
+		_ = b.Stop()
+		_ = os.RemoveAll(filepath.Join(b.DataDir(), "data"))
+	}
+}
+
+func createTopic(ctx context.Context, addr, name string, partitions int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	lz4 := "lz4"
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), 1, map[string]*string{"compression.type": &lz4}, name)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", name, err)
+	}
+	return nil
+}
+
+func produce(ctx context.Context, addr string, o workload.Options) error {
+	p, err := workload.NewProducer([]string{addr}, o)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	if err := p.Run(ctx); err != nil {
+		return fmt.Errorf("produce %d records: %w", o.Records, err)
+	}
+	return nil
+}
+
+func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	c, err := startCluster(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("brokers: %w", err)
+	}
+	defer c.stop()
+	src, dst := c.source.Addr(), c.target.Addr()
+	if err := createTopic(ctx, src, topic, cfg.Partitions); err != nil {
+		return err
+	}
+	wl := workload.Options{Topic: topic, Partitions: int32(cfg.Partitions), ValueBytes: cfg.ValueBytes, Seed: 1}
+	if s.workload != Live {
+		wl.Records = s.records
+		start := time.Now()
+		if err := produce(ctx, src, wl); err != nil {
+			return fmt.Errorf("preload: %w", err)
+		}
+		fmt.Fprintf(cfg.Out, "    preloaded %d records in %v\n", s.records, time.Since(start).Round(100*time.Millisecond))
+	}
+	if s.system == Floor {
+		if err := createTopic(ctx, dst, targetTopic, cfg.Partitions); err != nil {
+			return err
+		}
+	}
+	t, err := startTail([]string{dst}, targetTopic)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+
+	// The replicator, with the WAN hop where its traffic crosses regions:
+	// fetcher to writer for Ferry, consumer to source cluster for MM2 and
+	// the floor (they run next to the target).
+	var hop *wan
+	sourceForReplicator := src
+	start := time.Now()
+	var rep replicator
+	switch s.system {
+	case Ferry:
+		listen, err := harness.FreeAddr()
+		if err != nil {
+			return err
+		}
+		dial := listen
+		if s.wan != nil {
+			proxyAddr, err := harness.FreeAddr()
+			if err != nil {
+				return err
+			}
+			if hop, err = startWAN(proxyAddr, listen, *s.wan); err != nil {
+				return err
+			}
+			defer hop.Close()
+			dial = proxyAddr
+		}
+		start = time.Now()
+		rep, err = startFerry(ctx, cfg.Bin, dir, src, dst, listen, dial, topic)
+		if err != nil {
+			return err
+		}
+	default:
+		if s.wan != nil {
+			if hop, err = startWAN(c.wanAddr, fmt.Sprintf("127.0.0.1:%d", c.wanPort), *s.wan); err != nil {
+				return err
+			}
+			defer hop.Close()
+			sourceForReplicator = c.wanAddr
+		}
+		start = time.Now()
+		if s.system == Floor {
+			rep, err = startFloor(cfg.Self, dir, FloorOptions{Source: sourceForReplicator, Target: dst, Topic: topic, Dest: targetTopic})
+		} else {
+			rep, err = startMM2(ctx, s.system, dir, sourceForReplicator, dst, topic, cfg.Partitions)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	defer func() {
+		if err := rep.Stop(); err != nil {
+			fmt.Fprintf(cfg.Out, "    stop %s: %v\n", s.system, err)
+		}
+	}()
+	pids := rep.PIDs()
+
+	var m measured
+	if s.workload == Live {
+		m, err = measureLive(ctx, cfg, c, wl, s.rate, rep, t, start)
+	} else {
+		m, err = measureCatchUp(ctx, int64(s.records), rep, t, hop, start)
+	}
+	r.Series = m.series
+	if err != nil {
+		return err
+	}
+	r.Records, r.Bytes = m.records, m.bytes
+	r.StartupSeconds = m.first.Sub(start).Seconds()
+	r.CopySeconds = m.last.Sub(m.from).Seconds()
+	if r.CopySeconds > 0 {
+		r.MBps = float64(m.bytes) / 1e6 / r.CopySeconds
+		r.RecordsPerSec = float64(m.records) / r.CopySeconds
+	}
+	r.CPUSeconds, r.CPUTotalSeconds = m.cpuEnd-m.cpuFrom, m.cpuEnd
+	if m.bytes > 0 {
+		r.CPUPerGB = r.CPUSeconds / (float64(m.bytes) / 1e9)
+	}
+	if r.PeakRSSBytes, err = totalPeakRSS(pids); err != nil {
+		return err
+	}
+	if hop != nil {
+		r.WireBytes = hop.Bytes()
+		r.WireBytesPerGB = float64(r.WireBytes) / (float64(m.bytes) / 1e9)
+	}
+	lat := t.Latencies()
+	r.Latency, r.LatencyCDF = summarize(lat)
+
+	res, err := verify.Compare(ctx, []string{src}, []string{dst}, []verify.Pair{{Source: topic, Target: targetTopic}})
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	r.Verify = res
+	if !res.OK() || res.Produced != m.expected {
+		return fmt.Errorf("verify failed (expected %d): %s", m.expected, res.Line())
+	}
+	r.OK = true
+	return nil
+}
+
+// measured is what a wait loop saw.
+type measured struct {
+	records, bytes    int64     // in the measured window
+	expected          int64     // on the target in all
+	first, from, last time.Time // first record seen; window start; last record seen
+	cpuFrom, cpuEnd   float64
+	series            []int64
+}
+
+// waitFor polls the tail every 50 ms until it holds want records, sampling
+// the count every second into series, failing if the replicator exits or
+// ctx ends. onFirst runs once when the first record shows up.
+func waitFor(ctx context.Context, want int64, rep replicator, t *tail, start time.Time, series *[]int64, onFirst func()) (time.Time, error) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	next := start.Add(time.Second)
+	first := onFirst == nil
+	for {
+		now := time.Now()
+		n := t.Count()
+		for !now.Before(next) {
+			*series = append(*series, n)
+			next = next.Add(time.Second)
+		}
+		if !first && n > 0 {
+			first = true
+			onFirst()
+		}
+		if n >= want {
+			return now, nil
+		}
+		if err := rep.Check(); err != nil {
+			return now, err
+		}
+		select {
+		case <-ctx.Done():
+			last := t.LastErr()
+			return now, fmt.Errorf("target holds %d of %d records: %w (last tail error: %v)", n, want, ctx.Err(), last)
+		case <-tick.C:
+		}
+	}
+}
+
+func measureCatchUp(ctx context.Context, records int64, rep replicator, t *tail, hop *wan, start time.Time) (measured, error) {
+	m := measured{records: records, expected: records}
+	pids := rep.PIDs()
+	var cpuErr error
+	last, err := waitFor(ctx, records, rep, t, start, &m.series, func() {
+		m.first = time.Now()
+		m.from = m.first
+		m.cpuFrom, cpuErr = totalCPU(pids)
+	})
+	if err != nil {
+		return m, err
+	}
+	if cpuErr != nil {
+		return m, cpuErr
+	}
+	m.last = last
+	if m.cpuEnd, err = totalCPU(pids); err != nil {
+		return m, err
+	}
+	m.bytes = t.Bytes()
+	return m, nil
+}
+
+// measureLive primes the replicator with a few records (so start-up is
+// not counted as latency), then produces at rate for the live duration
+// while the tail records each record's latency.
+func measureLive(ctx context.Context, cfg Config, c *cluster, wl workload.Options, rate int, rep replicator, t *tail, start time.Time) (measured, error) {
+	var m measured
+	primer := wl
+	primer.Records, primer.Seed = primerPer*cfg.Partitions, 2
+	if err := produce(ctx, c.source.Addr(), primer); err != nil {
+		return m, fmt.Errorf("primer: %w", err)
+	}
+	if _, err := waitFor(ctx, int64(primer.Records), rep, t, start, &m.series, func() { m.first = time.Now() }); err != nil {
+		return m, fmt.Errorf("primer: %w", err)
+	}
+	pids := rep.PIDs()
+	var err error
+	if m.cpuFrom, err = totalCPU(pids); err != nil {
+		return m, err
+	}
+	bytes0 := t.Bytes()
+	live := wl
+	live.Records, live.Rate, live.Seed = rate*int(cfg.LiveDuration.Seconds()), rate, 3
+	m.from = time.Now()
+	t.MeasureFrom(m.from)
+	prodErr := make(chan error, 1)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { prodErr <- produce(pctx, c.source.Addr(), live) }()
+	m.expected = int64(primer.Records + live.Records)
+	last, err := waitFor(ctx, m.expected, rep, t, start, &m.series, nil)
+	if err != nil {
+		cancel()
+		<-prodErr
+		return m, err
+	}
+	if err := <-prodErr; err != nil {
+		return m, err
+	}
+	m.last = last
+	if m.cpuEnd, err = totalCPU(pids); err != nil {
+		return m, err
+	}
+	m.bytes = t.Bytes() - bytes0
+	m.records = int64(live.Records)
+	return m, nil
+}
+
+// summarize turns latencies into percentiles and 1000 quantiles (ms).
+func summarize(d []time.Duration) (LatencyMillis, []float64) {
+	if len(d) == 0 {
+		return LatencyMillis{}, nil
+	}
+	slices.Sort(d)
+	ms := func(x time.Duration) float64 { return float64(x) / 1e6 }
+	at := func(q float64) float64 { return ms(d[min(len(d)-1, int(q*float64(len(d))))]) }
+	cdf := make([]float64, 1000)
+	for i := range cdf {
+		cdf[i] = at(float64(i) / 1000)
+	}
+	return LatencyMillis{Count: len(d), P50: at(0.5), P99: at(0.99), P999: at(0.999), Max: ms(d[len(d)-1])}, cdf
+}

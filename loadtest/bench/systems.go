@@ -1,0 +1,244 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/ferry-replicator/ferry/loadtest/harness"
+	"github.com/ferry-replicator/ferry/loadtest/kafkabroker"
+)
+
+// System names a replicator under test.
+type System string
+
+// The systems the benchmark knows.
+const (
+	Ferry      System = "ferry"
+	MM2Default System = "mm2-default"
+	MM2Tuned   System = "mm2-tuned"
+	MM2EOS     System = "mm2-eos"
+	Floor      System = "floor"
+)
+
+// AllSystems in the order they run. MM2 tuned runs first: its catch-up
+// throughput sets the default live rates.
+var AllSystems = []System{MM2Tuned, Ferry, MM2Default, MM2EOS, Floor}
+
+// ParseSystem checks a system name.
+func ParseSystem(s string) (System, error) {
+	for _, sys := range AllSystems {
+		if string(sys) == s {
+			return sys, nil
+		}
+	}
+	return "", fmt.Errorf("unknown system %q (known: ferry, mm2-default, mm2-tuned, mm2-eos, floor)", s)
+}
+
+// Names used on both clusters.
+const (
+	sourceAlias = "src"
+	targetAlias = "dst"
+	linkName    = "bench"
+)
+
+// replicator is a running system under test.
+type replicator interface {
+	// PIDs are the processes whose CPU and memory are the system's cost.
+	PIDs() []int
+	// Check returns an error once a process of the system has exited.
+	Check() error
+	Stop() error
+}
+
+// mm2Props are the MirrorMaker 2 properties of each MM2 variant, on top of
+// the kafkabroker helper's defaults (see docs/real-kafka.md): none of those
+// changes the data path (they turn off the reverse flow's heartbeat herder,
+// the plugin classpath scan and ACL sync, and shorten the topic refresh), so
+// "default" here is stock MM2 on the data path.
+func mm2Props(sys System, partitions int) map[string]string {
+	switch sys {
+	case MM2Default:
+		return map[string]string{}
+	case MM2Tuned, MM2EOS:
+		p := map[string]string{
+			"tasks.max": strconv.Itoa(partitions),
+			// Like the source topic and Ferry's writer.
+			targetAlias + ".producer.compression.type": "lz4",
+			// Like Ferry's link.batch.max_bytes and link.batch.linger.
+			targetAlias + ".producer.batch.size":       "1048576",
+			targetAlias + ".producer.linger.ms":        "20",
+			targetAlias + ".producer.max.request.size": "4194304",
+			targetAlias + ".producer.buffer.memory":    "67108864",
+			// Like Ferry's link.fetch_max_bytes (4 MiB per partition).
+			sourceAlias + ".consumer.max.partition.fetch.bytes": "4194304",
+			sourceAlias + ".consumer.fetch.max.bytes":           "67108864",
+		}
+		if sys == MM2EOS {
+			p[targetAlias+".exactly.once.source.support"] = "enabled"
+		}
+		return p
+	}
+	return nil
+}
+
+type mm2 struct{ m *kafkabroker.MirrorMaker }
+
+func startMM2(ctx context.Context, sys System, dir, sourceAddr, targetAddr, topic string, partitions int) (*mm2, error) {
+	m, err := kafkabroker.StartMirrorMaker(ctx, kafkabroker.MM2Options{
+		SourceAlias: sourceAlias, TargetAlias: targetAlias,
+		SourceAddr: sourceAddr, TargetAddr: targetAddr,
+		Topics: topic,
+		Props:  mm2Props(sys, partitions),
+		Dir:    filepath.Join(dir, "mm2"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", sys, err)
+	}
+	return &mm2{m: m}, nil
+}
+
+func (m *mm2) PIDs() []int  { return []int{m.m.PID()} }
+func (m *mm2) Check() error { return m.m.ExitError() }
+func (m *mm2) Stop() error  { return m.m.Stop() }
+
+// ferryLink is the writer's link: MM2-style names, src.<topic>.
+func ferryLink() map[string]any {
+	return map[string]any{"name": linkName, "naming": "prefix", "prefix": sourceAlias + "."}
+}
+
+type ferry struct {
+	writer, fetcher *harness.Process
+	admins          []string
+}
+
+// startFerry starts a writer listening on writerListen and a fetcher that
+// dials writerDial (the writer itself, or a WAN proxy in front of it), both
+// at Ferry's defaults.
+func startFerry(ctx context.Context, bin, dir, sourceAddr, targetAddr, writerListen, writerDial, topic string) (*ferry, error) {
+	wAdmin, err := harness.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	fAdmin, err := harness.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	writer, err := harness.Start(dir, filepath.Join(bin, "ferry-writer"), "writer",
+		harness.WriterConfig("writer-1", writerListen, wAdmin, []string{targetAddr}, ferryLink()))
+	if err != nil {
+		return nil, fmt.Errorf("start ferry writer: %w", err)
+	}
+	f := &ferry{writer: writer, admins: []string{wAdmin, fAdmin}}
+	if err := harness.WaitReady(ctx, wAdmin); err != nil {
+		writer.Kill()
+		return nil, fmt.Errorf("ferry writer: %w (log %s)", err, writer.LogPath)
+	}
+	f.fetcher, err = harness.Start(dir, filepath.Join(bin, "ferry-fetcher"), "fetcher",
+		harness.FetcherConfig("fetcher-1", fAdmin, linkName, []string{sourceAddr}, []string{writerDial}, regexpQuote(topic)))
+	if err != nil {
+		writer.Kill()
+		return nil, fmt.Errorf("start ferry fetcher: %w", err)
+	}
+	if err := harness.WaitReady(ctx, fAdmin); err != nil {
+		f.fetcher.Kill()
+		writer.Kill()
+		return nil, fmt.Errorf("ferry fetcher: %w (log %s)", err, f.fetcher.LogPath)
+	}
+	return f, nil
+}
+
+func (f *ferry) PIDs() []int { return []int{f.fetcher.PID(), f.writer.PID()} }
+
+func (f *ferry) Check() error {
+	for _, p := range []*harness.Process{f.fetcher, f.writer} {
+		select {
+		case <-p.Done():
+			return fmt.Errorf("ferry %s exited: %v (log %s)", p.Name, p.Err(), p.LogPath)
+		default:
+		}
+	}
+	return nil
+}
+
+func (f *ferry) Stop() error {
+	errF := f.fetcher.Stop(30 * time.Second)
+	errW := f.writer.Stop(30 * time.Second)
+	if errF != nil {
+		return fmt.Errorf("stop ferry fetcher: %w", errF)
+	}
+	if errW != nil {
+		return fmt.Errorf("stop ferry writer: %w", errW)
+	}
+	return nil
+}
+
+// floorProc is the floor copy loop running as a child process of this
+// benchmark (the same binary, subcommand floor-copy).
+type floorProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	log  string
+}
+
+func startFloor(self, dir string, o FloorOptions) (*floorProc, error) {
+	logPath := filepath.Join(dir, "floor.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("start floor: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, "floor-copy", "-source", o.Source, "-target", o.Target, "-topic", o.Topic, "-dest", o.Dest)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start floor: %w", err)
+	}
+	p := &floorProc{cmd: cmd, done: make(chan struct{}), log: logPath}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *floorProc) PIDs() []int { return []int{p.cmd.Process.Pid} }
+
+func (p *floorProc) Check() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("floor copy exited: %v (log %s)", p.err, p.log)
+	default:
+		return nil
+	}
+}
+
+func (p *floorProc) Stop() error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+		return fmt.Errorf("floor copy did not stop within 10s of SIGTERM, killed")
+	}
+}
+
+// regexpQuote escapes the dots of a topic name for an anchored regex.
+func regexpQuote(topic string) string {
+	out := make([]byte, 0, len(topic)+4)
+	for i := range len(topic) {
+		if topic[i] == '.' {
+			out = append(out, '\\')
+		}
+		out = append(out, topic[i])
+	}
+	return string(out)
+}
