@@ -58,6 +58,7 @@ type env struct {
 	writerAdmin     string
 	fetcherAdmin    string
 	prefix          string
+	delivery        string // the writer link's delivery mode; "" is the default
 }
 
 // newEnv runs the link between two in-process kfake clusters.
@@ -108,6 +109,9 @@ func (e *env) dumpLogsOnFailure() {
 func (e *env) startWriter() {
 	e.t.Helper()
 	link := map[string]any{"name": "test", "naming": "prefix", "prefix": e.prefix}
+	if e.delivery != "" {
+		link["delivery"] = e.delivery
+	}
 	w, err := harness.Start(e.dir, filepath.Join(binDir, "ferry-writer"), "writer",
 		harness.WriterConfig("writer-1", e.writerAddr, e.writerAdmin, e.dst, link))
 	if err != nil {
@@ -217,7 +221,24 @@ func (e *env) waitFor(ctx context.Context, topic string, want int64) {
 	}
 }
 
+// verify compares the target with the source. The end offsets waitFor
+// watches also count transaction markers and aborted records, so it can
+// return before the last committed records are there: while records are
+// missing, verify looks again for up to a minute. Only "missing" can heal
+// with time; every other anomaly is final.
 func (e *env) verify(ctx context.Context, topics ...string) verify.Result {
+	e.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		res := e.verifyOnce(ctx, topics...)
+		if res.Missing == 0 || time.Now().After(deadline) {
+			return res
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func (e *env) verifyOnce(ctx context.Context, topics ...string) verify.Result {
 	e.t.Helper()
 	var pairs []verify.Pair
 	for _, t := range topics {

@@ -13,8 +13,13 @@ import (
 // stopped (SIGTERM, or SIGKILL when kill is set) and started again twice,
 // then checks that nothing is lost or reordered.
 func restartMidStream(t *testing.T, which string, kill bool) {
+	restartMidStreamIn(t, "at_least_once", which, kill, 2)
+}
+
+func restartMidStreamIn(t *testing.T, delivery, which string, kill bool, times int) {
 	ctx := context.Background()
 	e := newEnv(t)
+	e.delivery = delivery
 	e.createTopic("t.live", 4, nil)
 	e.startWriter()
 	e.startFetcher(nil)
@@ -24,8 +29,8 @@ func restartMidStream(t *testing.T, which string, kill bool) {
 		prodDone <- e.produce(ctx, workload.Options{Topic: "t.live", Partitions: 4, Records: records, ValueBytes: 200, Rate: 1000, Seed: 9})
 	}()
 	proc := map[string]*harness.Process{"writer": e.writer, "fetcher": e.fetcher}[which]
-	for i := range 2 {
-		e.waitFor(ctx, "src.t.live", int64(1500*(i+1)))
+	for i := range times {
+		e.waitFor(ctx, "src.t.live", int64(records*(i+1)/(times+2)))
 		if kill {
 			proc.Kill()
 		} else if err := proc.Stop(30 * time.Second); err != nil {
@@ -42,8 +47,9 @@ func restartMidStream(t *testing.T, which string, kill bool) {
 		t.Fatalf("after restarting the %s: %+v", which, res)
 	}
 	// A graceful stop drains and commits: nothing is sent twice. A kill may
-	// duplicate what was produced but not yet checkpointed (at-least-once).
-	if !kill && res.Duplicates != 0 {
+	// duplicate what was produced but not yet checkpointed, in at-least-once
+	// mode only: exactly-once commits records and checkpoints together.
+	if (!kill || delivery == "exactly_once") && res.Duplicates != 0 {
 		t.Fatalf("graceful restarts of the %s duplicated %d records", which, res.Duplicates)
 	}
 }
@@ -52,6 +58,17 @@ func TestFetcherGracefulRestartMidStream(t *testing.T) { restartMidStream(t, "fe
 func TestFetcherKilledMidStream(t *testing.T)          { restartMidStream(t, "fetcher", true) }
 func TestWriterGracefulRestartMidStream(t *testing.T)  { restartMidStream(t, "writer", false) }
 func TestWriterKilledMidStream(t *testing.T)           { restartMidStream(t, "writer", true) }
+
+// In exactly-once mode a writer killed at any point mid-transaction leaves
+// neither duplicates nor loss: its open transaction is aborted when the
+// next producer of the shard is created, and the checkpoints committed with
+// the records say where to resume.
+func TestExactlyOnceWriterKilledMidStream(t *testing.T) {
+	restartMidStreamIn(t, "exactly_once", "writer", true, 5)
+}
+func TestExactlyOnceFetcherKilledMidStream(t *testing.T) {
+	restartMidStreamIn(t, "exactly_once", "fetcher", true, 3)
+}
 
 // pauseMidStream freezes a process (SIGSTOP) for a few seconds while records
 // flow, as a long GC pause or a frozen VM would, then lets it go on.

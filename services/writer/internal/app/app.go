@@ -162,7 +162,7 @@ func buildLinks(cfgs []config.Link) ([]server.Link, error) {
 		if err != nil {
 			return nil, fmt.Errorf("link %s: %w", l.Name, err)
 		}
-		link := server.Link{Name: l.Name, Naming: policy, ReplicationFactor: l.ReplicationFactor}
+		link := server.Link{Name: l.Name, Naming: policy, ReplicationFactor: l.ReplicationFactor, ExactlyOnce: l.Delivery == "exactly_once"}
 		for _, re := range l.ConfigExclude {
 			link.ConfigExclude = append(link.ConfigExclude, regexp.MustCompile(re)) // checked by Validate
 		}

@@ -71,7 +71,9 @@ type Link struct {
 	Naming string `yaml:"naming"`
 	// Prefix goes before each topic name when naming is prefix.
 	Prefix string `yaml:"prefix"`
-	// Delivery is at_least_once.
+	// Delivery is exactly_once (records and checkpoints commit in one target
+	// transaction) or at_least_once (idempotent producer, checkpoint after
+	// the records; a crash can duplicate, never lose).
 	Delivery string `yaml:"delivery"`
 	// ReplicationFactor of created target topics; -1 takes the broker's default.
 	ReplicationFactor int16 `yaml:"replication_factor"`
@@ -186,11 +188,9 @@ func (c *Config) Validate() error {
 			p.Addf(key("naming"), "%v", err)
 		}
 		switch l.Delivery {
-		case "at_least_once":
-		case "exactly_once":
-			p.Addf(key("delivery"), "exactly_once is not built yet; use at_least_once")
+		case "at_least_once", "exactly_once":
 		default:
-			p.Addf(key("delivery"), "%q: want at_least_once", l.Delivery)
+			p.Addf(key("delivery"), "%q: want exactly_once or at_least_once", l.Delivery)
 		}
 		if l.ReplicationFactor < -1 || l.ReplicationFactor == 0 {
 			p.Addf(key("replication_factor"), "%d: want -1 (broker default) or a positive number", l.ReplicationFactor)

@@ -23,7 +23,10 @@ import (
 
 // Link is a replication flow the writer accepts.
 type Link struct {
-	Name              string
+	Name string
+	// ExactlyOnce selects the transactional mode: records and checkpoints
+	// of a round commit in one target transaction.
+	ExactlyOnce       bool
 	Naming            naming.Policy
 	ReplicationFactor int16
 	ConfigExclude     []*regexp.Regexp

@@ -97,7 +97,17 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 			return err
 		}
 	}
-	producer, err := sarama.NewSyncProducer(s.opts.TargetAddrs, s.opts.Producer)
+	pcfg := s.opts.Producer
+	if ss.link.ExactlyOnce {
+		// One transactional id per shard: creating this producer runs
+		// InitProducerID, which fences every older producer of the shard,
+		// on this writer or any other, and aborts its open transaction,
+		// before the checkpoints are read below.
+		c := *pcfg
+		c.Producer.Transaction.ID = transactionalID(ss.link.Name, ss.shard)
+		pcfg = &c
+	}
+	producer, err := sarama.NewSyncProducer(s.opts.TargetAddrs, pcfg)
 	if err != nil {
 		return fmt.Errorf("target producer: %w", err)
 	}
@@ -126,7 +136,11 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	// outlives run by at most that. It reports failure by cancelling ss.ctx.
 	works := make(chan work, 4)
 	go ss.receive(stream, works)
-	err = ss.produce(ss.ctx, stream, producer, works)
+	if ss.link.ExactlyOnce {
+		err = ss.produceTransactions(ss.ctx, stream, producer, works)
+	} else {
+		err = ss.produce(ss.ctx, stream, producer, works)
+	}
 	if cause := context.Cause(ss.ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause
 	}
@@ -256,7 +270,69 @@ func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationServic
 			ss.s.metrics.Checkpoints.WithLabelValues(ss.link.Name).Add(float64(len(cps)))
 		}
 		pending, cps = group, map[topicPartition]checkpoint.Checkpoint{}
-		ss.observe(group, msgs[:dataCount], now, cps)
+		ss.checkpoints(group, msgs[:dataCount], now, cps)
+		ss.observe(group, now)
+	}
+}
+
+// transactionalID names the target producer of a shard. It must never
+// change for a shard, or fencing across owners would be lost.
+func transactionalID(link string, shard uint32) string {
+	return "ferry-" + link + "-" + strconv.Itoa(int(shard))
+}
+
+// produceTransactions writes batches in rounds of one target transaction
+// each: the records of every batch waiting (up to MaxGroupBytes) and the
+// checkpoints they reach commit together or not at all, and the batches
+// are acknowledged upstream only after the commit. A zombie producer of the
+// shard was fenced when this session's producer was created, so it can
+// neither commit records nor move a checkpoint. Any failure, including a
+// commit whose outcome is unknown, ends the session: the next one fences
+// again, re-reads the committed checkpoints and resumes from them.
+func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.ReplicationService_ReplicateServer, producer sarama.SyncProducer, in <-chan work) error {
+	for {
+		group, more := ss.take(ctx, in, false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if ss.draining() {
+			return errDraining // group not produced, not acknowledged: the fetcher resends it
+		}
+		if len(group) == 0 {
+			if !more {
+				return nil
+			}
+			continue
+		}
+		start := time.Now()
+		if err := producer.BeginTxn(); err != nil {
+			return fmt.Errorf("begin target transaction: %w", err)
+		}
+		msgs := ss.messages(group)
+		if err := producer.SendMessages(msgs); err != nil {
+			_ = producer.AbortTxn()
+			return fmt.Errorf("produce in target transaction: %w", err)
+		}
+		cps := map[topicPartition]checkpoint.Checkpoint{}
+		ss.checkpoints(group, msgs, start, cps)
+		cpMsgs := make([]*sarama.ProducerMessage, 0, len(cps))
+		for tp, cp := range cps {
+			cpMsgs = append(cpMsgs, ss.s.store.Message(ss.key(tp), cp))
+		}
+		if err := producer.SendMessages(cpMsgs); err != nil {
+			_ = producer.AbortTxn()
+			return fmt.Errorf("checkpoint in target transaction: %w", err)
+		}
+		if err := producer.CommitTxn(); err != nil {
+			return fmt.Errorf("commit target transaction (outcome unknown): %w", err)
+		}
+		now := time.Now()
+		ss.s.metrics.ProduceSeconds.Observe(now.Sub(start).Seconds())
+		ss.s.metrics.Checkpoints.WithLabelValues(ss.link.Name).Add(float64(len(cps)))
+		ss.observe(group, now)
+		if err := ss.ack(stream, group, cps); err != nil {
+			return err
+		}
 	}
 }
 
@@ -338,23 +414,29 @@ func (ss *session) messages(group []work) []*sarama.ProducerMessage {
 	return msgs
 }
 
-// observe records metrics for a produced group and computes the checkpoint
-// each partition reaches with it.
-func (ss *session) observe(group []work, msgs []*sarama.ProducerMessage, now time.Time, cps map[topicPartition]checkpoint.Checkpoint) {
+// observe records the metrics of a group the target has acknowledged (and,
+// in exactly-once mode, committed).
+func (ss *session) observe(group []work, now time.Time) {
 	m := ss.s.metrics
-	i := 0
 	for _, w := range group {
-		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
-		part := strconv.Itoa(int(tp.partition))
-		m.Records.WithLabelValues(ss.link.Name, tp.topic, part).Add(float64(len(w.recs)))
-		m.Bytes.WithLabelValues(ss.link.Name, tp.topic, part).Add(float64(w.b.GetUncompressedSize()))
-		m.WireBytes.WithLabelValues(ss.link.Name, tp.topic, part).Add(float64(len(w.b.GetPayload())))
-		lat := m.Latency.WithLabelValues(ss.link.Name, tp.topic)
+		part := strconv.Itoa(int(w.b.GetPartition()))
+		m.Records.WithLabelValues(ss.link.Name, w.b.GetTopic(), part).Add(float64(len(w.recs)))
+		m.Bytes.WithLabelValues(ss.link.Name, w.b.GetTopic(), part).Add(float64(w.b.GetUncompressedSize()))
+		m.WireBytes.WithLabelValues(ss.link.Name, w.b.GetTopic(), part).Add(float64(len(w.b.GetPayload())))
+		lat := m.Latency.WithLabelValues(ss.link.Name, w.b.GetTopic())
 		for _, r := range w.recs {
 			lat.Observe(now.Sub(time.UnixMilli(r.Timestamp)).Seconds())
 		}
+	}
+}
+
+// checkpoints computes the checkpoint each partition reaches with a
+// produced group; msgs are the group's records with their target offsets.
+func (ss *session) checkpoints(group []work, msgs []*sarama.ProducerMessage, now time.Time, cps map[topicPartition]checkpoint.Checkpoint) {
+	i := 0
+	for _, w := range group {
 		i += len(w.recs)
-		cps[tp] = checkpoint.Checkpoint{
+		cps[topicPartition{w.b.GetTopic(), w.b.GetPartition()}] = checkpoint.Checkpoint{
 			NextSourceOffset: w.b.GetLastOffset() + 1,
 			TargetOffset:     msgs[i-1].Offset + 1,
 			Epoch:            ss.epoch,
