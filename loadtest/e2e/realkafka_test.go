@@ -48,3 +48,47 @@ func TestRealKafkaReplicationSurvivesWriterKill(t *testing.T) {
 		t.Fatalf("on Apache Kafka after a writer kill: %+v", res)
 	}
 }
+
+// TestRealKafkaExactlyOnceSurvivesBrokerRestartAndWriterKill runs the
+// exactly-once mode on Apache Kafka: the target broker is restarted and the
+// writer killed mid-stream, and the target must hold every record once.
+func TestRealKafkaExactlyOnceSurvivesBrokerRestartAndWriterKill(t *testing.T) {
+	ctx := context.Background()
+	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	var brokers []*kafkabroker.Broker
+	for range 2 {
+		b, err := kafkabroker.Start(startCtx, kafkabroker.Options{DataDir: t.TempDir()})
+		if err != nil {
+			t.Fatalf("start Apache Kafka: %v", err)
+		}
+		t.Cleanup(func() { _ = b.Stop() })
+		brokers = append(brokers, b)
+	}
+	e := newEnvOn(t, []string{brokers[0].Addr()}, []string{brokers[1].Addr()})
+	e.delivery = "exactly_once"
+	e.createTopic("t.real", 4, nil)
+	e.startWriter()
+	e.startFetcher(nil)
+	const records = 15000
+	prodDone := make(chan struct{})
+	go func() {
+		defer close(prodDone)
+		e.produce(ctx, workload.Options{Topic: "t.real", Partitions: 4, Records: records, ValueBytes: 500, Rate: 2000, Seed: 6})
+	}()
+	e.waitFor(ctx, "src.t.real", records/4)
+	if err := brokers[1].Restart(startCtx); err != nil {
+		t.Fatalf("restart target broker: %v", err)
+	}
+	e.waitFor(ctx, "src.t.real", records/2)
+	e.writer.Kill()
+	if err := e.writer.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	<-prodDone
+	e.waitFor(ctx, "src.t.real", records)
+	res := e.verify(ctx, "t.real")
+	if !res.OK() || res.Produced != records {
+		t.Fatalf("exactly-once on Apache Kafka after a broker restart and a writer kill: %+v", res)
+	}
+}
