@@ -117,7 +117,7 @@ func linkDefaults(l *Link) {
 		l.Naming = "identity"
 	}
 	if l.Delivery == "" {
-		l.Delivery = "at_least_once"
+		l.Delivery = "exactly_once"
 	}
 	if l.ReplicationFactor == 0 {
 		l.ReplicationFactor = -1
