@@ -45,18 +45,15 @@ func (s *Source) serverConfig(remote string) *tls.Config {
 			return s.cur.Load().cert, nil
 		},
 		// The handshake fails when the client sends no certificate. Its
-		// chain is verified in VerifyConnection, by the same code as on the
-		// client side, against the pool current at the handshake: the
-		// stdlib's own check would use a ClientCAs pool fixed in this
-		// Config.
+		// chain is verified in VerifyConnection against the pool current at
+		// the handshake, by the same code as on the client side, so a
+		// denial on either side names what the peer presented.
 		ClientAuth: tls.RequireAnyClientCert,
-		// No session resumption: a resumed session skips certificate
-		// exchange, so a peer whose CA was dropped or whose identity was
-		// removed from allowed_ids could come back on an old ticket.
-		// VerifyConnection would still refuse it (it runs on resumed
-		// sessions too, on the certificates stored in the ticket), but the
-		// links are few and long-lived, so resumption saves nothing worth
-		// a second line of defence.
+		// No session resumption. VerifyConnection also runs on resumed
+		// sessions (on the certificates stored in the ticket), so a peer
+		// whose CA was dropped could not come back on an old ticket anyway;
+		// but the links are few and long-lived, so resumption saves nothing
+		// worth keeping that path open.
 		SessionTicketsDisabled: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			err := s.verifyPeer(cs, x509.ExtKeyUsageClientAuth)
@@ -176,6 +173,7 @@ func PeerIdentity(ctx context.Context) string {
 // port cannot flood the log; every denial is counted.
 type denialLog struct {
 	total      atomic.Uint64
+	every      time.Duration // one line per this; a second when zero
 	mu         sync.Mutex
 	last       time.Time
 	suppressed uint64
@@ -184,8 +182,12 @@ type denialLog struct {
 func (d *denialLog) record(log *slog.Logger, msg string, args ...any) {
 	d.total.Add(1)
 	d.mu.Lock()
+	every := d.every
+	if every == 0 {
+		every = time.Second
+	}
 	now := time.Now()
-	if !d.last.IsZero() && now.Sub(d.last) < time.Second {
+	if !d.last.IsZero() && now.Sub(d.last) < every {
 		d.suppressed++
 		d.mu.Unlock()
 		return
