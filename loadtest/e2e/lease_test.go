@@ -57,25 +57,38 @@ func newFleet(t *testing.T, writers int, persistentConsul bool) *fleet {
 	}
 	t.Cleanup(func() { _ = agent.Stop() })
 	f.consul = agent
-	for i := range writers {
-		addr, _ := harness.FreeAddr()
-		admin, _ := harness.FreeAddr()
-		link := map[string]any{"name": "test", "naming": "prefix", "prefix": f.prefix}
-		name := fmt.Sprintf("writer-%d", i)
-		p, err := harness.Start(f.dir, filepath.Join(binDir, "ferry-writer"), name,
-			harness.WriterConfig(name, addr, admin, f.dst, link))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.stop(p) })
-		if err := harness.WaitReady(ctx, admin); err != nil {
-			t.Fatal(err)
-		}
-		f.writers = append(f.writers, &member{name: addr, admin: admin, proc: p})
+	for range writers {
+		f.addWriter(false)
 	}
 	t.Cleanup(f.dumpFleetLogs)
 	f.createTopic("t.leased", leasePartitions, nil)
 	return f
+}
+
+// addWriter starts a writer; with register it enters the Consul catalog.
+func (f *fleet) addWriter(register bool) *member {
+	f.t.Helper()
+	addr, _ := harness.FreeAddr()
+	admin, _ := harness.FreeAddr()
+	link := map[string]any{"name": "test", "naming": "prefix", "prefix": f.prefix}
+	name := fmt.Sprintf("writer-%d", len(f.writers))
+	cfg := harness.WriterConfig(name, addr, admin, f.dst, link)
+	if register {
+		cfg["registration"] = map[string]any{"address": f.consul.HTTPAddr()}
+	}
+	p, err := harness.Start(f.dir, filepath.Join(binDir, "ferry-writer"), name, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { f.stop(p) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := harness.WaitReady(ctx, admin); err != nil {
+		f.t.Fatal(err)
+	}
+	m := &member{name: addr, admin: admin, proc: p}
+	f.writers = append(f.writers, m)
+	return m
 }
 
 func (f *fleet) writerAddrs() []string {
@@ -100,9 +113,19 @@ func (f *fleet) fetcherConfig(name, admin string) map[string]any {
 
 func (f *fleet) addFetcher() *member {
 	f.t.Helper()
+	return f.addFetcherWith(nil)
+}
+
+// addFetcherWith starts a fetcher; tweak edits its configuration first.
+func (f *fleet) addFetcherWith(tweak func(map[string]any)) *member {
+	f.t.Helper()
 	name := fmt.Sprintf("fetcher-%d", len(f.fetchers))
 	admin, _ := harness.FreeAddr()
-	p, err := harness.Start(f.dir, filepath.Join(binDir, "ferry-fetcher"), name, f.fetcherConfig(name, admin))
+	cfg := f.fetcherConfig(name, admin)
+	if tweak != nil {
+		tweak(cfg)
+	}
+	p, err := harness.Start(f.dir, filepath.Join(binDir, "ferry-fetcher"), name, cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -412,5 +435,33 @@ func TestBadLeaseConfigFailsAtStart(t *testing.T) {
 		if p.Err() == nil || !strings.Contains(string(log), tc.want) {
 			t.Errorf("lease.%s=%s: exit %v, output %q; want an error containing %q", tc.key, tc.value, p.Err(), log, tc.want)
 		}
+	}
+}
+
+// TestWritersFoundThroughConsulCatalog runs fetchers with no writer list:
+// they follow the healthy writers in Consul's catalog, so a writer that
+// joins is used and one that dies is left.
+func TestWritersFoundThroughConsulCatalog(t *testing.T) {
+	f := newFleet(t, 0, false)
+	f.addWriter(true)
+	discover := func(cfg map[string]any) {
+		cfg["writers"] = map[string]any{
+			"consul":      map[string]any{"address": f.consul.HTTPAddr()},
+			"min_backoff": "50ms", "max_backoff": "1s",
+		}
+	}
+	for range 2 {
+		f.addFetcherWith(discover)
+	}
+	f.waitBalanced(f.fetchers, time.Minute)
+	wait := f.produceInBackground(6000, 1000)
+	time.Sleep(2 * time.Second)
+	second := f.addWriter(true)
+	time.Sleep(time.Second)
+	f.writers[0].proc.Kill()
+	f.finish(wait(), true)
+	n, err := harness.Metric(context.Background(), second.admin, "ferry_writer_records_total")
+	if err != nil || n == 0 {
+		t.Fatalf("the writer that joined through Consul wrote %v records (err %v)", n, err)
 	}
 }

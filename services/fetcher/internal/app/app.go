@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/admin"
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/catalog"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/config"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
@@ -112,6 +113,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return adm.Run(gctx) })
+	if cfg.Writers.Consul.Address != "" {
+		g.Go(func() error {
+			return catalog.Watch(gctx, cfg.Writers.Consul, writers.SetAddresses, log.With("component", "writer-discovery"))
+		})
+	}
 	// The lease session must outlive the supervisor, whose shards drain and
 	// release their leases before the session ends.
 	leaseCtx, endLeases := context.WithCancel(context.Background())

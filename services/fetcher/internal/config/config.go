@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/config"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/catalog"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/ownership"
 )
 
@@ -79,6 +80,9 @@ type Writers struct {
 	// Addresses are writer gRPC host:port addresses; a shard sticks to one
 	// by stable hashing and moves on failure.
 	Addresses []string `yaml:"addresses"`
+	// Consul finds writers in the target region's catalog instead (healthy
+	// instances of the service, followed with blocking queries).
+	Consul catalog.Config `yaml:"consul"`
 	// MaxMessageBytes must not exceed the writers' max_batch_bytes.
 	MaxMessageBytes config.ByteSize `yaml:"max_message_bytes"`
 	// OpenTimeout bounds waiting for a writer's answer to an open.
@@ -109,6 +113,7 @@ func Defaults() Config {
 	}
 	c.Admin.Listen = "127.0.0.1:7402"
 	c.Lease = ownership.DefaultConsulConfig()
+	c.Writers.Consul.Service = "ferry-writer"
 	c.Link.Topics.Include = []string{".*"}
 	c.Link.Topics.Exclude = DefaultExclude
 	c.Link.Shards = 64
@@ -184,8 +189,11 @@ func (c *Config) Validate() error {
 	if l.FetchMaxBytes < 1024 {
 		p.Addf("link.fetch_max_bytes", "must be at least 1KiB")
 	}
-	if len(c.Writers.Addresses) == 0 {
-		p.Addf("writers.addresses", "required: list writer host:port addresses")
+	if len(c.Writers.Addresses) == 0 && c.Writers.Consul.Address == "" {
+		p.Addf("writers.addresses", "required unless writers.consul.address is set: list writer host:port addresses")
+	}
+	if len(c.Writers.Addresses) > 0 && c.Writers.Consul.Address != "" {
+		p.Addf("writers.consul.address", "set either writers.addresses or writers.consul.address, not both")
 	}
 	if c.Writers.MaxMessageBytes < 1024 || c.Writers.MaxMessageBytes > 256<<20 {
 		p.Addf("writers.max_message_bytes", "%v: must be between 1KiB and 256MiB", c.Writers.MaxMessageBytes)

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"sort"
@@ -25,11 +26,35 @@ func NewWriters(addrs []string, maxMessageBytes int) *Writers {
 	return &Writers{addrs: addrs, maxBytes: maxMessageBytes, conns: map[string]*grpc.ClientConn{}}
 }
 
+// SetAddresses replaces the writer list (from discovery). Connections to
+// writers no longer listed are closed; their streams fail and reopen on a
+// listed writer.
+func (w *Writers) SetAddresses(addrs []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.addrs = append([]string(nil), addrs...)
+	keep := map[string]bool{}
+	for _, a := range addrs {
+		keep[a] = true
+	}
+	for a, c := range w.conns {
+		if !keep[a] {
+			c.Close()
+			delete(w.conns, a)
+		}
+	}
+}
+
 // Pick returns the writer a shard uses on its attempt-th try. Shards rank
 // the writers by rendezvous hashing, so a shard sticks to one writer and
 // moves only when that writer fails or the list changes.
 func (w *Writers) Pick(link string, shard, attempt int) (string, *grpc.ClientConn, error) {
+	w.mu.Lock()
 	ranked := append([]string(nil), w.addrs...)
+	w.mu.Unlock()
+	if len(ranked) == 0 {
+		return "", nil, errors.New("no healthy writer known")
+	}
 	score := func(addr string) uint64 {
 		h := fnv.New64a()
 		fmt.Fprintf(h, "%s/%d/%s", link, shard, addr)

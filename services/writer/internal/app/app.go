@@ -27,6 +27,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/registration"
 	"github.com/ferry-replicator/ferry/services/writer/internal/server"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
@@ -37,9 +38,9 @@ const grpcOverhead = 64 << 10
 
 // Run runs the writer until ctx ends.
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(reg)
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(promReg)
 
 	base, err := cfg.Target.Sarama()
 	if err != nil {
@@ -88,7 +89,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	adm, err := admin.Listen(cfg.Admin.Listen, reg, admin.Options{
+	adm, err := admin.Listen(cfg.Admin.Listen, promReg, admin.Options{
 		Status: func() any { return map[string]any{"writer": cfg.ID, "shards": srv.Status()} },
 	}, log)
 	if err != nil {
@@ -96,6 +97,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 
+	var reg *registration.Registration
+	if cfg.Registration.Address != "" {
+		reg, err = registration.Register(cfg.Registration, cfg.ID, lis.Addr().String(), adm.Addr())
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		log.Info("registered in consul", "service", cfg.Registration.Service)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := gs.Serve(lis); err != nil {
@@ -106,7 +116,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	g.Go(func() error { return adm.Run(gctx) })
 	g.Go(func() error {
 		<-gctx.Done()
-		hs.Shutdown() // NOT_SERVING: discovery stops sending fetchers here
+		if reg != nil { // fetchers stop choosing this writer
+			if err := reg.Deregister(); err != nil {
+				log.Warn("leave consul catalog", "err", err)
+			}
+		}
+		hs.Shutdown() // NOT_SERVING for gRPC health checkers
 		dctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
 		if err := srv.Drain(dctx); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/registration"
 )
 
 // Config is the whole writer configuration.
@@ -39,6 +40,8 @@ type Config struct {
 	MaxGroupBytes config.ByteSize `yaml:"max_group_bytes"`
 	// ShutdownTimeout bounds the drain at SIGTERM.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// Registration puts the writer in the target region's Consul catalog.
+	Registration registration.Config `yaml:"registration"`
 	// Links lists the replication flows this writer accepts.
 	Links []Link `yaml:"links"`
 }
@@ -108,6 +111,7 @@ func Defaults() Config {
 		ShutdownTimeout: 20 * time.Second,
 	}
 	c.Admin.Listen = "127.0.0.1:7401"
+	c.Registration.Service = "ferry-writer"
 	return c
 }
 
@@ -168,6 +172,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		p.Addf("shutdown_timeout", "must be positive")
+	}
+	if c.Registration.Address != "" && c.Registration.Service == "" {
+		p.Addf("registration.service", "required with registration.address")
 	}
 	if len(c.Links) == 0 {
 		p.Addf("links", "required: at least one link")
