@@ -15,6 +15,7 @@ build:
 	$(GO) build -o $(BIN)/ferry-fetcher ./services/fetcher
 	$(GO) build -o $(BIN)/ferry-writer ./services/writer
 	$(GO) build -o $(BIN)/ferry-demo ./loadtest/cmd/ferry-demo
+	$(GO) build -o $(BIN)/ferry-certs ./loadtest/cmd/ferry-certs
 
 generate:
 	$(CODEGEN) buf lint

@@ -2,14 +2,18 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/ferry-replicator/ferry/loadtest/harness"
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 )
@@ -22,7 +26,11 @@ func TestWriterRefusesBadInput(t *testing.T) {
 	defer cancel()
 	e := newEnv(t)
 	e.startWriter()
-	conn, err := grpc.NewClient(e.writerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	tlsCfg, err := harness.FetcherTLS(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(e.writerAddr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,5 +130,43 @@ func TestWriterRefusesBadInput(t *testing.T) {
 	}
 	if n := e.targetCount(ctx, "src.t.hostile"); n != 0 {
 		t.Fatalf("refused input wrote %d records to the target", n)
+	}
+}
+
+// TestWriterRefusesClientsWithoutTheFetcherIdentity: a plaintext client and
+// a client whose certificate carries the writer's identity (not a fetcher's)
+// are both turned away before any handler runs.
+func TestWriterRefusesClientsWithoutTheFetcherIdentity(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := newEnv(t)
+	e.startWriter()
+	wrong, err := harness.FetcherTLS(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certDir, _ := harness.Certs(e.dir)
+	writerCert, err := tls.LoadX509KeyPair(filepath.Join(certDir, "writer.pem"), filepath.Join(certDir, "writer-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong.Certificates = []tls.Certificate{writerCert}
+	for name, creds := range map[string]credentials.TransportCredentials{
+		"plaintext":      insecure.NewCredentials(),
+		"wrong identity": credentials.NewTLS(wrong),
+	} {
+		conn, err := grpc.NewClient(e.writerAddr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream, err := ferryv1.NewReplicationServiceClient(conn).Replicate(ctx)
+		if err == nil {
+			_ = stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: &ferryv1.Open{Link: "test"}}})
+			_, err = stream.Recv()
+		}
+		if code := status.Code(err); code != codes.Unavailable {
+			t.Errorf("%s client: %v, want Unavailable (handshake refused)", name, err)
+		}
+		conn.Close()
 	}
 }

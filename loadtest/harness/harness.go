@@ -90,8 +90,13 @@ type Process struct {
 }
 
 // Start runs bin with a YAML config file made from cfg, logging to
-// dir/name.log (appended, so restarts keep earlier logs).
+// dir/name.log (appended, so restarts keep earlier logs). A writer or
+// fetcher configuration without its own TLS settings gets mutual TLS with
+// development certificates made in dir (see Certs).
 func Start(dir, bin, name string, cfg map[string]any) (*Process, error) {
+	if err := withTLS(dir, bin, cfg); err != nil {
+		return nil, err
+	}
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return nil, err

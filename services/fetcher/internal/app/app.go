@@ -14,9 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ferry-replicator/ferry/pkg/admin"
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/catalog"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/config"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
@@ -65,7 +68,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	defer codecs.Close()
 	codec, _ := batch.ParseCodec(cfg.Link.Codec) // checked by Validate
-	writers := shard.NewWriters(cfg.Writers.Addresses, int(cfg.Writers.MaxMessageBytes))
+	creds := insecure.NewCredentials()
+	var certs *tlsconfig.Source
+	if cfg.Writers.TLS.Insecure {
+		log.Warn("INSECURE: writer connections are plaintext without peer authentication (writers.tls.insecure); loopback only")
+	} else {
+		if certs, err = tlsconfig.NewSource(cfg.Writers.TLS, log.With("component", "tls")); err != nil {
+			return err
+		}
+		creds = credentials.NewTLS(certs.ClientTLS())
+	}
+	writers := shard.NewWriters(cfg.Writers.Addresses, int(cfg.Writers.MaxMessageBytes), creds)
 	defer writers.Close()
 
 	startFrom := sarama.OffsetOldest
@@ -113,6 +126,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return adm.Run(gctx) })
+	if certs != nil {
+		g.Go(func() error { certs.Run(gctx); return nil })
+		g.Go(func() error { tlsconfig.ReloadOnHangup(gctx, certs, log); return nil })
+	}
 	if cfg.Writers.Consul.Address != "" {
 		g.Go(func() error {
 			return catalog.Watch(gctx, cfg.Writers.Consul, writers.SetAddresses, log.With("component", "writer-discovery"))

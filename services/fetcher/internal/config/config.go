@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/config"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/catalog"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/ownership"
 )
@@ -80,6 +81,9 @@ type Writers struct {
 	// Addresses are writer gRPC host:port addresses; a shard sticks to one
 	// by stable hashing and moves on failure.
 	Addresses []string `yaml:"addresses"`
+	// TLS secures the connections to writers: mutual TLS, checking the
+	// writer's identity against tls.allowed_ids; on by default.
+	TLS tlsconfig.Config `yaml:"tls"`
 	// Consul finds writers in the target region's catalog instead (healthy
 	// instances of the service, followed with blocking queries).
 	Consul catalog.Config `yaml:"consul"`
@@ -114,6 +118,7 @@ func Defaults() Config {
 	c.Admin.Listen = "127.0.0.1:7402"
 	c.Lease = ownership.DefaultConsulConfig()
 	c.Writers.Consul.Service = "ferry-writer"
+	c.Writers.TLS = tlsconfig.Defaults()
 	c.Link.Topics.Include = []string{".*"}
 	c.Link.Topics.Exclude = DefaultExclude
 	c.Link.Shards = 64
@@ -188,6 +193,22 @@ func (c *Config) Validate() error {
 	}
 	if l.FetchMaxBytes < 1024 {
 		p.Addf("link.fetch_max_bytes", "must be at least 1KiB")
+	}
+	// Plaintext is allowed only to loopback writers, each of them.
+	first := ""
+	if len(c.Writers.Addresses) > 0 {
+		first = c.Writers.Addresses[0]
+	}
+	c.Writers.TLS.Validate("writers.tls", first, &p)
+	if c.Writers.TLS.Insecure {
+		for _, a := range c.Writers.Addresses {
+			if !tlsconfig.IsLoopback(a) {
+				p.Addf("writers.tls.insecure", "writer %s is not on loopback: plaintext is refused", a)
+			}
+		}
+		if c.Writers.Consul.Address != "" {
+			p.Addf("writers.tls.insecure", "cannot be combined with writers.consul: discovered writers are not known to be on loopback")
+		}
 	}
 	if len(c.Writers.Addresses) == 0 && c.Writers.Consul.Address == "" {
 		p.Addf("writers.addresses", "required unless writers.consul.address is set: list writer host:port addresses")

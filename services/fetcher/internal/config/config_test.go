@@ -25,7 +25,7 @@ func load(t *testing.T, yaml string, env []string, sets ...string) error {
 const valid = `
 source: {bootstrap_servers: ["127.0.0.1:9092"]}
 link: {name: east-west}
-writers: {addresses: ["127.0.0.1:7400"]}
+writers: {addresses: ["127.0.0.1:7400"], tls: {insecure: true}}
 `
 
 func TestConfigErrorsNameTheKey(t *testing.T) {
@@ -47,6 +47,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "unknown env setting", yaml: valid, env: []string{"FERRY_FETCHER_NOPE=1"}, want: "FERRY_FETCHER_NOPE: no such setting"},
 		{name: "env overrides file", yaml: valid, env: []string{"FERRY_FETCHER_LINK_START_FROM=middle"}, want: `link.start_from: "middle"`},
 		{name: "owned shard out of range", yaml: valid, sets: []string{"link.owned_shards=3,64"}, want: "shard 64 is outside 0..63"},
+		{name: "tls required by default", yaml: "source: {bootstrap_servers: [k:9092]}\nlink: {name: a}\nwriters: {addresses: [\"w:7400\"]}\n", want: "writers.tls.cert_file: required"},
+		{name: "plaintext to a remote writer refused", yaml: "source: {bootstrap_servers: [k:9092]}\nlink: {name: a}\nwriters: {addresses: [\"10.1.2.3:7400\"], tls: {insecure: true}}\n", want: "writers.tls.insecure"},
 		{name: "unknown --set key", yaml: valid, sets: []string{"link.nme=x"}, want: `no such setting "link.nme"`},
 	}
 	for _, tt := range tests {

@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 )
 
 // Writers holds one gRPC connection per writer address, shared by every
@@ -16,14 +16,16 @@ import (
 type Writers struct {
 	addrs    []string
 	maxBytes int
+	creds    credentials.TransportCredentials
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
 
-// NewWriters prepares connections (made on first use) to addrs.
-func NewWriters(addrs []string, maxMessageBytes int) *Writers {
-	return &Writers{addrs: addrs, maxBytes: maxMessageBytes, conns: map[string]*grpc.ClientConn{}}
+// NewWriters prepares connections (made on first use) to addrs, secured
+// by creds.
+func NewWriters(addrs []string, maxMessageBytes int, creds credentials.TransportCredentials) *Writers {
+	return &Writers{addrs: addrs, maxBytes: maxMessageBytes, creds: creds, conns: map[string]*grpc.ClientConn{}}
 }
 
 // SetAddresses replaces the writer list (from discovery). Connections to
@@ -68,7 +70,7 @@ func (w *Writers) Pick(link string, shard, attempt int) (string, *grpc.ClientCon
 		return addr, c, nil
 	}
 	c, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(w.creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(w.maxBytes+64<<10)),
 	)
 	if err != nil {

@@ -16,12 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ferry-replicator/ferry/pkg/admin"
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
@@ -77,11 +79,26 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		MaxGroupBytes: int(cfg.MaxGroupBytes),
 	}, links, ens, store, codecs, m, log)
 
-	gs := grpc.NewServer(
-		grpc.MaxRecvMsgSize(int(cfg.MaxBatchBytes)+grpcOverhead),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(cfg.MaxBatchBytes) + grpcOverhead),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	}
+	var certs *tlsconfig.Source
+	if cfg.TLS.Insecure {
+		log.Warn("INSECURE: the gRPC port serves plaintext without peer authentication (tls.insecure); loopback only")
+	} else {
+		if certs, err = tlsconfig.NewSource(cfg.TLS, log.With("component", "tls")); err != nil {
+			return err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(certs.ServerTLS())))
+		// Connections are recycled so long-lived streams re-handshake (new
+		// certificates, fresh identity check); the grace lets a stream end
+		// its round, and must be finite or a busy stream never moves.
+		kp.MaxConnectionAge, kp.MaxConnectionAgeGrace = certs.MaxConnectionAge(), time.Minute
+	}
+	opts = append(opts, grpc.KeepaliveParams(kp))
+	gs := grpc.NewServer(opts...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	ferryv1.RegisterReplicationServiceServer(gs, srv)
@@ -114,6 +131,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return nil
 	})
 	g.Go(func() error { return adm.Run(gctx) })
+	if certs != nil {
+		g.Go(func() error { certs.Run(gctx); return nil })
+		g.Go(func() error { tlsconfig.ReloadOnHangup(gctx, certs, log); return nil })
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		if reg != nil { // fetchers stop choosing this writer

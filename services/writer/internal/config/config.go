@@ -11,6 +11,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/config"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
 	"github.com/ferry-replicator/ferry/services/writer/internal/registration"
 )
@@ -40,6 +41,9 @@ type Config struct {
 	MaxGroupBytes config.ByteSize `yaml:"max_group_bytes"`
 	// ShutdownTimeout bounds the drain at SIGTERM.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// TLS secures the gRPC port: mutual TLS with an allow list of fetcher
+	// identities, on by default.
+	TLS tlsconfig.Config `yaml:"tls"`
 	// Registration puts the writer in the target region's Consul catalog.
 	Registration registration.Config `yaml:"registration"`
 	// Links lists the replication flows this writer accepts.
@@ -112,6 +116,7 @@ func Defaults() Config {
 	}
 	c.Admin.Listen = "127.0.0.1:7401"
 	c.Registration.Service = "ferry-writer"
+	c.TLS = tlsconfig.Defaults()
 	return c
 }
 
@@ -146,6 +151,7 @@ func (c *Config) Validate() error {
 		p.Addf("admin.listen", "required")
 	}
 	c.Log.Validate(&p)
+	c.TLS.Validate("tls", c.Listen, &p)
 	c.Target.Validate("target", &p)
 	if c.Checkpoints.Topic == "" {
 		p.Addf("checkpoints.topic", "required")

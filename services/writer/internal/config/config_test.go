@@ -10,7 +10,7 @@ import (
 )
 
 func TestWriterConfigErrorsNameTheKey(t *testing.T) {
-	base := "target: {bootstrap_servers: [\"127.0.0.1:9092\"]}\n"
+	base := "target: {bootstrap_servers: [\"127.0.0.1:9092\"]}\ntls: {insecure: true}\n"
 	tests := []struct {
 		name, yaml, want string
 	}{
@@ -23,6 +23,8 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		{"unknown delivery", base + "links: [{name: a, delivery: at_most_once}]\n", "links[0].delivery"},
 		{"bad exclude regex", base + "links: [{name: a, config_exclude: ['(']}]\n", "links[0].config_exclude"},
 		{"group below batch", base + "links: [{name: a}]\nmax_group_bytes: 1KiB\n", "max_group_bytes"},
+		{"tls required by default", "target: {bootstrap_servers: [k:9092]}\nlinks: [{name: a}]\n", "tls.cert_file: required"},
+		{"plaintext on a public listener refused", base + "listen: 0.0.0.0:7400\nlinks: [{name: a}]\n", "tls.insecure"},
 		{"bad size", base + "links: [{name: a}]\nmax_batch_bytes: lots\n", "bad size"},
 	}
 	for _, tt := range tests {
