@@ -42,10 +42,11 @@ func (c chart) writePNG(path string) error {
 	fill(img, img.Bounds(), color.RGBA{0xff, 0xff, 0xff, 0xff})
 	x0, x1, y0, y1 := c.bounds()
 	tx := func(x float64) int {
+		lo, hi := x0, x1
 		if c.logX {
-			x, x0, x1 = math.Log10(max(x, 1e-3)), math.Log10(max(x0, 1e-3)), math.Log10(max(x1, 1e-3))
+			x, lo, hi = math.Log10(max(x, 1e-3)), math.Log10(lo), math.Log10(hi)
 		}
-		return marginL + int((x-x0)/(x1-x0)*float64(plotW-marginL-marginR))
+		return marginL + int((x-lo)/(hi-lo)*float64(plotW-marginL-marginR))
 	}
 	ty := func(y float64) int {
 		return plotH - marginB - int((y-y0)/(y1-y0)*float64(plotH-marginT-marginB))
@@ -67,9 +68,9 @@ func (c chart) writePNG(path string) error {
 	}
 	drawLine(img, marginL, plotH-marginB, plotW-marginR, plotH-marginB, black)
 	drawLine(img, marginL, marginT, marginL, plotH-marginB, black)
-	label(img, marginL, 24, c.title, black)
+	label(img, marginL, 14, c.title, black)
 	label(img, plotW/2-3*len(c.xLabel), plotH-18, c.xLabel, black)
-	label(img, 8, marginT-8, c.yLabel, black)
+	label(img, 8, marginT-6, c.yLabel, black)
 	for i, l := range c.lines {
 		col := palette[i%len(palette)]
 		for j := 1; j < len(l.xs); j++ {
@@ -110,6 +111,8 @@ func (c chart) bounds() (x0, x1, y0, y1 float64) {
 	if c.logX {
 		x0 = math.Pow(10, math.Floor(math.Log10(max(x0, 1e-3))))
 		x1 = math.Pow(10, math.Ceil(math.Log10(max(x1, 1e-3))))
+	} else {
+		x0, x1 = 0, niceCeil(x1)
 	}
 	if x1 <= x0 {
 		x1 = x0 + 1
@@ -140,8 +143,8 @@ func (c chart) xTicks(x0, x1 float64) []float64 {
 		}
 		return out
 	}
-	for i := 0; i <= 8; i++ {
-		out = append(out, x0+(x1-x0)*float64(i)/8)
+	for i := 0; i <= 5; i++ {
+		out = append(out, x0+(x1-x0)*float64(i)/5)
 	}
 	return out
 }

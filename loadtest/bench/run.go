@@ -403,13 +403,19 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 	}()
 	pids := rep.PIDs()
 
+	ends, err := newEndOffsets(dst, targetTopic)
+	if err != nil {
+		return err
+	}
+	defer ends.close()
+	p := &progress{rep: rep, tail: t, ends: ends, start: start, txn: s.system == MM2EOS}
 	var m measured
 	if s.workload == Live {
-		m, err = measureLive(ctx, cfg, c, wl, s.rate, rep, t, start)
+		m, err = measureLive(ctx, cfg, c, wl, s.rate, p)
 	} else {
-		m, err = measureCatchUp(ctx, int64(s.records), rep, t, hop, start)
+		m, err = measureCatchUp(ctx, int64(s.records), p)
 	}
-	r.Series = m.series
+	r.Series = p.series
 	if err != nil {
 		return err
 	}
@@ -455,45 +461,66 @@ type measured struct {
 	series            []int64
 }
 
-// waitFor polls the tail every 50 ms until it holds want records, sampling
-// the count every second into series, failing if the replicator exits or
-// ctx ends. onFirst runs once when the first record shows up.
-func waitFor(ctx context.Context, want int64, rep replicator, t *tail, start time.Time, series *[]int64, onFirst func()) (time.Time, error) {
+// progress watches the target while a replicator runs: the tail's record
+// count decides completion; the end offsets, polled every 50 ms, give the
+// first and last moments of the copy (for systems writing transactions,
+// whose commit markers also advance end offsets, the tail decides the last
+// moment) and the per-second series.
+type progress struct {
+	rep    replicator
+	tail   *tail
+	ends   *endOffsets
+	start  time.Time
+	series []int64
+	txn    bool // the system writes transactions
+}
+
+// waitFor returns once the tail holds want records (and the end offsets
+// reach want), with the time the copy was first seen complete; onFirst runs
+// once when the first record shows up. It fails if the replicator exits or
+// ctx ends.
+func (p *progress) waitFor(ctx context.Context, want int64, onFirst func()) (time.Time, error) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	next := start.Add(time.Second)
+	next := p.start.Add(time.Duration(len(p.series)+1) * time.Second)
 	first := onFirst == nil
+	var last time.Time
 	for {
 		now := time.Now()
-		n := t.Count()
+		end := p.ends.sum(ctx)
 		for !now.Before(next) {
-			*series = append(*series, n)
+			p.series = append(p.series, end)
 			next = next.Add(time.Second)
 		}
-		if !first && n > 0 {
+		if !first && end > 0 {
 			first = true
 			onFirst()
 		}
-		if n >= want {
-			return now, nil
+		if last.IsZero() && end >= want && !p.txn {
+			last = now
 		}
-		if err := rep.Check(); err != nil {
+		if n := p.tail.Count(); n >= want && end >= want {
+			if last.IsZero() {
+				last = now
+			}
+			return last, nil
+		}
+		if err := p.rep.Check(); err != nil {
 			return now, err
 		}
 		select {
 		case <-ctx.Done():
-			last := t.LastErr()
-			return now, fmt.Errorf("target holds %d of %d records: %w (last tail error: %v)", n, want, ctx.Err(), last)
+			return now, fmt.Errorf("target holds %d of %d records: %w (last tail error: %v)", p.tail.Count(), want, ctx.Err(), p.tail.LastErr())
 		case <-tick.C:
 		}
 	}
 }
 
-func measureCatchUp(ctx context.Context, records int64, rep replicator, t *tail, hop *wan, start time.Time) (measured, error) {
+func measureCatchUp(ctx context.Context, records int64, p *progress) (measured, error) {
 	m := measured{records: records, expected: records}
-	pids := rep.PIDs()
+	pids := p.rep.PIDs()
 	var cpuErr error
-	last, err := waitFor(ctx, records, rep, t, start, &m.series, func() {
+	last, err := p.waitFor(ctx, records, func() {
 		m.first = time.Now()
 		m.from = m.first
 		m.cpuFrom, cpuErr = totalCPU(pids)
@@ -508,24 +535,25 @@ func measureCatchUp(ctx context.Context, records int64, rep replicator, t *tail,
 	if m.cpuEnd, err = totalCPU(pids); err != nil {
 		return m, err
 	}
-	m.bytes = t.Bytes()
+	m.bytes = p.tail.Bytes()
 	return m, nil
 }
 
 // measureLive primes the replicator with a few records (so start-up is
 // not counted as latency), then produces at rate for the live duration
 // while the tail records each record's latency.
-func measureLive(ctx context.Context, cfg Config, c *cluster, wl workload.Options, rate int, rep replicator, t *tail, start time.Time) (measured, error) {
+func measureLive(ctx context.Context, cfg Config, c *cluster, wl workload.Options, rate int, p *progress) (measured, error) {
+	t := p.tail
 	var m measured
 	primer := wl
 	primer.Records, primer.Seed = primerPer*cfg.Partitions, 2
 	if err := produce(ctx, c.source.Addr(), primer); err != nil {
 		return m, fmt.Errorf("primer: %w", err)
 	}
-	if _, err := waitFor(ctx, int64(primer.Records), rep, t, start, &m.series, func() { m.first = time.Now() }); err != nil {
+	if _, err := p.waitFor(ctx, int64(primer.Records), func() { m.first = time.Now() }); err != nil {
 		return m, fmt.Errorf("primer: %w", err)
 	}
-	pids := rep.PIDs()
+	pids := p.rep.PIDs()
 	var err error
 	if m.cpuFrom, err = totalCPU(pids); err != nil {
 		return m, err
@@ -540,7 +568,7 @@ func measureLive(ctx context.Context, cfg Config, c *cluster, wl workload.Option
 	defer cancel()
 	go func() { prodErr <- produce(pctx, c.source.Addr(), live) }()
 	m.expected = int64(primer.Records + live.Records)
-	last, err := waitFor(ctx, m.expected, rep, t, start, &m.series, nil)
+	last, err := p.waitFor(ctx, m.expected, nil)
 	if err != nil {
 		cancel()
 		<-prodErr
@@ -553,7 +581,7 @@ func measureLive(ctx context.Context, cfg Config, c *cluster, wl workload.Option
 	if m.cpuEnd, err = totalCPU(pids); err != nil {
 		return m, err
 	}
-	m.bytes = t.Bytes() - bytes0
+	m.bytes = p.tail.Bytes() - bytes0
 	m.records = int64(live.Records)
 	return m, nil
 }
