@@ -7,7 +7,7 @@ BIN       := bin
 CODEGEN   := $(GO) tool -modfile=tools/codegen/go.mod
 DEMO_ARGS ?=
 
-.PHONY: all build generate checkgenerate lint test test-short demo bench fuzz kafka consul clean
+.PHONY: all build generate checkgenerate lint test test-short demo bench scenarios fuzz kafka consul clean
 
 all: build
 
@@ -16,6 +16,8 @@ build:
 	$(GO) build -o $(BIN)/ferry-writer ./services/writer
 	$(GO) build -o $(BIN)/ferry-demo ./loadtest/cmd/ferry-demo
 	$(GO) build -o $(BIN)/ferry-certs ./loadtest/cmd/ferry-certs
+	$(GO) build -o $(BIN)/ferry-produce ./loadtest/cmd/ferry-produce
+	$(GO) build -o $(BIN)/ferry-verify ./loadtest/cmd/ferry-verify
 
 generate:
 	$(CODEGEN) buf lint
@@ -54,6 +56,14 @@ demo: build
 BENCH_ARGS ?=
 bench: build kafka
 	$(GO) run ./loadtest/cmd/ferry-bench --bin $(BIN) $(BENCH_ARGS)
+
+# scenarios runs every fault scenario (real processes, real Kafka, real
+# Consul; writer killed 20 times in the exactly-once run) and writes the
+# table in docs/reliability.md. One at a time: make scenarios SCENARIOS=TestDroppedConnections
+SCENARIOS ?= .
+scenarios: build kafka consul
+	FERRY_SCENARIO_KILLS=20 FERRY_SCENARIO_REPORT=$(CURDIR)/docs/reliability.md \
+		$(GO) test -count=1 -timeout 60m -v -run '$(SCENARIOS)' ./loadtest/e2e/ | grep -E '^(=== RUN|--- |ok|FAIL)|scenario:'
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./pkg/batch

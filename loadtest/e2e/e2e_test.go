@@ -39,6 +39,10 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
+	if err := writeScenarioReport(); err != nil {
+		fmt.Fprintln(os.Stderr, "scenario report:", err)
+		code = 1
+	}
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/twmb/franz-go/pkg/kfake.(*Cluster).run")); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutine leak:", err)

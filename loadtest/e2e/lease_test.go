@@ -237,11 +237,12 @@ func (f *fleet) produceInBackground(records, rate int) (wait func() int64) {
 	return func() int64 { <-done; return p.Produced() }
 }
 
-func (f *fleet) finish(produced int64, allowDuplicates bool) {
+func (f *fleet) finish(produced int64, allowDuplicates bool, recovery time.Duration) {
 	f.t.Helper()
 	ctx := context.Background()
 	f.waitFor(ctx, "src.t.leased", produced)
 	res := f.verify(ctx, "t.leased")
+	recordScenario(f.t, "", res, recovery)
 	if res.Missing != 0 || res.Reordered != 0 || res.Corrupt != 0 || res.Produced != produced {
 		f.t.Fatalf("replication after the fault: %+v", res)
 	}
@@ -264,7 +265,7 @@ func TestLeasesShareShardsAndRebalanceOnJoin(t *testing.T) {
 	t.Logf("a 4th fetcher joined; rebalanced in %v", took)
 	// Shards move only by drain-then-release, so even the moves duplicate
 	// nothing.
-	f.finish(wait(), false)
+	f.finish(wait(), false, took)
 }
 
 func TestLeasesTakeOverAKilledFetcher(t *testing.T) {
@@ -278,7 +279,7 @@ func TestLeasesTakeOverAKilledFetcher(t *testing.T) {
 	f.fetchers[0].proc.Kill()
 	took := f.waitBalanced(f.fetchers[1:], 2*time.Minute)
 	t.Logf("takeover after SIGKILL: all shards owned again %v after the kill (TTL %v, lock delay %v)", took, leaseTTL, leaseLockDelay)
-	f.finish(wait(), true)
+	f.finish(wait(), false, took)
 }
 
 func TestLeasesFenceAPausedFetcher(t *testing.T) {
@@ -323,7 +324,7 @@ func TestLeasesFenceAPausedFetcher(t *testing.T) {
 		}
 	}
 	f.waitBalanced(f.fetchers, time.Minute)
-	f.finish(wait(), true)
+	f.finish(wait(), false, took)
 }
 
 func TestLeasesSurviveAConsulOutage(t *testing.T) {
@@ -386,7 +387,7 @@ func TestLeasesSurviveAConsulOutage(t *testing.T) {
 	}
 	took := f.waitBalanced(f.fetchers, 2*time.Minute)
 	t.Logf("after Consul came back, shards were owned again in %v", took)
-	f.finish(wait(), true)
+	f.finish(wait(), false, took)
 	close(stopSampling)
 	wg.Wait()
 	if len(doubles) > 0 {
@@ -404,7 +405,7 @@ func TestLeasesMoveShardsOffAKilledWriter(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	f.writers[0].proc.Kill()
 	produced := wait()
-	f.finish(produced, true)
+	f.finish(produced, false, 0)
 	n, err := harness.Metric(context.Background(), f.writers[1].admin, "ferry_writer_records_total")
 	if err != nil || int64(n) < produced/4 {
 		t.Fatalf("the surviving writer wrote %v records (err %v): the killed writer's shards did not move", n, err)
@@ -459,7 +460,7 @@ func TestWritersFoundThroughConsulCatalog(t *testing.T) {
 	second := f.addWriter(true)
 	time.Sleep(time.Second)
 	f.writers[0].proc.Kill()
-	f.finish(wait(), true)
+	f.finish(wait(), false, 0)
 	n, err := harness.Metric(context.Background(), second.admin, "ferry_writer_records_total")
 	if err != nil || n == 0 {
 		t.Fatalf("the writer that joined through Consul wrote %v records (err %v)", n, err)

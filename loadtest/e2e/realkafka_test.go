@@ -27,6 +27,7 @@ func TestRealKafkaReplicationSurvivesWriterKill(t *testing.T) {
 		addrs = append(addrs, []string{b.Addr()})
 	}
 	e := newEnvOn(t, addrs[0], addrs[1])
+	e.delivery = "at_least_once"
 	e.createTopic("t.real", 4, map[string]*string{"compression.type": ptr("lz4")})
 	e.startWriter()
 	e.startFetcher(nil)
@@ -44,6 +45,7 @@ func TestRealKafkaReplicationSurvivesWriterKill(t *testing.T) {
 	<-prodDone
 	e.waitFor(ctx, "src.t.real", records)
 	res := e.verify(ctx, "t.real")
+	recordScenario(t, "at_least_once", res, 0)
 	if res.Missing != 0 || res.Reordered != 0 || res.Corrupt != 0 || res.Produced != records {
 		t.Fatalf("on Apache Kafka after a writer kill: %+v", res)
 	}
@@ -88,6 +90,7 @@ func TestRealKafkaExactlyOnceSurvivesBrokerRestartAndWriterKill(t *testing.T) {
 	<-prodDone
 	e.waitFor(ctx, "src.t.real", records)
 	res := e.verify(ctx, "t.real")
+	recordScenario(t, "", res, 0)
 	if !res.OK() || res.Produced != records {
 		t.Fatalf("exactly-once on Apache Kafka after a broker restart and a writer kill: %+v", res)
 	}

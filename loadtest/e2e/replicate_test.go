@@ -102,6 +102,7 @@ func TestAbortedSourceTransactionsAreNotReplicated(t *testing.T) {
 	e.waitFor(ctx, "src.t.txn", p.Produced())
 	time.Sleep(2 * time.Second) // room for a leak to show up
 	res := e.verify(ctx, "t.txn")
+	recordScenario(t, "", res, 0)
 	if !res.OK() || res.Leaked != 0 || res.Produced != p.Produced() {
 		t.Fatalf("aborted=%d committed=%d: %+v", p.Aborted(), p.Produced(), res)
 	}

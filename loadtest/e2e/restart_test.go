@@ -43,6 +43,7 @@ func restartMidStreamIn(t *testing.T, delivery, which string, kill bool, times i
 	<-prodDone
 	e.waitFor(ctx, "src.t.live", records)
 	res := e.verify(ctx, "t.live")
+	recordScenario(t, delivery, res, 0)
 	if res.Missing != 0 || res.Reordered != 0 || res.Corrupt != 0 || res.Produced != records {
 		t.Fatalf("after restarting the %s: %+v", which, res)
 	}
@@ -64,7 +65,7 @@ func TestWriterKilledMidStream(t *testing.T)           { restartMidStream(t, "wr
 // next producer of the shard is created, and the checkpoints committed with
 // the records say where to resume.
 func TestExactlyOnceWriterKilledMidStream(t *testing.T) {
-	restartMidStreamIn(t, "exactly_once", "writer", true, 5)
+	restartMidStreamIn(t, "exactly_once", "writer", true, scenarioKills())
 }
 func TestExactlyOnceFetcherKilledMidStream(t *testing.T) {
 	restartMidStreamIn(t, "exactly_once", "fetcher", true, 3)
@@ -96,6 +97,7 @@ func pauseMidStream(t *testing.T, which string) {
 	<-prodDone
 	e.waitFor(ctx, "src.t.live", records)
 	res := e.verify(ctx, "t.live")
+	recordScenario(t, "", res, 0)
 	if !res.OK() || res.Produced != records {
 		t.Fatalf("after pausing the %s: %+v", which, res)
 	}

@@ -6,9 +6,11 @@ import (
 	"hash/fnv"
 	"sort"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 )
 
 // Writers holds one gRPC connection per writer address, shared by every
@@ -71,6 +73,10 @@ func (w *Writers) Pick(link string, shard, attempt int) (string, *grpc.ClientCon
 	}
 	c, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(w.creds),
+		// Pings find a writer that stopped answering (paused, partitioned)
+		// within seconds, even while flow control has nothing to send. The
+		// writers' enforcement policy allows one ping every 10s.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: false}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(w.maxBytes+64<<10)),
 	)
 	if err != nil {
