@@ -7,7 +7,7 @@ BIN       := bin
 CODEGEN   := $(GO) tool -modfile=tools/codegen/go.mod
 DEMO_ARGS ?=
 
-.PHONY: all build generate checkgenerate lint test test-short demo bench scenarios fuzz kafka consul clean
+.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios fuzz kafka consul clean
 
 all: build
 
@@ -56,6 +56,11 @@ demo: build
 BENCH_ARGS ?=
 bench: build kafka
 	$(GO) run ./loadtest/cmd/ferry-bench --bin $(BIN) $(BENCH_ARGS)
+
+# bench-leases is the lease scale check: 2,000 shards, 4 fetchers, one
+# real Consul agent.
+bench-leases: consul
+	$(GO) test -run '^$$' -bench LeaseScale -benchtime 1x ./services/fetcher/internal/ownership/
 
 # scenarios runs every fault scenario (real processes, real Kafka, real
 # Consul; writer killed 20 times in the exactly-once run) and writes the
