@@ -70,8 +70,11 @@ scenarios: build kafka consul
 	FERRY_SCENARIO_KILLS=20 FERRY_SCENARIO_REPORT=$(CURDIR)/docs/reliability.md \
 		$(GO) test -count=1 -timeout 60m -v -run '$(SCENARIOS)' ./loadtest/e2e/ | grep -E '^(=== RUN|--- |ok|FAIL)|scenario:'
 
+# fuzz runs each fuzz target for a bounded time (FUZZTIME, default 30s).
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./pkg/batch
+	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) ./pkg/batch
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/config
 
 clean:
 	rm -rf $(BIN)

@@ -22,6 +22,10 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// maxFileBytes bounds a configuration file, so a wrong path (a log, a
+// binary) fails fast instead of feeding the YAML parser megabytes.
+const maxFileBytes = 1 << 20
+
 // Load fills dst, which holds the defaults already, from the YAML file at
 // path (none when empty), the environment entries env with the given prefix
 // (FERRY_ makes FERRY_LINK_NAME set link.name), and the key=value pairs in
@@ -31,6 +35,9 @@ func Load(dst any, path string, env []string, envPrefix string, sets []string) e
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return fmt.Errorf("read config: %w", err)
+		}
+		if len(data) > maxFileBytes {
+			return fmt.Errorf("config file %s: %d bytes, more than a configuration needs (limit %d)", path, len(data), maxFileBytes)
 		}
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
