@@ -317,11 +317,24 @@ func TestLeasesFenceAPausedFetcher(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	now, _ := owned(paused.admin)
-	for s, epoch := range now {
-		if old, ok := before[s]; ok && epoch <= old {
-			t.Errorf("shard %d runs again on the resumed fetcher with epoch %d (had %d)", s, epoch, old)
+	// Its stopped runners leave its status within moments; none of its old
+	// shards may stay with it under the old epoch.
+	var stale []string
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		stale = nil
+		now, _ := owned(paused.admin)
+		for s, epoch := range now {
+			if old, ok := before[s]; ok && epoch <= old {
+				stale = append(stale, fmt.Sprintf("shard %d epoch %d (had %d)", s, epoch, old))
+			}
 		}
+		if len(stale) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(stale) > 0 {
+		t.Errorf("the resumed fetcher still runs its old shards with their old epochs: %v", stale)
 	}
 	f.waitBalanced(f.fetchers, time.Minute)
 	f.finish(wait(), false, took)
