@@ -420,7 +420,12 @@ type TopicSpec struct {
 	PartitionCount int32 `protobuf:"varint,2,opt,name=partition_count,json=partitionCount,proto3" json:"partition_count,omitempty"`
 	// Configs holds the source topic's non-default configuration entries;
 	// the writer copies those its policy allows when it creates the topic.
-	Configs       map[string]string `protobuf:"bytes,3,rep,name=configs,proto3" json:"configs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Configs map[string]string `protobuf:"bytes,3,rep,name=configs,proto3" json:"configs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// TopicId is the source topic's Kafka topic ID (16 bytes; empty when the
+	// source does not report one). A checkpoint records it, so a topic
+	// deleted and recreated under the same name is told apart from the one
+	// the checkpoint belongs to.
+	TopicId       []byte `protobuf:"bytes,4,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -472,6 +477,13 @@ func (x *TopicSpec) GetPartitionCount() int32 {
 func (x *TopicSpec) GetConfigs() map[string]string {
 	if x != nil {
 		return x.Configs
+	}
+	return nil
+}
+
+func (x *TopicSpec) GetTopicId() []byte {
+	if x != nil {
+		return x.TopicId
 	}
 	return nil
 }
@@ -595,6 +607,10 @@ type PartitionPosition struct {
 	// HasCheckpoint is false when nothing of the partition was ever committed
 	// by this link; the fetcher then starts where its start_from policy says.
 	HasCheckpoint bool `protobuf:"varint,4,opt,name=has_checkpoint,json=hasCheckpoint,proto3" json:"has_checkpoint,omitempty"`
+	// SourceTopicId is the source topic ID recorded with the checkpoint
+	// (empty if none was known). A fetcher that sees another ID for the topic
+	// stops the partition: the topic was deleted and recreated.
+	SourceTopicId []byte `protobuf:"bytes,5,opt,name=source_topic_id,json=sourceTopicId,proto3" json:"source_topic_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -655,6 +671,13 @@ func (x *PartitionPosition) GetHasCheckpoint() bool {
 		return x.HasCheckpoint
 	}
 	return false
+}
+
+func (x *PartitionPosition) GetSourceTopicId() []byte {
+	if x != nil {
+		return x.SourceTopicId
+	}
+	return nil
 }
 
 // Batch carries consecutive records of one source partition.
@@ -876,11 +899,12 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x05 \x03(\v2\x18.ferry.v1.TopicPartitionR\n" +
 	"partitions\x12\x18\n" +
-	"\afetcher\x18\x06 \x01(\tR\afetcher\"\xc0\x01\n" +
+	"\afetcher\x18\x06 \x01(\tR\afetcher\"\xdb\x01\n" +
 	"\tTopicSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fpartition_count\x18\x02 \x01(\x05R\x0epartitionCount\x12:\n" +
-	"\aconfigs\x18\x03 \x03(\v2 .ferry.v1.TopicSpec.ConfigsEntryR\aconfigs\x1a:\n" +
+	"\aconfigs\x18\x03 \x03(\v2 .ferry.v1.TopicSpec.ConfigsEntryR\aconfigs\x12\x19\n" +
+	"\btopic_id\x18\x04 \x01(\fR\atopicId\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
@@ -889,13 +913,14 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\"U\n" +
 	"\x06Opened\x123\n" +
 	"\x06resume\x18\x01 \x03(\v2\x1b.ferry.v1.PartitionPositionR\x06resume\x12\x16\n" +
-	"\x06writer\x18\x02 \x01(\tR\x06writer\"\x8f\x01\n" +
+	"\x06writer\x18\x02 \x01(\tR\x06writer\"\xb7\x01\n" +
 	"\x11PartitionPosition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1f\n" +
 	"\vnext_offset\x18\x03 \x01(\x03R\n" +
 	"nextOffset\x12%\n" +
-	"\x0ehas_checkpoint\x18\x04 \x01(\bR\rhasCheckpoint\"\x8b\x03\n" +
+	"\x0ehas_checkpoint\x18\x04 \x01(\bR\rhasCheckpoint\x12&\n" +
+	"\x0fsource_topic_id\x18\x05 \x01(\fR\rsourceTopicId\"\x8b\x03\n" +
 	"\x05Batch\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +

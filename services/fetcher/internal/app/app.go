@@ -90,7 +90,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		BatchMaxBytes: int(cfg.Link.Batch.MaxBytes), Linger: cfg.Link.Batch.Linger,
 		MaxInflightBytes: int(cfg.Link.MaxInflightBytes), StartFrom: startFrom,
 		OpenTimeout: cfg.Writers.OpenTimeout, MinBackoff: cfg.Writers.MinBackoff, MaxBackoff: cfg.Writers.MaxBackoff,
-		DrainTimeout: cfg.ShutdownTimeout,
+		DrainTimeout: cfg.ShutdownTimeout, SkipOnDataLoss: cfg.Link.OnDataLoss == "skip",
 	}
 	deps := shard.Deps{Consumer: consumer, Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name)}
 	var owner ownership.Owner = ownership.NewLocal(cfg.Link.OwnedShards)

@@ -72,6 +72,10 @@ type Link struct {
 	// MaxInflightBytes bounds the compressed bytes sent on a shard's stream
 	// and not yet acknowledged.
 	MaxInflightBytes config.ByteSize `yaml:"max_inflight_bytes"`
+	// OnDataLoss is what a partition does when going on would lose or skip
+	// data (offset out of range, checkpoint beyond the source, topic
+	// recreated): stop (the default) or skip, counted and logged.
+	OnDataLoss string `yaml:"on_data_loss"`
 	// FetchMaxBytes is the source consumer's per-partition fetch size.
 	FetchMaxBytes config.ByteSize `yaml:"fetch_max_bytes"`
 }
@@ -129,6 +133,7 @@ func Defaults() Config {
 	c.Link.Batch.Linger = 20 * time.Millisecond
 	c.Link.MaxInflightBytes = 16 << 20
 	c.Link.FetchMaxBytes = 4 << 20
+	c.Link.OnDataLoss = "stop"
 	return c
 }
 
@@ -190,6 +195,9 @@ func (c *Config) Validate() error {
 	}
 	if l.MaxInflightBytes < l.Batch.MaxBytes {
 		p.Addf("link.max_inflight_bytes", "%v: must be at least link.batch.max_bytes (%v)", l.MaxInflightBytes, l.Batch.MaxBytes)
+	}
+	if l.OnDataLoss != "stop" && l.OnDataLoss != "skip" {
+		p.Addf("link.on_data_loss", "%q: want stop or skip", l.OnDataLoss)
 	}
 	if l.FetchMaxBytes < 1024 {
 		p.Addf("link.fetch_max_bytes", "must be at least 1KiB")

@@ -28,6 +28,8 @@ type Topic struct {
 	Partitions int32
 	// Configs holds the topic's non-default configuration.
 	Configs map[string]string
+	// ID is the Kafka topic ID (nil when the cluster reports none).
+	ID []byte
 }
 
 // Plan is the link's current view of the source.
@@ -90,6 +92,7 @@ func (s Selector) Match(topic string) bool {
 // Lister is the part of sarama's ClusterAdmin discovery needs.
 type Lister interface {
 	ListTopics() (map[string]sarama.TopicDetail, error)
+	DescribeTopics(topics []string) ([]*sarama.TopicMetadata, error)
 }
 
 // Discover lists the source and builds the plan for n shards.
@@ -113,6 +116,22 @@ func Discover(l Lister, sel Selector, n int) (Plan, error) {
 		for p := range d.NumPartitions {
 			s := ShardOf(name, p, n)
 			plan.Shards[s] = append(plan.Shards[s], Partition{Topic: name, Partition: p})
+		}
+	}
+	if len(plan.Topics) > 0 {
+		names := make([]string, 0, len(plan.Topics))
+		for n := range plan.Topics {
+			names = append(names, n)
+		}
+		meta, err := l.DescribeTopics(names)
+		if err != nil {
+			return Plan{}, fmt.Errorf("describe source topics: %w", err)
+		}
+		for _, m := range meta {
+			if t, ok := plan.Topics[m.Name]; ok && m.Err == sarama.ErrNoError && m.Uuid != (sarama.Uuid{}) {
+				t.ID = append([]byte(nil), m.Uuid[:]...)
+				plan.Topics[m.Name] = t
+			}
 		}
 	}
 	for _, parts := range plan.Shards {

@@ -30,6 +30,14 @@ type staticLister map[string]sarama.TopicDetail
 
 func (s staticLister) ListTopics() (map[string]sarama.TopicDetail, error) { return s, nil }
 
+func (s staticLister) DescribeTopics(names []string) ([]*sarama.TopicMetadata, error) {
+	var out []*sarama.TopicMetadata
+	for _, n := range names {
+		out = append(out, &sarama.TopicMetadata{Name: n, Uuid: sarama.Uuid{byte(len(n))}})
+	}
+	return out, nil
+}
+
 func TestShardsAreStableAsPartitionsGrow(t *testing.T) {
 	sel, _ := NewSelector([]string{".*"}, nil)
 	before, err := Discover(staticLister{"a": {NumPartitions: 4}, "b": {NumPartitions: 2}}, sel, 16)

@@ -15,6 +15,7 @@ type Metrics struct {
 	StreamRestarts *prometheus.CounterVec
 	PartitionStops *prometheus.CounterVec
 	ShardsOwned    prometheus.Gauge
+	Skipped        *prometheus.CounterVec
 }
 
 // New registers the fetcher's metrics on reg.
@@ -45,10 +46,13 @@ func New(reg prometheus.Registerer) *Metrics {
 		PartitionStops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_data_loss_events_total", Help: "Partitions stopped because copying on would lose or skip data (offset out of range, checkpoint beyond the source, oversized record).",
 		}, []string{"link", "topic", "partition", "reason"}),
+		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_skipped_records_total", Help: "Source records skipped under link.on_data_loss: skip (known counts only).",
+		}, part),
 		ShardsOwned: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_shards_owned", Help: "Shards this fetcher replicates now.",
 		}),
 	}
-	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.LagRecords, m.Committed, m.InflightBytes, m.StreamRestarts, m.PartitionStops, m.ShardsOwned)
+	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.LagRecords, m.Committed, m.InflightBytes, m.StreamRestarts, m.PartitionStops, m.ShardsOwned, m.Skipped)
 	return m
 }

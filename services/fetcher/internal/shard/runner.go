@@ -36,6 +36,9 @@ type Settings struct {
 	MinBackoff   time.Duration
 	MaxBackoff   time.Duration
 	DrainTimeout time.Duration
+	// SkipOnDataLoss lets a partition go on past an anomaly (counted and
+	// logged) instead of stopping: link.on_data_loss: skip.
+	SkipOnDataLoss bool
 }
 
 // Deps are the shared clients a shard uses.
@@ -171,6 +174,7 @@ func errString(err error) string {
 const (
 	ReasonOutOfRange      = "offset_out_of_range"
 	ReasonCheckpointAhead = "checkpoint_ahead"
+	ReasonTopicRecreated  = "topic_recreated"
 )
 
 // StopError marks a partition that cannot go on without losing or skipping

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -126,7 +127,7 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardStop context.CancelFunc) (map[discovery.Partition]*ferryv1.PartitionPosition, error) {
 	open := &ferryv1.Open{Link: r.set.Link, Shard: uint32(r.shard), Epoch: r.epoch, Fetcher: r.set.FetcherID}
 	for _, t := range r.topics {
-		open.Topics = append(open.Topics, &ferryv1.TopicSpec{Name: t.Name, PartitionCount: t.Partitions, Configs: t.Configs})
+		open.Topics = append(open.Topics, &ferryv1.TopicSpec{Name: t.Name, PartitionCount: t.Partitions, Configs: t.Configs, TopicId: t.ID})
 	}
 	for _, p := range r.parts {
 		open.Partitions = append(open.Partitions, &ferryv1.TopicPartition{Topic: p.Topic, Partition: p.Partition})
@@ -161,6 +162,10 @@ func (r *Runner) consume(p discovery.Partition, pos *ferryv1.PartitionPosition) 
 	offset := r.set.StartFrom
 	if pos != nil && pos.GetHasCheckpoint() {
 		offset = pos.GetNextOffset()
+		if id, cpID := r.topicID(p.Topic), pos.GetSourceTopicId(); len(id) > 0 && len(cpID) > 0 && !bytes.Equal(id, cpID) {
+			return nil, r.lossPolicy(p, &StopError{Reason: ReasonTopicRecreated, Err: fmt.Errorf(
+				"the checkpoint belongs to topic ID %x, the source topic now has ID %x: it was deleted and recreated", cpID, id)}, sarama.OffsetOldest, -1)
+		}
 		oldest, err := r.deps.Client.GetOffset(p.Topic, p.Partition, sarama.OffsetOldest)
 		if err != nil {
 			return nil, fmt.Errorf("log start of %s/%d: %w", p.Topic, p.Partition, err)
@@ -171,11 +176,19 @@ func (r *Runner) consume(p discovery.Partition, pos *ferryv1.PartitionPosition) 
 		}
 		switch {
 		case offset < oldest:
-			return nil, &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("checkpoint %d is below the source log start %d: retention removed %d records not yet copied",
-				offset, oldest, oldest-offset)}
+			err := r.lossPolicy(p, &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("checkpoint %d is below the source log start %d: retention removed %d records not yet copied",
+				offset, oldest, oldest-offset)}, oldest, oldest-offset)
+			if err != nil {
+				return nil, err
+			}
+			offset = oldest
 		case offset > newest:
-			return nil, &StopError{Reason: ReasonCheckpointAhead, Err: fmt.Errorf("checkpoint %d is beyond the source log end %d: was the topic deleted and recreated?",
-				offset, newest)}
+			err := r.lossPolicy(p, &StopError{Reason: ReasonCheckpointAhead, Err: fmt.Errorf("checkpoint %d is beyond the source log end %d: was the topic deleted and recreated?",
+				offset, newest)}, oldest, -1)
+			if err != nil {
+				return nil, err
+			}
+			offset = oldest
 		}
 		r.setCommitted(p, offset)
 	}
@@ -187,6 +200,32 @@ func (r *Runner) consume(p discovery.Partition, pos *ferryv1.PartitionPosition) 
 		return nil, fmt.Errorf("consume %s/%d from %d: %w", p.Topic, p.Partition, offset, err)
 	}
 	return pc, nil
+}
+
+// lossPolicy applies link.on_data_loss to an anomaly: "stop" returns it
+// (the partition stops, loudly); "skip" logs it, counts the records skipped
+// (skipped < 0: unknown) and lets the partition go on from 'from'.
+func (r *Runner) lossPolicy(p discovery.Partition, stop *StopError, from, skipped int64) error {
+	if !r.set.SkipOnDataLoss {
+		return stop
+	}
+	part := strconv.Itoa(int(p.Partition))
+	r.deps.Metrics.PartitionStops.WithLabelValues(r.set.Link, p.Topic, part, stop.Reason).Inc()
+	if skipped > 0 {
+		r.deps.Metrics.Skipped.WithLabelValues(r.set.Link, p.Topic, part).Add(float64(skipped))
+	}
+	r.log.Error("data loss accepted by policy (link.on_data_loss: skip): partition goes on",
+		"topic", p.Topic, "partition", p.Partition, "reason", stop.Reason, "from", from, "skipped_records", skipped, "err", stop.Err)
+	return nil
+}
+
+func (r *Runner) topicID(topic string) []byte {
+	for _, t := range r.topics {
+		if t.Name == topic {
+			return t.ID
+		}
+	}
+	return nil
 }
 
 // stopPartition reports, loudly (error log, data-loss metric, status), a

@@ -32,6 +32,9 @@ type Checkpoint struct {
 	NextSourceOffset int64 `json:"next_source_offset"`
 	// TargetOffset is the target offset after the last copied record.
 	TargetOffset int64 `json:"target_offset"`
+	// SourceTopicID is the source topic's Kafka ID, when known, so a topic
+	// recreated under the same name is not resumed from this checkpoint.
+	SourceTopicID []byte `json:"source_topic_id,omitempty"`
 	// Epoch is the shard epoch that wrote it; Writer and Time are for people.
 	Epoch  uint64    `json:"epoch"`
 	Writer string    `json:"writer"`

@@ -29,6 +29,8 @@ type session struct {
 	epoch   uint64
 	fetcher string
 	open    *ferryv1.Open
+	// topicIDs are the source topic IDs the Open reported.
+	topicIDs map[string][]byte
 	// next is the lowest source offset the next batch of each partition may
 	// start at; it refuses overlaps and replays within the stream.
 	next map[topicPartition]int64
@@ -57,7 +59,10 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 	}
 	sess := &session{
 		s: s, link: link, shard: open.GetShard(), epoch: open.GetEpoch(), fetcher: open.GetFetcher(),
-		open: open, next: map[topicPartition]int64{}, done: make(chan struct{}),
+		open: open, next: map[topicPartition]int64{}, done: make(chan struct{}), topicIDs: map[string][]byte{},
+	}
+	for _, t := range open.GetTopics() {
+		sess.topicIDs[t.GetName()] = t.GetTopicId()
 	}
 	sess.ctx, sess.cancel = context.WithCancelCause(ctx)
 	for _, p := range open.GetPartitions() {
@@ -119,7 +124,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	for tp := range ss.next {
 		pos := &ferryv1.PartitionPosition{Topic: tp.topic, Partition: tp.partition}
 		if cp, ok := s.store.Get(ss.key(tp)); ok {
-			pos.NextOffset, pos.HasCheckpoint = cp.NextSourceOffset, true
+			pos.NextOffset, pos.HasCheckpoint, pos.SourceTopicId = cp.NextSourceOffset, true, cp.SourceTopicID
 			ss.next[tp] = cp.NextSourceOffset
 		}
 		opened.Resume = append(opened.Resume, pos)
@@ -439,6 +444,7 @@ func (ss *session) checkpoints(group []work, msgs []*sarama.ProducerMessage, now
 		cps[topicPartition{w.b.GetTopic(), w.b.GetPartition()}] = checkpoint.Checkpoint{
 			NextSourceOffset: w.b.GetLastOffset() + 1,
 			TargetOffset:     msgs[i-1].Offset + 1,
+			SourceTopicID:    ss.topicIDs[w.b.GetTopic()],
 			Epoch:            ss.epoch,
 			Writer:           ss.s.opts.ID,
 			Time:             now,
