@@ -704,8 +704,12 @@ type Batch struct {
 	// UncompressedSize is the payload's size after decompression; the writer
 	// refuses a batch above its limit before decompressing anything.
 	UncompressedSize uint32 `protobuf:"varint,12,opt,name=uncompressed_size,json=uncompressedSize,proto3" json:"uncompressed_size,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Traceparent is the W3C trace context of the fetcher's span for this
+	// batch (empty when not sampled). The stream lives for hours, so context
+	// travels per batch rather than once in the stream's gRPC metadata.
+	Traceparent   string `protobuf:"bytes,13,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Batch) Reset() {
@@ -822,6 +826,13 @@ func (x *Batch) GetUncompressedSize() uint32 {
 	return 0
 }
 
+func (x *Batch) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
 // Ack reports that every batch of the stream up to and including sequence
 // is committed in the target cluster, with its checkpoint.
 type Ack struct {
@@ -920,7 +931,7 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\vnext_offset\x18\x03 \x01(\x03R\n" +
 	"nextOffset\x12%\n" +
 	"\x0ehas_checkpoint\x18\x04 \x01(\bR\rhasCheckpoint\x12&\n" +
-	"\x0fsource_topic_id\x18\x05 \x01(\fR\rsourceTopicId\"\x8b\x03\n" +
+	"\x0fsource_topic_id\x18\x05 \x01(\fR\rsourceTopicId\"\xad\x03\n" +
 	"\x05Batch\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +
@@ -935,7 +946,8 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\apayload\x18\n" +
 	" \x01(\fR\apayload\x12\x16\n" +
 	"\x06crc32c\x18\v \x01(\aR\x06crc32c\x12+\n" +
-	"\x11uncompressed_size\x18\f \x01(\rR\x10uncompressedSize\"\\\n" +
+	"\x11uncompressed_size\x18\f \x01(\rR\x10uncompressedSize\x12 \n" +
+	"\vtraceparent\x18\r \x01(\tR\vtraceparent\"\\\n" +
 	"\x03Ack\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x129\n" +
 	"\tcommitted\x18\x02 \x03(\v2\x1b.ferry.v1.PartitionPositionR\tcommitted*_\n" +
