@@ -7,7 +7,7 @@ BIN       := bin
 CODEGEN   := $(GO) tool -modfile=tools/codegen/go.mod
 DEMO_ARGS ?=
 
-.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios fuzz kafka consul clean
+.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios fuzz kafka consul jaeger clean
 
 all: build
 
@@ -40,12 +40,16 @@ kafka:
 consul:
 	bash tools/consul-dev/build.sh
 
+# Jaeger v2 (v1.76.0) built from its Go module, for the tracing tests.
+jaeger:
+	bash tools/jaeger/build.sh
+
 # test runs every test, the slow ones included; nothing skips for a missing
 # component: the targets above provide them.
-test: lint checkgenerate kafka consul
+test: lint checkgenerate kafka consul jaeger
 	$(GO) test -race -count=1 -timeout 45m ./...
 
-test-short: kafka consul
+test-short: kafka consul jaeger
 	$(GO) test -short -count=1 ./...
 
 demo: build
