@@ -63,6 +63,8 @@ type env struct {
 	fetcherAdmin    string
 	prefix          string
 	delivery        string // the writer link's delivery mode; "" is the default
+	// writerExtra and fetcherExtra are added at the top of the configs.
+	writerExtra, fetcherExtra map[string]any
 }
 
 // newEnv runs the link between two in-process kfake clusters.
@@ -116,8 +118,11 @@ func (e *env) startWriter() {
 	if e.delivery != "" {
 		link["delivery"] = e.delivery
 	}
-	w, err := harness.Start(e.dir, filepath.Join(binDir, "ferry-writer"), "writer",
-		harness.WriterConfig("writer-1", e.writerAddr, e.writerAdmin, e.dst, link))
+	wcfg := harness.WriterConfig("writer-1", e.writerAddr, e.writerAdmin, e.dst, link)
+	for k, v := range e.writerExtra {
+		wcfg[k] = v
+	}
+	w, err := harness.Start(e.dir, filepath.Join(binDir, "ferry-writer"), "writer", wcfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -135,6 +140,9 @@ func (e *env) startFetcher(extra map[string]any) {
 	cfg := harness.FetcherConfig("fetcher-1", e.fetcherAdmin, "test", e.src, []string{e.writerAddr}, `t\..*`)
 	for k, v := range extra {
 		cfg["link"].(map[string]any)[k] = v
+	}
+	for k, v := range e.fetcherExtra {
+		cfg[k] = v
 	}
 	f, err := harness.Start(e.dir, filepath.Join(binDir, "ferry-fetcher"), "fetcher", cfg)
 	if err != nil {

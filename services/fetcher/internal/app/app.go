@@ -20,6 +20,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/admin"
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
+	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/catalog"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/config"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
@@ -34,6 +35,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
+	tp, endTracing, err := tracing.Setup(ctx, cfg.Tracing, "ferry-fetcher", tracing.LinkName(cfg.Link.Name))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = endTracing(sctx)
+	}()
 	sc, err := cfg.Source.Sarama()
 	if err != nil {
 		return err
@@ -93,6 +103,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		DrainTimeout: cfg.ShutdownTimeout, SkipOnDataLoss: cfg.Link.OnDataLoss == "skip",
 	}
 	deps := shard.Deps{Consumer: consumer, Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name)}
+	if tracing.Enabled(tp) {
+		deps.Tracer = tp.Tracer("github.com/ferry-replicator/ferry/fetcher")
+	}
 	var owner ownership.Owner = ownership.NewLocal(cfg.Link.OwnedShards)
 	var consul *ownership.Consul
 	balance := cfg.Link.DiscoveryInterval

@@ -13,6 +13,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
+	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/catalog"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/ownership"
 )
@@ -38,6 +39,8 @@ type Config struct {
 	Lease ownership.ConsulConfig `yaml:"lease"`
 	// ShutdownTimeout bounds the drain at SIGTERM.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// Tracing exports OpenTelemetry spans over OTLP; off without an endpoint.
+	Tracing tracing.Config `yaml:"tracing"`
 }
 
 // Link is the replication flow's source side.
@@ -123,6 +126,7 @@ func Defaults() Config {
 	c.Lease = ownership.DefaultConsulConfig()
 	c.Writers.Consul.Service = "ferry-writer"
 	c.Writers.TLS = tlsconfig.Defaults()
+	c.Tracing = tracing.DefaultConfig()
 	c.Link.Topics.Include = []string{".*"}
 	c.Link.Topics.Exclude = DefaultExclude
 	c.Link.Shards = 64
@@ -149,6 +153,7 @@ func (c *Config) Validate() error {
 		p.Addf("admin.listen", "required")
 	}
 	c.Log.Validate(&p)
+	c.Tracing.Validate("tracing", &p)
 	c.Source.Validate("source", &p)
 	l := &c.Link
 	if !linkName.MatchString(l.Name) {

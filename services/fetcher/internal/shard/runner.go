@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -49,6 +50,9 @@ type Deps struct {
 	Codecs   *batch.Codecs
 	Metrics  *metrics.Metrics
 	Log      *slog.Logger
+	// Tracer emits batch and sampled-record spans; nil when tracing is off,
+	// which costs nothing on the record path.
+	Tracer trace.Tracer
 }
 
 // Runner replicates one shard until its context ends.

@@ -251,12 +251,14 @@ func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.Par
 	linger.Stop()
 	defer linger.Stop()
 	part := strconv.Itoa(int(p.Partition))
+	tr := newBatchTracer(r.deps.Tracer, r.set.Link, r.shard, p)
 	records := r.deps.Metrics.Records.WithLabelValues(r.set.Link, p.Topic, part)
 	rawBytes := r.deps.Metrics.Bytes.WithLabelValues(r.set.Link, p.Topic, part)
 	wireBytes := r.deps.Metrics.WireBytes.WithLabelValues(r.set.Link, p.Topic, part)
 	flush := func() bool {
 		b := r.deps.Codecs.Seal(&enc, r.set.Codec)
 		b.Topic, b.Partition, b.Epoch = p.Topic, p.Partition, r.epoch
+		tr.seal(ctx, b, enc.Len())
 		records.Add(float64(enc.Count()))
 		rawBytes.Add(float64(enc.Len()))
 		wireBytes.Add(float64(len(b.Payload)))
@@ -282,6 +284,7 @@ func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.Par
 					return
 				}
 			}
+			tr.record(ctx, m)
 			enc.Begin(m.Offset, m.Timestamp.UnixMilli(), m.Key, m.Value, len(m.Headers))
 			for _, h := range m.Headers {
 				enc.Header(h.Key, h.Value)
@@ -333,7 +336,10 @@ func (s *session) send(ctx context.Context) error {
 		b.Sequence = s.seq
 		s.inflight = append(s.inflight, sent{seq: s.seq, weight: w})
 		s.mu.Unlock()
-		if err := s.stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
+		end := traceSend(ctx, s.r.deps.Tracer, b)
+		err := s.stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}})
+		end(err)
+		if err != nil {
 			return fmt.Errorf("send batch: %w", err)
 		}
 	}

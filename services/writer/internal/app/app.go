@@ -14,6 +14,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -25,6 +26,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
+	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
@@ -44,6 +46,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(promReg)
 
+	tp, endTracing, err := tracing.Setup(ctx, cfg.Tracing, "ferry-writer")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = endTracing(sctx)
+	}()
+	var tracer trace.Tracer
+	if tracing.Enabled(tp) {
+		tracer = tp.Tracer("github.com/ferry-replicator/ferry/writer")
+	}
 	base, err := cfg.Target.Sarama()
 	if err != nil {
 		return err
@@ -77,6 +92,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Producer:      producerConfig(base, cfg.Producer),
 		MaxBatchBytes: int(cfg.MaxBatchBytes),
 		MaxGroupBytes: int(cfg.MaxGroupBytes),
+		Tracer:        tracer,
 	}, links, ens, store, codecs, m, log)
 
 	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}

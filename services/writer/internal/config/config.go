@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
+	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
 	"github.com/ferry-replicator/ferry/services/writer/internal/registration"
 )
@@ -46,6 +47,8 @@ type Config struct {
 	TLS tlsconfig.Config `yaml:"tls"`
 	// Registration puts the writer in the target region's Consul catalog.
 	Registration registration.Config `yaml:"registration"`
+	// Tracing exports OpenTelemetry spans over OTLP; off without an endpoint.
+	Tracing tracing.Config `yaml:"tracing"`
 	// Links lists the replication flows this writer accepts.
 	Links []Link `yaml:"links"`
 }
@@ -117,6 +120,7 @@ func Defaults() Config {
 	c.Admin.Listen = "127.0.0.1:7401"
 	c.Registration.Service = "ferry-writer"
 	c.TLS = tlsconfig.Defaults()
+	c.Tracing = tracing.DefaultConfig()
 	return c
 }
 
@@ -152,6 +156,7 @@ func (c *Config) Validate() error {
 	}
 	c.Log.Validate(&p)
 	c.TLS.Validate("tls", c.Listen, &p)
+	c.Tracing.Validate("tracing", &p)
 	c.Target.Validate("target", &p)
 	if c.Checkpoints.Topic == "" {
 		p.Addf("checkpoints.topic", "required")

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/IBM/sarama"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -43,6 +44,8 @@ type Options struct {
 	MaxBatchBytes int
 	// MaxGroupBytes bounds the records of one produce round.
 	MaxGroupBytes int
+	// Tracer emits batch and sampled-record spans; nil: tracing off.
+	Tracer trace.Tracer
 }
 
 // Server implements ferryv1.ReplicationServiceServer.

@@ -42,8 +42,9 @@ type session struct {
 
 // work is a checked batch on its way to the target.
 type work struct {
-	b    *ferryv1.Batch
-	recs []batch.Record
+	b        *ferryv1.Batch
+	recs     []batch.Record
+	received time.Time
 }
 
 func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (*session, error) {
@@ -224,7 +225,7 @@ func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
 		return work{}, fmt.Errorf("batch %d of %s/%d: %w", b.GetSequence(), tp.topic, tp.partition, err)
 	}
 	ss.next[tp] = b.GetLastOffset() + 1
-	return work{b: b, recs: recs}, nil
+	return work{b: b, recs: recs, received: time.Now()}, nil
 }
 
 // produce writes batches to the target in rounds. Each round sends the
@@ -277,6 +278,7 @@ func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationServic
 		pending, cps = group, map[topicPartition]checkpoint.Checkpoint{}
 		ss.checkpoints(group, msgs[:dataCount], now, cps)
 		ss.observe(group, now)
+		ss.trace(ctx, group, start, now)
 	}
 }
 
@@ -335,6 +337,7 @@ func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.Repli
 		ss.s.metrics.ProduceSeconds.Observe(now.Sub(start).Seconds())
 		ss.s.metrics.Checkpoints.WithLabelValues(ss.link.Name).Add(float64(len(cps)))
 		ss.observe(group, now)
+		ss.trace(ctx, group, start, now)
 		if err := ss.ack(stream, group, cps); err != nil {
 			return err
 		}
