@@ -198,13 +198,26 @@ func readAll(ctx context.Context, addrs []string, topic string, seed maphash.See
 		})
 		if got {
 			quiet = now
-		} else if now.Sub(quiet) > 10*time.Second {
+		} else if now.Sub(quiet) > quietLimit(want, last) {
 			// Only partitions whose committed end is a transaction marker or
 			// aborted records remain: no record will reach their end.
 			break
 		}
 	}
 	return out, nil
+}
+
+// quietLimit is how long reading may see nothing before the remaining
+// partitions count as done: short once each has yielded records (its end is
+// a marker), long while one has yielded none (a busy machine can take
+// seconds to answer the first fetch).
+func quietLimit(want map[int32]int64, last map[int32]int64) time.Duration {
+	for p := range want {
+		if _, ok := last[p]; !ok {
+			return time.Minute
+		}
+	}
+	return 10 * time.Second
 }
 
 func startOffsets(parts map[int32]int64) map[int32]kgo.Offset {

@@ -136,7 +136,7 @@ func Open(addrs []string, base *sarama.Config, opts Options, log *slog.Logger) (
 	s.cond = sync.NewCond(&s.mu)
 	for p := range parts {
 		s.read[p] = -1
-		pc, err := consumer.ConsumePartition(opts.Topic, p, sarama.OffsetOldest)
+		pc, err := consumePartition(consumer, opts.Topic, p)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("tail checkpoint partition %d: %w", p, err)
@@ -176,6 +176,19 @@ func ensureTopic(client sarama.Client, opts Options) (int32, error) {
 
 func ptr[T any](v T) *T { return &v }
 
+// consumePartition starts the tail, retrying for a while: a topic just
+// created, or a broker just restarted, may not have a leader yet.
+func consumePartition(c sarama.Consumer, topic string, p int32) (sarama.PartitionConsumer, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pc, err := c.ConsumePartition(topic, p, sarama.OffsetOldest)
+		if err == nil || time.Now().After(deadline) {
+			return pc, err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 func (s *Store) tail(ctx context.Context, p int32, pc sarama.PartitionConsumer) {
 	defer s.wg.Done()
 	defer pc.AsyncClose()
@@ -187,8 +200,14 @@ func (s *Store) tail(ctx context.Context, p int32, pc sarama.PartitionConsumer) 
 			if err == nil {
 				continue
 			}
-			s.fail(fmt.Errorf("tail checkpoint partition %d: %w", p, err))
-			return
+			// sarama reports transient errors (leader moves, broker
+			// restarts) and retries them itself; only a lost position is
+			// fatal for the view.
+			if errors.Is(err.Err, sarama.ErrOffsetOutOfRange) {
+				s.fail(fmt.Errorf("tail checkpoint partition %d: %w", p, err))
+				return
+			}
+			s.log.Warn("checkpoint tail error; retrying", "partition", p, "err", err)
 		case m, ok := <-pc.Messages():
 			if !ok {
 				return
