@@ -19,10 +19,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/loadtest/harness"
+	"github.com/ferry-replicator/ferry/loadtest/jaegeragent"
 	"github.com/ferry-replicator/ferry/loadtest/verify"
 	"github.com/ferry-replicator/ferry/loadtest/workload"
+	"github.com/ferry-replicator/ferry/pkg/tracing"
 )
 
 func main() {
@@ -40,6 +43,7 @@ func run(ctx context.Context) error {
 	partitions := flag.Int("partitions", 8, "partitions of the demo topic")
 	bin := flag.String("bin", "bin", "folder holding ferry-fetcher and ferry-writer")
 	follow := flag.Bool("follow", false, "keep running after verification, for a look at /metrics")
+	withJaeger := flag.Bool("jaeger", false, "start a local Jaeger, trace the services, and print the trace of a sampled record")
 	flag.Parse()
 
 	dir, err := os.MkdirTemp("", "ferry-demo-")
@@ -75,14 +79,24 @@ func run(ctx context.Context) error {
 		}
 	}
 	link := map[string]any{"name": "demo", "naming": "prefix", "prefix": "source."}
-	writer, err := harness.Start(dir, filepath.Join(*bin, "ferry-writer"), "writer",
-		harness.WriterConfig("writer-1", addrs["writer"], addrs["writer-admin"], target.ListenAddrs(), link))
+	wcfg := harness.WriterConfig("writer-1", addrs["writer"], addrs["writer-admin"], target.ListenAddrs(), link)
+	fcfg := harness.FetcherConfig("fetcher-1", addrs["fetcher-admin"], "demo", source.ListenAddrs(), []string{addrs["writer"]}, `demo\..*`)
+	var jaeger *jaegeragent.Agent
+	if *withJaeger {
+		fmt.Println("ferry-demo: starting Jaeger (the first run builds it, which takes minutes)")
+		if jaeger, err = jaegeragent.Start(ctx, jaegeragent.Options{}); err != nil {
+			return fmt.Errorf("jaeger: %w", err)
+		}
+		defer jaeger.Stop()
+		tc := map[string]any{"endpoint": jaeger.OTLPGRPCAddr(), "insecure": true, "sampling_ratio": 0.01}
+		wcfg["tracing"], fcfg["tracing"] = tc, tc
+	}
+	writer, err := harness.Start(dir, filepath.Join(*bin, "ferry-writer"), "writer", wcfg)
 	if err != nil {
 		return err
 	}
 	defer writer.Stop(30 * time.Second)
-	fetcher, err := harness.Start(dir, filepath.Join(*bin, "ferry-fetcher"), "fetcher",
-		harness.FetcherConfig("fetcher-1", addrs["fetcher-admin"], "demo", source.ListenAddrs(), []string{addrs["writer"]}, `demo\..*`))
+	fetcher, err := harness.Start(dir, filepath.Join(*bin, "ferry-fetcher"), "fetcher", fcfg)
 	if err != nil {
 		return err
 	}
@@ -115,6 +129,13 @@ func run(ctx context.Context) error {
 	if *follow {
 		fmt.Println("ferry-demo: --follow: running until interrupted")
 		<-ctx.Done()
+	}
+	if jaeger != nil {
+		traceID, err := tracedRecord(ctx, jaeger, source.ListenAddrs(), topic)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("ferry-demo: trace of a sampled record: http://%s/api/traces/%s\n", jaeger.QueryAddr(), traceID)
 	}
 	fmt.Println(res.Line())
 	if !res.OK() {
@@ -159,3 +180,35 @@ func watch(ctx context.Context, prod *workload.Producer, prodErr <-chan error, w
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// tracedRecord produces one record inside a sampled trace, waits until
+// Jaeger holds the fetcher's and writer's spans for it, and returns the
+// trace id.
+func tracedRecord(ctx context.Context, jaeger *jaegeragent.Agent, source []string, topic string) (string, error) {
+	cfg := tracing.DefaultConfig()
+	cfg.Endpoint, cfg.SamplingRatio = jaeger.OTLPGRPCAddr(), 1
+	tp, shutdown, err := tracing.Setup(ctx, cfg, "demo-producer")
+	if err != nil {
+		return "", err
+	}
+	_, span := tp.Tracer("demo").Start(ctx, "produce order", trace.WithSpanKind(trace.SpanKindProducer))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(source...))
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	rec := &kgo.Record{Topic: topic, Key: []byte("traced-order"), Value: []byte(`{"traced":true}`),
+		Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte(tracing.FormatTraceparent(span.SpanContext()))}}}
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return "", fmt.Errorf("produce traced record: %w", err)
+	}
+	span.End()
+	_ = shutdown(ctx)
+	id := span.SpanContext().TraceID().String()
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := jaeger.WaitTrace(wctx, id, 3); err != nil {
+		return "", fmt.Errorf("wait for trace %s: %w", id, err)
+	}
+	return id, nil
+}
