@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -122,6 +124,19 @@ func TestTraceCrossesFetcherAndWriter(t *testing.T) {
 	_, cspan := tp.Tracer("test").Start(trace.ContextWithRemoteSpanContext(ctx, sc), "consume", trace.WithSpanKind(trace.SpanKindConsumer))
 	cspan.End()
 	_ = shutdown(ctx)
+
+	// The latency histogram carries the record's trace id as an exemplar.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.writerAdmin+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `trace_id="`+sc.TraceID().String()+`"`) {
+		t.Errorf("no exemplar with trace_id %s on the writer's metrics", sc.TraceID())
+	}
 
 	// Ferry's services export in batches every few seconds.
 	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)

@@ -251,7 +251,7 @@ func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.Par
 	linger.Stop()
 	defer linger.Stop()
 	part := strconv.Itoa(int(p.Partition))
-	tr := newBatchTracer(r.deps.Tracer, r.set.Link, r.shard, p)
+	tr := newBatchTracer(r.deps.Tracer, r.set.Link, r.shard, p, r.log)
 	records := r.deps.Metrics.Records.WithLabelValues(r.set.Link, p.Topic, part)
 	rawBytes := r.deps.Metrics.Bytes.WithLabelValues(r.set.Link, p.Topic, part)
 	wireBytes := r.deps.Metrics.WireBytes.WithLabelValues(r.set.Link, p.Topic, part)

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -24,12 +25,14 @@ type batchTracer struct {
 	shard  int
 	part   discovery.Partition
 
+	log   *slog.Logger
+
 	first time.Time // when the batch's first record was read
 	links []trace.Link
 }
 
-func newBatchTracer(t trace.Tracer, link string, shard int, p discovery.Partition) *batchTracer {
-	return &batchTracer{tracer: t, link: link, shard: shard, part: p}
+func newBatchTracer(t trace.Tracer, link string, shard int, p discovery.Partition, log *slog.Logger) *batchTracer {
+	return &batchTracer{tracer: t, link: link, shard: shard, part: p, log: log}
 }
 
 func (t *batchTracer) record(ctx context.Context, m *sarama.ConsumerMessage) {
@@ -66,8 +69,10 @@ func (t *batchTracer) seal(ctx context.Context, b *ferryv1.Batch, rawBytes int) 
 		trace.WithAttributes(tracing.Batch(b.Topic, b.Partition, b.FirstOffset, b.LastOffset, int(b.RecordCount), rawBytes)...),
 		trace.WithAttributes(tracing.CompressedBytes(len(b.Payload)), tracing.LinkName(t.link), tracing.Shard(t.shard)))
 	span.End()
-	if span.SpanContext().IsSampled() {
-		b.Traceparent = tracing.FormatTraceparent(span.SpanContext())
+	if sc := span.SpanContext(); sc.IsSampled() {
+		b.Traceparent = tracing.FormatTraceparent(sc)
+		t.log.Debug("batch sealed", "topic", b.Topic, "partition", b.Partition, "last_offset", b.LastOffset,
+			"trace_id", sc.TraceID().String(), "span_id", sc.SpanID().String())
 	}
 	t.first, t.links = time.Time{}, t.links[:0]
 }

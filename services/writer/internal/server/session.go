@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/tracing"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
@@ -432,8 +434,18 @@ func (ss *session) observe(group []work, now time.Time) {
 		m.Bytes.WithLabelValues(ss.link.Name, w.b.GetTopic(), part).Add(float64(w.b.GetUncompressedSize()))
 		m.WireBytes.WithLabelValues(ss.link.Name, w.b.GetTopic(), part).Add(float64(len(w.b.GetPayload())))
 		lat := m.Latency.WithLabelValues(ss.link.Name, w.b.GetTopic())
+		traced := ss.s.opts.Tracer != nil
 		for _, r := range w.recs {
-			lat.Observe(now.Sub(time.UnixMilli(r.Timestamp)).Seconds())
+			v := now.Sub(time.UnixMilli(r.Timestamp)).Seconds()
+			if traced {
+				// A sampled record's trace id rides on the histogram as an
+				// exemplar, from a latency bucket straight to its trace.
+				if sc := tracing.BatchSpanContext(r.Headers); sc.IsValid() && sc.IsSampled() {
+					lat.(prometheus.ExemplarObserver).ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
+					continue
+				}
+			}
+			lat.Observe(v)
 		}
 	}
 }

@@ -31,6 +31,8 @@ func (ss *session) trace(ctx context.Context, group []work, start, done time.Tim
 				trace.WithAttributes(tracing.Batch(ss.link.Naming.Target(b.GetTopic()), b.GetPartition(), b.GetFirstOffset(), b.GetLastOffset(), len(w.recs), int(b.GetUncompressedSize()))...),
 				trace.WithAttributes(tracing.LinkName(ss.link.Name), tracing.Shard(int(ss.shard)), tracing.Epoch(int64(ss.epoch))))
 			span.End(trace.WithTimestamp(done))
+			ss.s.log.Debug("batch written", "link", ss.link.Name, "topic", b.GetTopic(), "partition", b.GetPartition(),
+				"last_offset", b.GetLastOffset(), "trace_id", span.SpanContext().TraceID().String(), "span_id", span.SpanContext().SpanID().String())
 		}
 		for i := range w.recs {
 			sc := tracing.BatchSpanContext(w.recs[i].Headers) // no allocation without a traceparent
