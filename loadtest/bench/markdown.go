@@ -7,7 +7,7 @@ import (
 )
 
 // markdown renders the report.
-func markdown(rep Report, plots []string) string {
+func markdown(rep Report, plots []string, notes string) string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	m, c := rep.Machine, rep.Config
@@ -17,8 +17,8 @@ func markdown(rep Report, plots []string) string {
 
 	p("## Machine\n\n")
 	p("| | |\n|---|---|\n")
-	p("| CPU | %d cores, %s |\n| memory | %.1f GiB |\n| kernel | Linux %s |\n| Go | %s |\n| Java | %s |\n| Kafka | %s |\n| load average at start | %s |\n\n",
-		m.Cores, m.CPU, float64(m.MemoryBytes)/(1<<30), m.Kernel, m.Go, m.Java, m.Kafka, m.LoadAtStart)
+	p("| CPU | %d cores, %s |\n| memory | %.1f GiB |\n| kernel | Linux %s |\n| Go | %s |\n| Java | %s |\n| Kafka | %s |\n| load average at start | %s |\n| Ferry commit | %s |\n\n",
+		m.Cores, m.CPU, float64(m.MemoryBytes)/(1<<30), m.Kernel, m.Go, m.Java, m.Kafka, m.LoadAtStart, m.Commit)
 	p("Everything (two brokers, the replicator, the workload producer, the target tail consumer and the verifier) shares these cores; see \"Noise\".\n\n")
 
 	p("## Workloads\n\n")
@@ -69,6 +69,9 @@ func markdown(rep Report, plots []string) string {
 	p("Other work was running on this machine at the same time (load average at start: %s). ", m.LoadAtStart)
 	p("Each system ran once per workload: read differences under ~20%% as noise. JVM systems pay JIT warm-up inside the copy window of a short catch-up. ")
 	p("CPU per GB is the most stable figure (it does not depend on who else had the cores); throughput and latency depend on contention.\n")
+	if notes != "" {
+		p("\n## Notes on this run\n\n%s", notes)
+	}
 	return b.String()
 }
 
@@ -109,14 +112,14 @@ func table(b *strings.Builder, key string, rs []Result) {
 	p("## %s\n\n", key)
 	p("| system | MB/s | rec/s | ×tuned | CPU s/GB | ×tuned | peak RSS MB | ×tuned | startup s |")
 	if live {
-		p(" p50 ms | p99 ms | p99.9 ms | max ms | p99 ×tuned |")
+		p(" produced rec/s | p50 ms | p99 ms | p99.9 ms | max ms | p99 ×tuned |")
 	}
 	if wan {
 		p(" wire MB/GB | ×tuned |")
 	}
 	p(" verify |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	if live {
-		p("---:|---:|---:|---:|---:|")
+		p("---:|---:|---:|---:|---:|---:|")
 	}
 	if wan {
 		p("---:|---:|")
@@ -137,7 +140,11 @@ func table(b *strings.Builder, key string, rs []Result) {
 			r.CPUPerGB, t(r.CPUPerGB, tuned.CPUPerGB), r.PeakRSSBytes>>20, t(float64(r.PeakRSSBytes), float64(tuned.PeakRSSBytes)), r.StartupSeconds)
 		if live {
 			l := r.Latency
-			p(" %.0f | %.0f | %.0f | %.0f | %s |", l.P50, l.P99, l.P999, l.Max, t(l.P99, tuned.Latency.P99))
+			prod := "–"
+			if r.RateProduced > 0 {
+				prod = fmt.Sprintf("%.0f", r.RateProduced)
+			}
+			p(" %s | %.0f | %.0f | %.0f | %.0f | %s |", prod, l.P50, l.P99, l.P999, l.Max, t(l.P99, tuned.Latency.P99))
 		}
 		if wan {
 			p(" %.0f | %s |", r.WireBytesPerGB/1e6, t(r.WireBytesPerGB, tuned.WireBytesPerGB))

@@ -24,6 +24,7 @@ type Report struct {
 // Machine describes where the benchmark ran.
 type Machine struct {
 	CPU, Kernel, Go, Java, Kafka string
+	Commit                       string // of the Ferry build measured
 	Cores                        int
 	MemoryBytes                  int64
 	LoadAtStart                  string
@@ -59,7 +60,7 @@ func systemSettings(sys System, partitions int) string {
 	case Ferry:
 		return "one ferry-fetcher, one ferry-writer, at their defaults (link.codec zstd, link.batch.max_bytes 1MiB, link.batch.linger 20ms, " +
 			"link.max_inflight_bytes 16MiB, link.fetch_max_bytes 4MiB, link.shards 64, writer producer.compression lz4, delivery at_least_once); " +
-			"naming prefix `src.`; the harness sets link.discovery_interval 1s"
+			"naming prefix `src.`; gRPC link in plaintext on loopback (`tls.insecure: true` on both, as MM2's Kafka connections are plaintext here); the harness sets link.discovery_interval 1s"
 	case Floor:
 		return "`ferry-bench floor-copy`: franz-go v1.22.3 consumer (read_committed, 4 MiB per partition per fetch) feeding a producer " +
 			"(same partition, lz4, acks=all, idempotent, 1 MiB batches, 20 ms linger); no checkpoints, no wire hop, no checks: the floor, not a replicator"
@@ -104,6 +105,12 @@ func ReadMachine() Machine {
 			}
 		}
 	}
+	if out, err := exec.Command("git", "log", "-1", "--format=%h %cI %s").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(out))
+		if st, err := exec.Command("git", "status", "--porcelain", "--", "services", "pkg").Output(); err == nil && len(st) > 0 {
+			m.Commit += " (plus uncommitted changes in services/ or pkg/)"
+		}
+	}
 	if out, err := exec.Command("java", "-version").CombinedOutput(); err == nil {
 		m.Java = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 	}
@@ -146,7 +153,12 @@ func writeMarkdownAndPlots(dir string, rep Report) error {
 	if err != nil {
 		return err
 	}
-	md := markdown(rep, plots)
+	// notes.md, hand-written after a run, is kept in the report.
+	notes, err := os.ReadFile(filepath.Join(dir, "notes.md"))
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("report: %w", err)
+	}
+	md := markdown(rep, plots, string(notes))
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md), 0o644); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}

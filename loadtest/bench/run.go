@@ -54,6 +54,8 @@ type Config struct {
 
 	RunTimeout time.Duration
 	Out        io.Writer // progress
+	// OnResult, if set, is called with all results so far after each run.
+	OnResult func([]Result)
 }
 
 // Workload kinds.
@@ -67,8 +69,10 @@ const (
 type Result struct {
 	System   System `json:"system"`
 	Workload string `json:"workload"`
-	// RateTarget is the live producer rate, records/s.
-	RateTarget int `json:"rate_target,omitempty"`
+	// RateTarget is the live producer rate, records/s; RateProduced what
+	// the producer achieved (on shared cores it can fall short).
+	RateTarget   int     `json:"rate_target,omitempty"`
+	RateProduced float64 `json:"rate_produced,omitempty"`
 	// RTT and BandwidthKBs describe the WAN hop of a WAN run.
 	RTTMillis    int64 `json:"rtt_ms,omitempty"`
 	BandwidthKBs int   `json:"bandwidth_kbs,omitempty"`
@@ -152,6 +156,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 				r.MBps, r.RecordsPerSec, r.CPUPerGB, r.PeakRSSBytes>>20, r.Latency.P99, r.Verify.Line())
 		}
 		results = append(results, r)
+		if cfg.OnResult != nil {
+			cfg.OnResult(results)
+		}
 		return r
 	}
 	if cfg.CatchUp {
@@ -421,6 +428,7 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 	}
 	r.Records, r.Bytes = m.records, m.bytes
 	r.StartupSeconds = m.first.Sub(start).Seconds()
+	r.RateProduced = m.produced
 	r.CopySeconds = m.last.Sub(m.from).Seconds()
 	if r.CopySeconds > 0 {
 		r.MBps = float64(m.bytes) / 1e6 / r.CopySeconds
@@ -458,7 +466,7 @@ type measured struct {
 	expected          int64     // on the target in all
 	first, from, last time.Time // first record seen; window start; last record seen
 	cpuFrom, cpuEnd   float64
-	series            []int64
+	produced          float64 // live producer records/s
 }
 
 // progress watches the target while a replicator runs: the tail's record
@@ -566,7 +574,11 @@ func measureLive(ctx context.Context, cfg Config, c *cluster, wl workload.Option
 	prodErr := make(chan error, 1)
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { prodErr <- produce(pctx, c.source.Addr(), live) }()
+	go func() {
+		err := produce(pctx, c.source.Addr(), live)
+		m.produced = float64(live.Records) / time.Since(m.from).Seconds()
+		prodErr <- err
+	}()
 	m.expected = int64(primer.Records + live.Records)
 	last, err := p.waitFor(ctx, m.expected, nil)
 	if err != nil {

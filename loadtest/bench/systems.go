@@ -129,28 +129,59 @@ func startFerry(ctx context.Context, bin, dir, sourceAddr, targetAddr, writerLis
 	if err != nil {
 		return nil, err
 	}
-	writer, err := harness.Start(dir, filepath.Join(bin, "ferry-writer"), "writer",
-		harness.WriterConfig("writer-1", writerListen, wAdmin, []string{targetAddr}, ferryLink()))
+	// The gRPC link runs in plaintext on loopback (tls.insecure), as MM2's
+	// Kafka connections do here.
+	wcfg := harness.WriterConfig("writer-1", writerListen, wAdmin, []string{targetAddr}, ferryLink())
+	wcfg["tls"] = map[string]any{"insecure": true}
+	writer, err := harness.Start(dir, filepath.Join(bin, "ferry-writer"), "writer", wcfg)
 	if err != nil {
 		return nil, fmt.Errorf("start ferry writer: %w", err)
 	}
 	f := &ferry{writer: writer, admins: []string{wAdmin, fAdmin}}
-	if err := harness.WaitReady(ctx, wAdmin); err != nil {
+	if err := waitReady(ctx, writer, wAdmin); err != nil {
 		writer.Kill()
-		return nil, fmt.Errorf("ferry writer: %w (log %s)", err, writer.LogPath)
+		return nil, err
 	}
-	f.fetcher, err = harness.Start(dir, filepath.Join(bin, "ferry-fetcher"), "fetcher",
-		harness.FetcherConfig("fetcher-1", fAdmin, linkName, []string{sourceAddr}, []string{writerDial}, regexpQuote(topic)))
+	fcfg := harness.FetcherConfig("fetcher-1", fAdmin, linkName, []string{sourceAddr}, []string{writerDial}, regexpQuote(topic))
+	fcfg["writers"].(map[string]any)["tls"] = map[string]any{"insecure": true}
+	f.fetcher, err = harness.Start(dir, filepath.Join(bin, "ferry-fetcher"), "fetcher", fcfg)
 	if err != nil {
 		writer.Kill()
 		return nil, fmt.Errorf("start ferry fetcher: %w", err)
 	}
-	if err := harness.WaitReady(ctx, fAdmin); err != nil {
+	if err := waitReady(ctx, f.fetcher, fAdmin); err != nil {
 		f.fetcher.Kill()
 		writer.Kill()
-		return nil, fmt.Errorf("ferry fetcher: %w (log %s)", err, f.fetcher.LogPath)
+		return nil, err
 	}
 	return f, nil
+}
+
+// waitReady waits for /readyz of p, failing at once if p exits.
+func waitReady(ctx context.Context, p *harness.Process, admin string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case <-p.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := harness.WaitReady(ctx, admin)
+	cancel()
+	<-exited
+	select {
+	case <-p.Done():
+		return fmt.Errorf("ferry %s exited: %v (log %s)", p.Name, p.Err(), p.LogPath)
+	default:
+	}
+	if err != nil {
+		return fmt.Errorf("ferry %s: %w (log %s)", p.Name, err, p.LogPath)
+	}
+	return nil
 }
 
 func (f *ferry) PIDs() []int { return []int{f.fetcher.PID(), f.writer.PID()} }

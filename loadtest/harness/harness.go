@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -207,3 +209,30 @@ func (p *Process) Pause() error { return syscall.Kill(p.cmd.Process.Pid, syscall
 
 // Resume continues a paused process.
 func (p *Process) Resume() error { return syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT) }
+
+// CPUSeconds is the user plus system CPU time a process has used so far,
+// from /proc/<pid>/stat (Linux).
+func CPUSeconds(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: state is field 3, utime 14, stime 15.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("bad /proc stat times")
+	}
+	const ticks = 100 // USER_HZ on Linux
+	return (ut + st) / ticks, nil
+}

@@ -156,8 +156,19 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	fmt.Printf("ferry-bench: work folder %s (configs and logs), output %s\n", cfg.WorkDir, *out)
+	// Other builds may replace bin/ while the benchmark runs: every run
+	// uses this snapshot.
+	if cfg.Bin, err = snapshot(cfg.Bin, filepath.Join(cfg.WorkDir, "bin")); err != nil {
+		return err
+	}
 
 	started, mach := time.Now(), bench.ReadMachine()
+	cfg.OnResult = func(results []bench.Result) {
+		rep := bench.Report{Started: started, Elapsed: time.Since(started), Machine: mach, Config: bench.Describe(cfg), Results: results}
+		if err := bench.WriteReport(*out, rep); err != nil {
+			fmt.Fprintln(os.Stderr, "ferry-bench:", err)
+		}
+	}
 	results, runErr := bench.Run(ctx, cfg)
 	rep := bench.Report{Started: started, Elapsed: time.Since(started), Machine: mach, Config: bench.Describe(cfg), Results: results}
 	if err := bench.WriteReport(*out, rep); err != nil {
@@ -173,6 +184,23 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	return nil
+}
+
+// snapshot copies ferry-fetcher and ferry-writer from bin into dir.
+func snapshot(bin, dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("snapshot binaries: %w", err)
+	}
+	for _, name := range []string{"ferry-fetcher", "ferry-writer"} {
+		b, err := os.ReadFile(filepath.Join(bin, name))
+		if err != nil {
+			return "", fmt.Errorf("snapshot binaries: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			return "", fmt.Errorf("snapshot binaries: %w", err)
+		}
+	}
+	return dir, nil
 }
 
 func countFailed(rs []bench.Result) int {

@@ -44,6 +44,7 @@ func run(ctx context.Context) error {
 	bin := flag.String("bin", "bin", "folder holding ferry-fetcher and ferry-writer")
 	follow := flag.Bool("follow", false, "keep running after verification, for a look at /metrics")
 	withJaeger := flag.Bool("jaeger", false, "start a local Jaeger, trace the services, and print the trace of a sampled record")
+	sampling := flag.Float64("sampling", 0.01, "with --jaeger: the services' tracing.sampling_ratio")
 	flag.Parse()
 
 	dir, err := os.MkdirTemp("", "ferry-demo-")
@@ -88,7 +89,7 @@ func run(ctx context.Context) error {
 			return fmt.Errorf("jaeger: %w", err)
 		}
 		defer jaeger.Stop()
-		tc := map[string]any{"endpoint": jaeger.OTLPGRPCAddr(), "insecure": true, "sampling_ratio": 0.01}
+		tc := map[string]any{"endpoint": jaeger.OTLPGRPCAddr(), "insecure": true, "sampling_ratio": *sampling}
 		wcfg["tracing"], fcfg["tracing"] = tc, tc
 	}
 	writer, err := harness.Start(dir, filepath.Join(*bin, "ferry-writer"), "writer", wcfg)
@@ -122,6 +123,12 @@ func run(ctx context.Context) error {
 	elapsed := time.Since(start)
 	fmt.Printf("ferry-demo: replicated %d records in %v (%.0f records/s); verifying\n",
 		*records, elapsed.Round(time.Millisecond), float64(*records)/elapsed.Seconds())
+	f, ferr := harness.CPUSeconds(fetcher.PID())
+	w, werr := harness.CPUSeconds(writer.PID())
+	if ferr == nil && werr == nil {
+		gb := float64(*records) * float64(*size) / 1e9
+		fmt.Printf("ferry-demo: replicator CPU: fetcher %.1fs, writer %.1fs (%.1f CPU s per GB of values)\n", f, w, (f+w)/gb)
+	}
 	res, err := verify.Compare(ctx, source.ListenAddrs(), target.ListenAddrs(), []verify.Pair{{Source: topic, Target: "source." + topic}})
 	if err != nil {
 		return err
