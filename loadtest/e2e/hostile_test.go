@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,8 +16,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ferry-replicator/ferry/loadtest/harness"
+	"github.com/ferry-replicator/ferry/loadtest/workload"
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 )
 
 // TestWriterRefusesBadInput talks to a real writer as a hostile or broken
@@ -168,5 +172,76 @@ func TestWriterRefusesClientsWithoutTheFetcherIdentity(t *testing.T) {
 			t.Errorf("%s client: %v, want Unavailable (handshake refused)", name, err)
 		}
 		conn.Close()
+	}
+}
+
+// TestCertificateRotationMidStream replaces the CA and both tiers'
+// certificates while records flow. The new files carry both the old and the
+// new CA first (the overlap window), then the new CA alone; SIGHUP makes
+// each tier reload at once, and a short maximum connection age makes the
+// streams re-handshake with the new material. Nothing may be lost.
+func TestCertificateRotationMidStream(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	certDir, err := harness.Certs(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wtls := harness.TierTLS(certDir, "writer", "fetcher")
+	wtls["max_connection_age"] = "3s"
+	e.writerExtra = map[string]any{"tls": wtls}
+	e.createTopic("t.rot", 2, nil)
+	e.startWriter()
+	e.startFetcher(nil)
+	const records = 6000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.produce(ctx, workload.Options{Topic: "t.rot", Partitions: 2, Records: records, ValueBytes: 200, Rate: 800, Seed: 4})
+	}()
+	e.waitFor(ctx, "src.t.rot", 1000)
+
+	oldCA, err := os.ReadFile(filepath.Join(certDir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devcerts.WriteDir(certDir, devcerts.Options{Validity: time.Hour, Overwrite: true}); err != nil {
+		t.Fatal(err)
+	}
+	newCA, err := os.ReadFile(filepath.Join(certDir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hup := func() {
+		for _, p := range []*harness.Process{e.writer, e.fetcher} {
+			if err := syscall.Kill(p.PID(), syscall.SIGHUP); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Overlap: both CAs trusted while the tiers move to the new certificates.
+	if err := devcerts.WriteFileAtomic(filepath.Join(certDir, "ca.pem"), append(append([]byte{}, newCA...), oldCA...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hup()
+	time.Sleep(5 * time.Second) // past the maximum connection age: new handshakes
+	if err := devcerts.WriteFileAtomic(filepath.Join(certDir, "ca.pem"), newCA, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hup()
+	// A fetcher started now can only connect with the new material on both
+	// sides: the old CA is trusted nowhere any more.
+	if err := e.fetcher.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fetcher.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	e.waitFor(ctx, "src.t.rot", records)
+	res := e.verify(ctx, "t.rot")
+	recordScenario(t, "", res, 0)
+	if !res.OK() || res.Produced != records {
+		t.Fatalf("certificate rotation mid-stream: %+v", res)
 	}
 }

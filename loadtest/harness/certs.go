@@ -26,10 +26,10 @@ func Certs(dir string) (string, error) {
 	return certDir, nil
 }
 
-// tierTLS is the tls section of a tier's configuration: its own
+// TierTLS is the tls section of a tier's configuration: its own
 // certificate, the dev CA, and the other tier's identity as the only one
 // allowed.
-func tierTLS(certDir, tier, peer string) map[string]any {
+func TierTLS(certDir, tier, peer string) map[string]any {
 	return map[string]any{
 		"cert_file":   filepath.Join(certDir, tier+".pem"),
 		"key_file":    filepath.Join(certDir, tier+"-key.pem"),
@@ -50,7 +50,7 @@ func withTLS(dir, bin string, cfg map[string]any) error {
 		if err != nil {
 			return err
 		}
-		cfg["tls"] = tierTLS(certDir, "writer", "fetcher")
+		cfg["tls"] = TierTLS(certDir, "writer", "fetcher")
 	case "ferry-fetcher":
 		w, ok := cfg["writers"].(map[string]any)
 		if !ok {
@@ -63,7 +63,7 @@ func withTLS(dir, bin string, cfg map[string]any) error {
 		if err != nil {
 			return err
 		}
-		w["tls"] = tierTLS(certDir, "fetcher", "writer")
+		w["tls"] = TierTLS(certDir, "fetcher", "writer")
 	}
 	return nil
 }
