@@ -109,6 +109,11 @@ func (e *env) dumpLogsOnFailure() {
 		data, _ := os.ReadFile(p.LogPath)
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 		e.t.Logf("--- last lines of %s ---\n%s", p.Name, strings.Join(lines[max(0, len(lines)-25):], "\n"))
+		// Keep the whole log: the test's folder is removed after it.
+		keep := filepath.Join(os.TempDir(), "ferry-failed-logs", e.t.Name())
+		if os.MkdirAll(keep, 0o755) == nil && os.WriteFile(filepath.Join(keep, p.Name+".log"), data, 0o644) == nil {
+			e.t.Logf("full log: %s", filepath.Join(keep, p.Name+".log"))
+		}
 	}
 }
 
@@ -210,7 +215,7 @@ func (e *env) targetCount(ctx context.Context, topic string) int64 {
 // waitFor polls until the target holds at least want records in topic.
 func (e *env) waitFor(ctx context.Context, topic string, want int64) {
 	e.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute) // generous: CI machines are shared
 	for {
 		got := e.targetCount(ctx, topic)
 		if got >= want {

@@ -185,7 +185,7 @@ func FetcherConfig(id, admin, link string, source, writers []string, include ...
 			"topics":             map[string]any{"include": include},
 			"discovery_interval": "1s",
 		},
-		"writers": map[string]any{"addresses": writers, "min_backoff": "50ms", "max_backoff": "1s"},
+		"writers": map[string]any{"addresses": writers, "min_backoff": "50ms", "max_backoff": "1s", "open_timeout": "2m"},
 	}
 }
 

@@ -148,9 +148,7 @@ func (c *Consul) maintain(ctx context.Context) {
 		c.sid = id
 		c.extendLocked(start)
 		c.mu.Unlock()
-		if _, _, err := c.kv.Acquire(&api.KVPair{Key: c.memberPrefix() + c.id, Value: []byte(c.id), Session: id}, nil); err != nil {
-			c.log.Warn("register as live fetcher", "err", err)
-		}
+		sid = id
 		c.log.Info("lease session created", "session", id, "ttl", c.cfg.SessionTTL)
 	} else {
 		entry, _, err := c.session.Renew(sid, (&api.WriteOptions{}).WithContext(ctx))
@@ -173,9 +171,20 @@ func (c *Consul) maintain(ctx context.Context) {
 		return
 	}
 	var live []string
+	registered := false
 	for _, p := range pairs {
 		if p.Session != "" {
 			live = append(live, strings.TrimPrefix(p.Key, c.memberPrefix()))
+		}
+		registered = registered || (p.Key == c.memberPrefix()+c.id && p.Session == sid)
+	}
+	if !registered {
+		// Register (again): after a Consul outage the key may still be held
+		// by this fetcher's expired session, and is taken only once that
+		// session is gone and its lock delay has passed. Until then the
+		// others do not count this fetcher, nor leave it a share.
+		if _, _, err := c.kv.Acquire(&api.KVPair{Key: c.memberPrefix() + c.id, Value: []byte(c.id), Session: sid}, nil); err != nil {
+			c.log.Warn("register as live fetcher", "err", err)
 		}
 	}
 	sort.Strings(live)

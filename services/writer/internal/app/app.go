@@ -192,6 +192,7 @@ func producerConfig(base *sarama.Config, p config.Producer) *sarama.Config {
 	c.Producer.Partitioner = sarama.NewManualPartitioner
 	c.Producer.MaxMessageBytes = int(p.MaxMessageBytes)
 	c.Producer.Timeout = p.Timeout
+	c.Producer.Transaction.Timeout = p.TransactionTimeout
 	switch p.Compression {
 	case "gzip":
 		c.Producer.Compression = sarama.CompressionGZIP

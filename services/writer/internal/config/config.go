@@ -71,6 +71,11 @@ type Producer struct {
 	// Timeout bounds one produce round before the shard's stream fails and
 	// resumes from its checkpoint.
 	Timeout time.Duration `yaml:"timeout"`
+	// TransactionTimeout is how long the target keeps an exactly-once
+	// round's transaction open before aborting it. A dead writer's open
+	// transaction holds back read_committed readers (and the next owner's
+	// checkpoint read) until it is fenced or this passes, so it is short.
+	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
 }
 
 // Link is one replication flow as the target side sees it.
@@ -112,7 +117,7 @@ func Defaults() Config {
 		Log:             telemetry.LogConfig{Level: "info", Format: "text"},
 		Target:          kafkaclient.Defaults("ferry-writer"),
 		Checkpoints:     Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
-		Producer:        Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, Timeout: 30 * time.Second},
+		Producer:        Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, Timeout: 30 * time.Second, TransactionTimeout: 10 * time.Second},
 		MaxBatchBytes:   4 << 20,
 		MaxGroupBytes:   8 << 20,
 		ShutdownTimeout: 20 * time.Second,
@@ -174,6 +179,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Producer.Timeout <= 0 {
 		p.Addf("producer.timeout", "must be positive")
+	}
+	if c.Producer.TransactionTimeout < time.Second {
+		p.Addf("producer.transaction_timeout", "%v: must be at least 1s", c.Producer.TransactionTimeout)
 	}
 	if c.MaxBatchBytes < 1024 || c.MaxBatchBytes > 256<<20 {
 		p.Addf("max_batch_bytes", "%v: must be between 1KiB and 256MiB", c.MaxBatchBytes)
