@@ -25,7 +25,7 @@ type batchTracer struct {
 	shard  int
 	part   discovery.Partition
 
-	log   *slog.Logger
+	log *slog.Logger
 
 	first time.Time // when the batch's first record was read
 	links []trace.Link
