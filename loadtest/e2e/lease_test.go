@@ -279,6 +279,14 @@ func TestLeasesTakeOverAKilledFetcher(t *testing.T) {
 	f.fetchers[0].proc.Kill()
 	took := f.waitBalanced(f.fetchers[1:], 2*time.Minute)
 	t.Logf("takeover after SIGKILL: all shards owned again %v after the kill (TTL %v, lock delay %v)", took, leaseTTL, leaseLockDelay)
+	var takeovers float64
+	for _, m := range f.fetchers[1:] {
+		n, _ := harness.Metric(context.Background(), m.admin, "ferry_lease_takeover_seconds_count")
+		takeovers += n
+	}
+	if takeovers == 0 {
+		t.Error("the survivors report no takeover in ferry_lease_takeover_seconds")
+	}
 	f.finish(wait(), false, took)
 }
 

@@ -49,6 +49,7 @@ type Metrics struct {
 	Released prometheus.Counter
 	Lost     prometheus.Counter
 	Members  prometheus.Gauge
+	Takeover prometheus.Histogram
 }
 
 // NewMetrics registers lease metrics on reg.
@@ -58,8 +59,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Released: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_lease_releases_total", Help: "Shard leases this fetcher gave back after draining."}),
 		Lost:     prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_lease_losses_total", Help: "Shard leases stopped because the lease session could not be renewed in time."}),
 		Members:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_lease_fetchers_live", Help: "Live fetchers of the link, as this fetcher last saw them."}),
+		Takeover: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ferry_lease_takeover_seconds",
+			Help:    "How long this fetcher waited for a shard it wanted but another session held (a dead owner's TTL and lock delay, or a graceful handover).",
+			Buckets: prometheus.ExponentialBuckets(0.1, 2, 12),
+		}),
 	}
-	reg.MustRegister(m.Acquired, m.Released, m.Lost, m.Members)
+	reg.MustRegister(m.Acquired, m.Released, m.Lost, m.Members, m.Takeover)
 	return m
 }
 
@@ -85,6 +91,9 @@ type Consul struct {
 	expiry   *time.Timer
 	held     map[int]chan struct{}
 	members  []string // live fetcher ids, sorted
+	// waiting records when this fetcher first found a shard it wanted held
+	// by someone else, to measure the takeover when it gets it.
+	waiting map[int]time.Time
 }
 
 // NewConsul builds the backend for one fetcher of a link.
@@ -100,7 +109,7 @@ func NewConsul(cfg ConsulConfig, link, fetcherID string, m *Metrics, log *slog.L
 	}
 	return &Consul{
 		cfg: cfg, link: link, id: fetcherID, kv: client.KV(), session: client.Session(),
-		metrics: m, log: log.With("component", "lease"), held: map[int]chan struct{}{},
+		metrics: m, log: log.With("component", "lease"), held: map[int]chan struct{}{}, waiting: map[int]time.Time{},
 	}, nil
 }
 
@@ -272,6 +281,11 @@ func (c *Consul) Acquire(ctx context.Context, shard int) (Lease, bool, error) {
 		return Lease{}, false, fmt.Errorf("acquire %s: %w", key, err)
 	}
 	if !ok {
+		c.mu.Lock()
+		if _, seen := c.waiting[shard]; !seen {
+			c.waiting[shard] = time.Now()
+		}
+		c.mu.Unlock()
 		return Lease{}, false, nil
 	}
 	pair, _, err := c.kv.Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
@@ -287,8 +301,13 @@ func (c *Consul) Acquire(ctx context.Context, shard int) (Lease, bool, error) {
 		return Lease{}, false, nil
 	}
 	c.held[shard] = lost
+	since, waited := c.waiting[shard]
+	delete(c.waiting, shard)
 	c.mu.Unlock()
 	c.metrics.Acquired.Inc()
+	if waited {
+		c.metrics.Takeover.Observe(time.Since(since).Seconds())
+	}
 	return Lease{Shard: shard, Epoch: pair.LockIndex, Lost: lost}, true, nil
 }
 
