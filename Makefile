@@ -70,9 +70,9 @@ bench-leases: consul
 # Consul; writer killed 20 times in the exactly-once run) and writes the
 # table in docs/reliability.md. One at a time: make scenarios SCENARIOS=TestDroppedConnections
 SCENARIOS ?= .
-scenarios: build kafka consul
+scenarios: build kafka consul jaeger
 	FERRY_SCENARIO_KILLS=20 FERRY_SCENARIO_REPORT=$(CURDIR)/docs/reliability.md \
-		$(GO) test -count=1 -timeout 60m -v -run '$(SCENARIOS)' ./loadtest/e2e/ | grep -E '^(=== RUN|--- |ok|FAIL)|scenario:'
+		$(GO) test -count=1 -timeout 60m -v -run '$(SCENARIOS)' ./loadtest/e2e/
 
 # fuzz runs each fuzz target for a bounded time (FUZZTIME, default 30s).
 FUZZTIME ?= 30s
