@@ -72,11 +72,20 @@ func produceTraced(t *testing.T, e *env, agent *jaegeragent.Agent, topic string,
 
 // TestTraceCrossesFetcherAndWriter: a record produced inside a trace keeps
 // its traceparent byte for byte on the target, and one Jaeger trace shows
-// the producer, ferry-fetcher, ferry-writer and the target consumer.
+// the producer, ferry-fetcher, ferry-writer and the target consumer. The
+// batch that carried it has a trace of its stages, and the stream a client
+// and a server span, in both delivery modes.
 func TestTraceCrossesFetcherAndWriter(t *testing.T) {
-	ctx := context.Background()
 	agent := startJaeger(t)
+	for _, delivery := range []string{"at_least_once", "exactly_once"} {
+		t.Run(delivery, func(t *testing.T) { traceCrossesFetcherAndWriter(t, agent, delivery) })
+	}
+}
+
+func traceCrossesFetcherAndWriter(t *testing.T, agent *jaegeragent.Agent, delivery string) {
+	ctx := context.Background()
 	e := newEnv(t)
+	e.delivery = delivery
 	e.writerExtra, e.fetcherExtra = tracingConfig(agent, 1), tracingConfig(agent, 1)
 	e.createTopic("t.traced", 2, nil)
 	e.startWriter()
@@ -138,7 +147,11 @@ func TestTraceCrossesFetcherAndWriter(t *testing.T) {
 		t.Errorf("no exemplar with trace_id %s on the writer's metrics", sc.TraceID())
 	}
 
-	// Ferry's services export in batches every few seconds.
+	// A stream's spans end with the stream: stop the fetcher (it drains and
+	// closes its streams), then the writer; each flushes its spans on exit.
+	e.stop(e.fetcher)
+	e.stop(e.writer)
+
 	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	traceID := sc.TraceID().String()
@@ -174,34 +187,215 @@ func TestTraceCrossesFetcherAndWriter(t *testing.T) {
 		t.Errorf("write span starts at %v, before the fetch span at %v", writeStart, fetchStart)
 	}
 
-	// The batch that carried the record: a fetcher batch span linked to the
-	// record, and the writer's produce span as its child.
-	traces, err := agent.FindTraces(wctx, "ferry-writer", time.Hour, 50)
+	bt := batchTraceOf(t, wctx, agent, producer)
+	checkBatchTrace(t, bt, producer, delivery)
+	checkStreamTrace(t, wctx, agent, bt)
+}
+
+// batchTraceOf finds the trace of the batch that carried the record whose
+// producer span is producer: its ferry.batch span links to that span.
+func batchTraceOf(t *testing.T, ctx context.Context, agent *jaegeragent.Agent, producer string) jaegeragent.Trace {
+	t.Helper()
+	for {
+		traces, err := agent.FindTraces(ctx, "ferry-fetcher", time.Hour, 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, bt := range traces {
+			b, ok := bt.SpanByName("ferry.batch")
+			if !ok {
+				continue
+			}
+			for _, r := range b.References {
+				if r.RefType == "FOLLOWS_FROM" && r.SpanID == producer {
+					return bt
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no batch trace with a ferry.batch span linked to the record's span %s (%d traces)", producer, len(traces))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// checkBatchTrace checks a batch's trace: the fetcher's ferry.batch is its
+// root, with the fetch, encode and send stages as children; the writer's
+// receive is the batch span's child (its context crossed in the Batch
+// message), produce the receive's, commit the produce's; each stage starts
+// after the one before, and the spans carry the messaging attributes.
+func checkBatchTrace(t *testing.T, bt jaegeragent.Trace, producer, delivery string) {
+	t.Helper()
+	span := func(op, service string) jaegeragent.Span {
+		t.Helper()
+		var found []jaegeragent.Span
+		for _, s := range bt.Spans {
+			if s.OperationName == op {
+				found = append(found, s)
+			}
+		}
+		if len(found) != 1 {
+			t.Fatalf("batch trace has %d %s spans, want 1; it has %v", len(found), op, names(bt))
+		}
+		if found[0].Process.ServiceName != service {
+			t.Errorf("%s reported by %q, want %q", op, found[0].Process.ServiceName, service)
+		}
+		return found[0]
+	}
+	childOf := func(child, parent jaegeragent.Span) {
+		t.Helper()
+		if p, ok := child.Parent(); !ok || p.SpanID != parent.SpanID {
+			t.Errorf("%s parent = %+v, want %s (%s)", child.OperationName, p, parent.OperationName, parent.SpanID)
+		}
+		// Both ends are on this host's clock; Jaeger keeps microseconds.
+		if child.Start().Before(parent.Start().Add(-time.Millisecond)) {
+			t.Errorf("%s starts at %v, before %s at %v", child.OperationName, child.Start(), parent.OperationName, parent.Start())
+		}
+	}
+	after := func(later, earlier jaegeragent.Span) {
+		t.Helper()
+		if later.Start().Before(earlier.Start()) {
+			t.Errorf("%s starts at %v, before %s at %v", later.OperationName, later.Start(), earlier.OperationName, earlier.Start())
+		}
+	}
+	tags := func(s jaegeragent.Span, want map[string]any) {
+		t.Helper()
+		for k, w := range want {
+			if v, ok := s.Tag(k); !ok || (w != nil && v != w) {
+				t.Errorf("%s tag %s = %v (%T), want %v", s.OperationName, k, v, v, w)
+			}
+		}
+	}
+
+	batch := span("ferry.batch", "ferry-fetcher")
+	fetch := span("ferry.fetch", "ferry-fetcher")
+	encode := span("ferry.encode", "ferry-fetcher")
+	send := span("ferry.send", "ferry-fetcher")
+	receive := span("ferry.receive", "ferry-writer")
+	produce := span("ferry.produce", "ferry-writer")
+	commit := span("ferry.commit", "ferry-writer")
+
+	if p, ok := batch.Parent(); ok {
+		t.Errorf("ferry.batch has a parent %+v, want a root", p)
+	}
+	childOf(fetch, batch)
+	childOf(encode, batch)
+	childOf(send, batch)
+	childOf(receive, batch)
+	childOf(produce, receive)
+	childOf(commit, produce)
+	after(encode, fetch)
+	after(send, encode)
+	after(receive, send)
+
+	count, _ := batch.Tag("messaging.batch.message_count")
+	if n, ok := count.(float64); !ok || n < 1 {
+		t.Errorf("ferry.batch message count %v", count)
+	}
+	shard := map[string]any{"ferry.link": "test", "ferry.shard": nil, "ferry.epoch": nil}
+	source := map[string]any{"messaging.system": "kafka", "messaging.destination.name": "t.traced", "messaging.destination.partition.id": nil,
+		"messaging.kafka.offset": nil, "ferry.batch.last_offset": nil}
+	target := map[string]any{"messaging.system": "kafka", "messaging.destination.name": "src.t.traced", "messaging.destination.partition.id": nil}
+	for _, s := range []jaegeragent.Span{batch, send, receive, produce, commit} {
+		tags(s, shard)
+	}
+	for _, s := range []jaegeragent.Span{batch, fetch, send, receive} {
+		tags(s, source)
+	}
+	for _, s := range []jaegeragent.Span{produce, commit} {
+		tags(s, target)
+		tags(s, map[string]any{"ferry.delivery": delivery})
+	}
+	tags(batch, map[string]any{"span.kind": "producer", "messaging.operation.type": "create"})
+	tags(fetch, map[string]any{"span.kind": "consumer", "messaging.operation.type": "receive", "messaging.batch.message_count": count})
+	tags(encode, map[string]any{"messaging.batch.message_count": count, "ferry.batch.bytes": nil, "ferry.batch.compressed_bytes": nil, "ferry.batch.codec": nil})
+	tags(send, map[string]any{"span.kind": "client", "ferry.batch.sequence": nil, "ferry.batch.compressed_bytes": nil})
+	tags(receive, map[string]any{"span.kind": "server", "messaging.operation.type": "receive", "messaging.batch.message_count": count, "ferry.batch.sequence": nil})
+	tags(produce, map[string]any{"span.kind": "producer", "messaging.operation.type": "send", "messaging.batch.message_count": count, "ferry.batch.bytes": nil})
+	tags(commit, map[string]any{"span.kind": "client", "messaging.operation.type": "settle"})
+	if seq, _ := send.Tag("ferry.batch.sequence"); seq != mustTag(t, receive, "ferry.batch.sequence") {
+		t.Errorf("ferry.send sequence %v, ferry.receive %v", seq, mustTag(t, receive, "ferry.batch.sequence"))
+	}
+	// The batch span is linked to the record's span, as before.
+	linked := false
+	for _, r := range batch.References {
+		linked = linked || (r.RefType == "FOLLOWS_FROM" && r.SpanID == producer)
+	}
+	if !linked {
+		t.Errorf("ferry.batch references %+v, want FOLLOWS_FROM %s", batch.References, producer)
+	}
+}
+
+// checkStreamTrace follows the links of the batch's send and receive spans
+// to their stream: an otelgrpc client span of ferry-fetcher for the
+// Replicate call, and a server span of ferry-writer, its child, so the
+// trace context crossed in the stream's gRPC metadata.
+func checkStreamTrace(t *testing.T, ctx context.Context, agent *jaegeragent.Agent, bt jaegeragent.Trace) {
+	t.Helper()
+	const method = "ferry.v1.ReplicationService/Replicate"
+	link := func(op string) jaegeragent.Reference {
+		t.Helper()
+		s, _ := bt.SpanByName(op)
+		for _, r := range s.References {
+			if r.RefType == "FOLLOWS_FROM" && r.TraceID != bt.TraceID {
+				return r
+			}
+		}
+		t.Fatalf("%s has no link to a stream span: %+v", op, s.References)
+		return jaegeragent.Reference{}
+	}
+	toClient, toServer := link("ferry.send"), link("ferry.receive")
+	if toClient.TraceID != toServer.TraceID {
+		t.Fatalf("send links to trace %s, receive to %s: want one stream trace", toClient.TraceID, toServer.TraceID)
+	}
+	st, err := agent.WaitTrace(ctx, toClient.TraceID, 2)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("stream trace: %v", err)
 	}
-	found := false
-	for _, bt := range traces {
-		b, ok := bt.SpanByName("ferry.batch")
-		if !ok {
-			continue
+	var client, server jaegeragent.Span
+	for _, s := range st.Spans {
+		switch s.SpanID {
+		case toClient.SpanID:
+			client = s
+		case toServer.SpanID:
+			server = s
 		}
-		linked := false
-		for _, r := range b.References {
-			if r.RefType == "FOLLOWS_FROM" && r.SpanID == producer {
-				linked = true
+	}
+	if client.SpanID == "" || server.SpanID == "" {
+		t.Fatalf("stream trace %s lacks the linked spans %s and %s: %v", st.TraceID, toClient.SpanID, toServer.SpanID, names(st))
+	}
+	for _, c := range []struct {
+		s             jaegeragent.Span
+		service, kind string
+	}{{client, "ferry-fetcher", "client"}, {server, "ferry-writer", "server"}} {
+		if c.s.OperationName != method || c.s.Process.ServiceName != c.service {
+			t.Errorf("stream span %s of %s, want %s of %s", c.s.OperationName, c.s.Process.ServiceName, method, c.service)
+		}
+		if k, _ := c.s.Tag("span.kind"); k != c.kind {
+			t.Errorf("%s stream span kind %v", c.service, k)
+		}
+		for k, want := range map[string]any{"ferry.link": "test", "ferry.fetcher": "fetcher-1", "rpc.system.name": "grpc"} {
+			if v, ok := c.s.Tag(k); !ok || v != want {
+				t.Errorf("%s stream span tag %s = %v, want %v", c.service, k, v, want)
 			}
 		}
-		p, ok := bt.SpanByName("ferry.produce")
-		if linked && ok {
-			if parent, _ := p.Parent(); parent.SpanID == b.SpanID {
-				found = true
-			}
-		}
 	}
-	if !found {
-		t.Fatal("no batch trace with a ferry.batch span linked to the record and a ferry.produce child")
+	if p, ok := server.Parent(); !ok || p.SpanID != client.SpanID {
+		t.Errorf("writer's stream span parent = %+v, want the fetcher's client span %s", p, client.SpanID)
 	}
+	if p, ok := client.Parent(); ok {
+		t.Errorf("fetcher's stream span has a parent %+v, want a root", p)
+	}
+}
+
+func mustTag(t *testing.T, s jaegeragent.Span, key string) any {
+	t.Helper()
+	v, ok := s.Tag(key)
+	if !ok {
+		t.Errorf("%s has no tag %s", s.OperationName, key)
+	}
+	return v
 }
 
 // TestUnsampledTrafficCreatesNoSpans: with sampling at 0 and records whose

@@ -24,6 +24,21 @@ const (
 	LastOffsetKey      = attribute.Key("ferry.batch.last_offset")
 	BatchBytesKey      = attribute.Key("ferry.batch.bytes")
 	CompressedBytesKey = attribute.Key("ferry.batch.compressed_bytes")
+	CodecKey           = attribute.Key("ferry.batch.codec")
+	SequenceKey        = attribute.Key("ferry.batch.sequence")
+	FetcherKey         = attribute.Key("ferry.fetcher")
+	DeliveryKey        = attribute.Key("ferry.delivery")
+)
+
+// Messaging operation types (messaging.operation.type) of Ferry's stages:
+// a batch is created (ferry.batch), received from the source or the stream
+// (ferry.fetch, ferry.receive), sent to the target (ferry.produce), and
+// settled once its checkpoint is committed (ferry.commit).
+var (
+	OpCreate  = semconv.MessagingOperationTypeCreate
+	OpReceive = semconv.MessagingOperationTypeReceive
+	OpSend    = semconv.MessagingOperationTypeSend
+	OpSettle  = semconv.MessagingOperationTypeSettle
 )
 
 // Kafka is messaging.system=kafka.
@@ -66,6 +81,32 @@ func Shard(n int) attribute.KeyValue { return ShardKey.Int(n) }
 
 // Epoch is ferry.epoch, the shard lease's epoch carried by the stream.
 func Epoch(e int64) attribute.KeyValue { return EpochKey.Int64(e) }
+
+// Codec is ferry.batch.codec, the compression of a batch's payload.
+func Codec(name string) attribute.KeyValue { return CodecKey.String(name) }
+
+// Sequence is ferry.batch.sequence, a batch's number on its stream, the
+// number the writer's acknowledgements carry.
+func Sequence(n uint64) attribute.KeyValue { return SequenceKey.Int64(int64(n)) }
+
+// Fetcher is ferry.fetcher, the ID of the fetcher that opened a stream.
+func Fetcher(id string) attribute.KeyValue { return FetcherKey.String(id) }
+
+// Delivery is ferry.delivery, the link's guarantee: "at_least_once" or
+// "exactly_once".
+func Delivery(exactlyOnce bool) attribute.KeyValue {
+	if exactlyOnce {
+		return DeliveryKey.String("exactly_once")
+	}
+	return DeliveryKey.String("at_least_once")
+}
+
+// Stream is the set that names a shard's stream: link, shard and epoch.
+// Stream spans and per-batch spans carry it alike, so a search by shard
+// finds both.
+func Stream(link string, shard int, epoch uint64) []attribute.KeyValue {
+	return []attribute.KeyValue{LinkName(link), Shard(shard), Epoch(int64(epoch))}
+}
 
 // Batch is the usual set for a per-batch span: system, topic, partition,
 // first and last offset, record count and uncompressed bytes.

@@ -2,6 +2,8 @@ package tracing
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/loadtest/jaegeragent"
 	"github.com/ferry-replicator/ferry/pkg/config"
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 )
 
 func TestSetupOffIsNoop(t *testing.T) {
@@ -89,8 +92,38 @@ func TestSampler(t *testing.T) {
 	}
 }
 
-// TestGRPCOptions runs a unary call through the otelgrpc handlers: the server
-// span is the client span's child, so trace context crosses gRPC metadata.
+// echoStream answers a Replicate stream's Open, then each batch with an
+// ack, and reports the span context its stream's context holds.
+type echoStream struct {
+	ferryv1.UnimplementedReplicationServiceServer
+	got chan trace.SpanContext
+}
+
+func (e *echoStream) Replicate(stream ferryv1.ReplicationService_ReplicateServer) error {
+	e.got <- trace.SpanContextFromContext(stream.Context())
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp := &ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Ack{Ack: &ferryv1.Ack{Sequence: req.GetBatch().GetSequence()}}}
+		if req.GetOpen() != nil {
+			resp = &ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Opened{Opened: &ferryv1.Opened{Writer: "w"}}}
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// TestGRPCOptions runs a Replicate stream through the otelgrpc handlers:
+// the stream has a client and a server span, the server's the client's
+// child (trace context crossed in the metadata), each side's stream context
+// holds its span, the spans hold no event per message, and health checks
+// make no span.
 func TestGRPCOptions(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -105,6 +138,8 @@ func TestGRPCOptions(t *testing.T) {
 	}
 	srv := grpc.NewServer(ServerOptions(tp)...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
+	echo := &echoStream{got: make(chan trace.SpanContext, 1)}
+	ferryv1.RegisterReplicationServiceServer(srv, echo)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	defer func() {
@@ -124,12 +159,42 @@ func TestGRPCOptions(t *testing.T) {
 	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	// The server span ends after the response is written, a moment after
+
+	const batches = 300
+	stream, err := ferryv1.NewReplicationServiceClient(conn).Replicate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: &ferryv1.Open{Link: "l"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	clientCtx := trace.SpanContextFromContext(stream.Context())
+	for i := range batches {
+		if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: &ferryv1.Batch{Sequence: uint64(i + 1)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("end of stream: %v", err)
+	}
+	serverCtx := <-echo.got
+
+	// The server span ends after the status is written, a moment after
 	// the client has it.
 	deadline := time.Now().Add(5 * time.Second)
 	for len(rec.Ended()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
+	time.Sleep(50 * time.Millisecond) // room for a wrong third span to show
 	var client, server sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
 		switch s.SpanKind() {
@@ -138,15 +203,27 @@ func TestGRPCOptions(t *testing.T) {
 		case trace.SpanKindServer:
 			server = s
 		}
+		if strings.Contains(s.Name(), "Health") {
+			t.Errorf("health check traced: %s", s.Name())
+		}
+		if n := len(s.Events()); n != 0 {
+			t.Errorf("%s has %d events, want none (no event per message)", s.Name(), n)
+		}
 	}
-	if client == nil || server == nil {
+	if client == nil || server == nil || len(rec.Ended()) != 2 {
 		t.Fatalf("spans = %d, want a client and a server span", len(rec.Ended()))
 	}
 	if server.Parent().SpanID() != client.SpanContext().SpanID() || server.SpanContext().TraceID() != client.SpanContext().TraceID() {
 		t.Errorf("server span parent %v, want client span %v", server.Parent(), client.SpanContext())
 	}
-	if client.Name() != "grpc.health.v1.Health/Check" {
+	if client.Name() != "ferry.v1.ReplicationService/Replicate" {
 		t.Errorf("client span name %q", client.Name())
+	}
+	if !clientCtx.Equal(client.SpanContext()) {
+		t.Errorf("client stream context holds %v, want the client span %v", clientCtx, client.SpanContext())
+	}
+	if !serverCtx.Equal(server.SpanContext()) {
+		t.Errorf("server stream context holds %v, want the server span %v", serverCtx, server.SpanContext())
 	}
 }
 

@@ -88,7 +88,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		creds = credentials.NewTLS(certs.ClientTLS())
 	}
-	writers := shard.NewWriters(cfg.Writers.Addresses, int(cfg.Writers.MaxMessageBytes), creds)
+	// With tracing on, each stream has an otelgrpc client span, and its
+	// trace context crosses to the writer in the stream's metadata.
+	writers := shard.NewWriters(cfg.Writers.Addresses, int(cfg.Writers.MaxMessageBytes), creds, tracing.DialOptions(tp)...)
 	defer writers.Close()
 
 	startFrom := sarama.OffsetOldest

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
@@ -25,9 +26,12 @@ var errLeaseLost = errors.New("shard lease lost")
 type session struct {
 	r      *Runner
 	stream ferryv1.ReplicationService_ReplicateClient
-	out    chan *ferryv1.Batch
+	out    chan queued
 	credit *semaphore.Weighted
 	pcs    map[discovery.Partition]sarama.PartitionConsumer
+	// streamSpan is the stream's otelgrpc client span, when sampled: the
+	// batches' send spans link to it.
+	streamSpan trace.SpanContext
 
 	mu       sync.Mutex
 	seq      uint64
@@ -38,6 +42,13 @@ type session struct {
 type sent struct {
 	seq    uint64
 	weight int64
+}
+
+// queued is a batch on its way to the stream, with its batch span, open
+// until the batch is sent; nil when the batch is not traced.
+type queued struct {
+	b    *ferryv1.Batch
+	span trace.Span
 }
 
 // session runs one stream. progressed reports whether the writer
@@ -64,8 +75,8 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	r.log.Info("shard stream open", "writer", addr)
 
 	s := &session{
-		r: r, stream: stream,
-		out:    make(chan *ferryv1.Batch, 8),
+		r: r, stream: stream, streamSpan: r.traceStream(stream),
+		out:    make(chan queued, 8),
 		credit: semaphore.NewWeighted(int64(r.set.MaxInflightBytes)),
 		pcs:    map[discovery.Partition]sarama.PartitionConsumer{},
 	}
@@ -251,21 +262,22 @@ func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.Par
 	linger.Stop()
 	defer linger.Stop()
 	part := strconv.Itoa(int(p.Partition))
-	tr := newBatchTracer(r.deps.Tracer, r.set.Link, r.shard, p, r.log)
+	tr := newBatchTracer(r.deps.Tracer, r.set.Link, r.shard, r.epoch, r.log)
 	records := r.deps.Metrics.Records.WithLabelValues(r.set.Link, p.Topic, part)
 	rawBytes := r.deps.Metrics.Bytes.WithLabelValues(r.set.Link, p.Topic, part)
 	wireBytes := r.deps.Metrics.WireBytes.WithLabelValues(r.set.Link, p.Topic, part)
 	flush := func() bool {
+		cut := tr.cut()
 		b := r.deps.Codecs.Seal(&enc, r.set.Codec)
 		b.Topic, b.Partition, b.Epoch = p.Topic, p.Partition, r.epoch
-		tr.seal(ctx, b, enc.Len())
+		span := tr.seal(ctx, b, enc.Len(), cut)
 		records.Add(float64(enc.Count()))
 		rawBytes.Add(float64(enc.Len()))
 		wireBytes.Add(float64(len(b.Payload)))
 		enc.Reset()
 		linger.Stop()
 		select {
-		case s.out <- b:
+		case s.out <- queued{b, span}:
 			return true
 		case <-ctx.Done():
 			return false
@@ -317,12 +329,14 @@ func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.Par
 func (s *session) send(ctx context.Context) error {
 	max := int64(s.r.set.MaxInflightBytes)
 	for {
-		var b *ferryv1.Batch
+		var q queued
 		select {
 		case <-ctx.Done():
 			return nil
-		case b = <-s.out:
+		case q = <-s.out:
 		}
+		b := q.b
+		sendSpan := s.startSend(q) // before the credit wait: the span shows it
 		w := min(int64(len(b.Payload)), max)
 		if err := s.credit.Acquire(ctx, w); err != nil {
 			return nil // ctx ended
@@ -336,9 +350,8 @@ func (s *session) send(ctx context.Context) error {
 		b.Sequence = s.seq
 		s.inflight = append(s.inflight, sent{seq: s.seq, weight: w})
 		s.mu.Unlock()
-		end := traceSend(ctx, s.r.deps.Tracer, b)
 		err := s.stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}})
-		end(err)
+		endSend(q, sendSpan, err)
 		if err != nil {
 			return fmt.Errorf("send batch: %w", err)
 		}

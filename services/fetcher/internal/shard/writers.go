@@ -19,15 +19,16 @@ type Writers struct {
 	addrs    []string
 	maxBytes int
 	creds    credentials.TransportCredentials
+	extra    []grpc.DialOption
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
 
 // NewWriters prepares connections (made on first use) to addrs, secured
-// by creds.
-func NewWriters(addrs []string, maxMessageBytes int, creds credentials.TransportCredentials) *Writers {
-	return &Writers{addrs: addrs, maxBytes: maxMessageBytes, creds: creds, conns: map[string]*grpc.ClientConn{}}
+// by creds; extra options are added to each (tracing.DialOptions).
+func NewWriters(addrs []string, maxMessageBytes int, creds credentials.TransportCredentials, extra ...grpc.DialOption) *Writers {
+	return &Writers{addrs: addrs, maxBytes: maxMessageBytes, creds: creds, extra: extra, conns: map[string]*grpc.ClientConn{}}
 }
 
 // SetAddresses replaces the writer list (from discovery). Connections to
@@ -71,14 +72,15 @@ func (w *Writers) Pick(link string, shard, attempt int) (string, *grpc.ClientCon
 	if c, ok := w.conns[addr]; ok {
 		return addr, c, nil
 	}
-	c, err := grpc.NewClient(addr,
+	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(w.creds),
 		// Pings find a writer that stopped answering (paused, partitioned)
 		// within seconds, even while flow control has nothing to send. The
 		// writers' enforcement policy allows one ping every 10s.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: false}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(w.maxBytes+64<<10)),
-	)
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(w.maxBytes + 64<<10)),
+	}, w.extra...)
+	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return "", nil, fmt.Errorf("writer %s: %w", addr, err)
 	}

@@ -100,6 +100,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		grpc.MaxRecvMsgSize(int(cfg.MaxBatchBytes) + grpcOverhead),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
+	// With tracing on, each stream has an otelgrpc server span, the child
+	// of the fetcher's client span (trace context in the stream's metadata).
+	opts = append(opts, tracing.ServerOptions(tp)...)
 	var certs *tlsconfig.Source
 	if cfg.TLS.Insecure {
 		log.Warn("INSECURE: the gRPC port serves plaintext without peer authentication (tls.insecure); loopback only")

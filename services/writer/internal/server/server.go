@@ -119,6 +119,7 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 		s.metrics.Rejected.WithLabelValues(link.Name, "bad_open").Inc()
 		return err
 	}
+	sess.traceStream()
 	if err := s.claim(stream.Context(), sess); err != nil {
 		sess.cancel(nil)
 		return err

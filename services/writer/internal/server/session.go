@@ -10,6 +10,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -44,9 +45,11 @@ type session struct {
 
 // work is a checked batch on its way to the target.
 type work struct {
-	b        *ferryv1.Batch
-	recs     []batch.Record
-	received time.Time
+	b    *ferryv1.Batch
+	recs []batch.Record
+	// span is the context of the batch's latest writer span, the parent of
+	// its next stage; invalid when the batch is not traced (trace.go).
+	span trace.SpanContext
 }
 
 func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (*session, error) {
@@ -172,7 +175,7 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 			ss.cancel(fmt.Errorf("receive: %w", err))
 			return
 		}
-		w, err := ss.check(req.GetBatch(), seq+1)
+		w, err := ss.checkTraced(req.GetBatch(), seq+1)
 		if err != nil {
 			ss.s.metrics.Rejected.WithLabelValues(ss.link.Name, reasonOf(err)).Inc()
 			ss.cancel(err)
@@ -227,7 +230,7 @@ func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
 		return work{}, fmt.Errorf("batch %d of %s/%d: %w", b.GetSequence(), tp.topic, tp.partition, err)
 	}
 	ss.next[tp] = b.GetLastOffset() + 1
-	return work{b: b, recs: recs, received: time.Now()}, nil
+	return work{b: b, recs: recs}, nil
 }
 
 // produce writes batches to the target in rounds. Each round sends the
@@ -276,6 +279,7 @@ func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationServic
 				return err
 			}
 			ss.s.metrics.Checkpoints.WithLabelValues(ss.link.Name).Add(float64(len(cps)))
+			ss.traceCommit(ctx, pending, start)
 		}
 		pending, cps = group, map[topicPartition]checkpoint.Checkpoint{}
 		ss.checkpoints(group, msgs[:dataCount], now, cps)
@@ -322,6 +326,7 @@ func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.Repli
 			_ = producer.AbortTxn()
 			return fmt.Errorf("produce in target transaction: %w", err)
 		}
+		produced := time.Now()
 		cps := map[topicPartition]checkpoint.Checkpoint{}
 		ss.checkpoints(group, msgs, start, cps)
 		cpMsgs := make([]*sarama.ProducerMessage, 0, len(cps))
@@ -339,10 +344,11 @@ func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.Repli
 		ss.s.metrics.ProduceSeconds.Observe(now.Sub(start).Seconds())
 		ss.s.metrics.Checkpoints.WithLabelValues(ss.link.Name).Add(float64(len(cps)))
 		ss.observe(group, now)
-		ss.trace(ctx, group, start, now)
+		ss.trace(ctx, group, start, produced)
 		if err := ss.ack(stream, group, cps); err != nil {
 			return err
 		}
+		ss.traceCommit(ctx, group, produced)
 	}
 }
 
