@@ -65,6 +65,9 @@ type env struct {
 	delivery        string // the writer link's delivery mode; "" is the default
 	// writerExtra and fetcherExtra are added at the top of the configs.
 	writerExtra, fetcherExtra map[string]any
+	// srcOpts and dstOpts are added to the test's own Kafka clients of each
+	// cluster: TLS for brokers requiring client certificates.
+	srcOpts, dstOpts []kgo.Opt
 }
 
 // newEnv runs the link between two in-process kfake clusters.
@@ -169,7 +172,7 @@ func (e *env) stop(p *harness.Process) {
 
 func (e *env) createTopic(name string, partitions int32, configs map[string]*string) {
 	e.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.src...))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.src...)}, e.srcOpts...)...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -181,6 +184,7 @@ func (e *env) createTopic(name string, partitions int32, configs map[string]*str
 
 func (e *env) produce(ctx context.Context, o workload.Options) *workload.Producer {
 	e.t.Helper()
+	o.ClientOpts = append(o.ClientOpts, e.srcOpts...)
 	p, err := workload.NewProducer(e.src, o)
 	if err != nil {
 		e.t.Fatal(err)
@@ -194,7 +198,7 @@ func (e *env) produce(ctx context.Context, o workload.Options) *workload.Produce
 
 // targetCount is the number of records in a target topic (its end offsets).
 func (e *env) targetCount(ctx context.Context, topic string) int64 {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.dst...))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.dst...)}, e.dstOpts...)...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -261,7 +265,7 @@ func (e *env) verifyOnce(ctx context.Context, topics ...string) verify.Result {
 	for _, t := range topics {
 		pairs = append(pairs, verify.Pair{Source: t, Target: e.prefix + t})
 	}
-	res, err := verify.Compare(ctx, e.src, e.dst, pairs)
+	res, err := verify.CompareWith(ctx, e.src, e.dst, pairs, e.srcOpts, e.dstOpts)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/ferry-replicator/ferry/loadtest/harness"
 	"github.com/ferry-replicator/ferry/loadtest/workload"
@@ -137,9 +139,12 @@ func TestWriterRefusesBadInput(t *testing.T) {
 	}
 }
 
-// TestWriterRefusesClientsWithoutTheFetcherIdentity: a plaintext client and
-// a client whose certificate carries the writer's identity (not a fetcher's)
-// are both turned away before any handler runs.
+// TestWriterRefusesClientsWithoutTheFetcherIdentity: a plaintext client
+// fails the handshake (Unavailable); a client whose certificate comes from
+// the writer's CA but carries the writer's identity (not a fetcher's)
+// completes it and gets PermissionDenied on every method of the service,
+// listed from the generated descriptor so a new method is covered too. The
+// writer logs the denial with the presented identity and writes nothing.
 func TestWriterRefusesClientsWithoutTheFetcherIdentity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -155,24 +160,66 @@ func TestWriterRefusesClientsWithoutTheFetcherIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrong.Certificates = []tls.Certificate{writerCert}
-	for name, creds := range map[string]credentials.TransportCredentials{
-		"plaintext":      insecure.NewCredentials(),
-		"wrong identity": credentials.NewTLS(wrong),
+	writerID := devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "writer")
+	for name, tc := range map[string]struct {
+		creds credentials.TransportCredentials
+		want  codes.Code
+	}{
+		"plaintext":      {insecure.NewCredentials(), codes.Unavailable},
+		"wrong identity": {credentials.NewTLS(wrong), codes.PermissionDenied},
 	} {
-		conn, err := grpc.NewClient(e.writerAddr, grpc.WithTransportCredentials(creds))
+		conn, err := grpc.NewClient(e.writerAddr, grpc.WithTransportCredentials(tc.creds))
 		if err != nil {
 			t.Fatal(err)
 		}
-		stream, err := ferryv1.NewReplicationServiceClient(conn).Replicate(ctx)
-		if err == nil {
-			_ = stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: &ferryv1.Open{Link: "test"}}})
-			_, err = stream.Recv()
-		}
-		if code := status.Code(err); code != codes.Unavailable {
-			t.Errorf("%s client: %v, want Unavailable (handshake refused)", name, err)
+		for method, err := range callEveryFerryMethod(ctx, conn) {
+			if code := status.Code(err); code != tc.want {
+				t.Errorf("%s client, %s: %v, want %v", name, method, err, tc.want)
+			}
+			if tc.want == codes.PermissionDenied && !strings.Contains(status.Convert(err).Message(), writerID) {
+				t.Errorf("%s client, %s: %q does not name the presented identity %s", name, method, status.Convert(err).Message(), writerID)
+			}
 		}
 		conn.Close()
 	}
+	logData, err := os.ReadFile(e.writer.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denial string
+	for _, line := range strings.Split(string(logData), "\n") {
+		if strings.Contains(line, "tls client denied") && strings.Contains(line, "/ferry.v1.ReplicationService/") {
+			denial = line
+		}
+	}
+	if !strings.Contains(denial, writerID) || !strings.Contains(denial, "not in allowed_ids") {
+		t.Errorf("no denial log line naming %s and the method; writer log:\n%s", writerID, logData)
+	}
+	if n := e.targetCount(ctx, "src.t.hostile"); n != 0 {
+		t.Fatalf("refused clients wrote %d records", n)
+	}
+}
+
+// callEveryFerryMethod calls each method of the Ferry gRPC service, from
+// its generated descriptor, with an empty message, and returns each
+// outcome by full method name. A stream counts as refused when its first
+// receive fails.
+func callEveryFerryMethod(ctx context.Context, conn *grpc.ClientConn) map[string]error {
+	desc := ferryv1.ReplicationService_ServiceDesc
+	out := map[string]error{}
+	for _, m := range desc.Methods {
+		full := "/" + desc.ServiceName + "/" + m.MethodName
+		out[full] = conn.Invoke(ctx, full, &emptypb.Empty{}, &emptypb.Empty{})
+	}
+	for i, st := range desc.Streams {
+		full := "/" + desc.ServiceName + "/" + st.StreamName
+		s, err := conn.NewStream(ctx, &desc.Streams[i], full)
+		if err == nil {
+			err = s.RecvMsg(&emptypb.Empty{})
+		}
+		out[full] = err
+	}
+	return out
 }
 
 // TestCertificateRotationMidStream replaces the CA and both tiers'

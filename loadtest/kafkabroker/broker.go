@@ -3,6 +3,7 @@ package kafkabroker
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 )
 
 // Options configures a Broker. The zero value is a usable broker.
@@ -35,6 +38,13 @@ type Options struct {
 	Heap string
 	// JVMArgs are extra java arguments placed before the main class.
 	JVMArgs []string
+	// TLSCA, when set, makes the client listener TLS only (SSL) and requires
+	// a client certificate (ssl.client.auth=required) from this CA, the only
+	// one the broker trusts. The broker's own certificate, for 127.0.0.1 and
+	// localhost, is issued from it too. The controller listener stays
+	// plaintext on loopback. ClientTLS gives a client configuration with a
+	// certificate from the CA.
+	TLSCA *devcerts.CA
 }
 
 // Broker is a running single-node Kafka cluster (KRaft, combined broker and
@@ -45,6 +55,9 @@ type Broker struct {
 	ownDir  bool // DataDir was created by Start and is removed by Stop
 	logPath string
 	proc    *proc
+	// clientTLS is the configuration of this package's own clients (the
+	// readiness probe) with TLSCA; nil for a plaintext broker.
+	clientTLS *tls.Config
 }
 
 const (
@@ -156,6 +169,13 @@ func (b *Broker) setup(ctx context.Context) error {
 	}
 
 	props := defaultServerProps(b.opts.Port, b.opts.ControllerPort, dir)
+	if b.opts.TLSCA != nil {
+		tlsProps, err := b.setupTLS()
+		if err != nil {
+			return err
+		}
+		maps.Copy(props, tlsProps)
+	}
 	maps.Copy(props, b.opts.Props)
 	if err := writeProps(b.propsPath(), "Written by loadtest/kafkabroker for "+b.opts.Name, props); err != nil {
 		return err
@@ -213,7 +233,7 @@ func (b *Broker) launch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := waitReady(ctx, b.Addr(), p, b.logPath); err != nil {
+	if err := waitReady(ctx, b.Addr(), b.clientTLS, p, b.logPath); err != nil {
 		p.kill()
 		return err
 	}
@@ -224,8 +244,12 @@ func (b *Broker) launch(ctx context.Context) error {
 // waitReady polls the broker until a metadata response lists at least one
 // broker and a controller: KRaft answers requests before the broker is
 // unfenced, and a fenced broker is left out of metadata responses.
-func waitReady(ctx context.Context, addr string, p *proc, logPath string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+func waitReady(ctx context.Context, addr string, tc *tls.Config, p *proc, logPath string) error {
+	opts := []kgo.Opt{kgo.SeedBrokers(addr)}
+	if tc != nil {
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
@@ -260,6 +284,16 @@ func (b *Broker) propsPath() string { return filepath.Join(b.opts.DataDir, "serv
 // Addr is the bootstrap address, 127.0.0.1:port.
 func (b *Broker) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.opts.Port))
+}
+
+// ClientTLS returns a client configuration for a TLS broker (Options.TLSCA):
+// the CA as the only root, and a client certificate from it. It is nil for
+// a plaintext broker. Each call returns a new copy.
+func (b *Broker) ClientTLS() *tls.Config {
+	if b.clientTLS == nil {
+		return nil
+	}
+	return b.clientTLS.Clone()
 }
 
 // DataDir is the directory holding server.properties, the log and the data.

@@ -142,14 +142,16 @@ func logTail(path string, n int) string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
-// writeProps writes a Java properties file with keys sorted, values as is.
+// writeProps writes a Java properties file with keys sorted, values as is
+// but for line breaks, written as the \n escape so that a multi-line value
+// (inline PEM) stays one property. Mode 0600: it may hold a private key.
 func writeProps(path, header string, props map[string]string) error {
 	var b strings.Builder
 	b.WriteString("# " + header + "\n")
 	for _, k := range slices.Sorted(maps.Keys(props)) {
-		fmt.Fprintf(&b, "%s=%s\n", k, props[k])
+		fmt.Fprintf(&b, "%s=%s\n", k, strings.ReplaceAll(props[k], "\n", `\n`))
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return os.WriteFile(path, []byte(b.String()), 0o600)
 }
 
 // freePorts returns n distinct free TCP ports on 127.0.0.1. The listeners

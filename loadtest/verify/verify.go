@@ -63,15 +63,21 @@ type Pair struct{ Source, Target string }
 
 // Compare reads every partition of each pair on both clusters and compares.
 func Compare(ctx context.Context, source, target []string, pairs []Pair) (Result, error) {
+	return CompareWith(ctx, source, target, pairs, nil, nil)
+}
+
+// CompareWith is Compare with extra client options for each cluster, such
+// as TLS (kgo.DialTLSConfig) for a cluster requiring client certificates.
+func CompareWith(ctx context.Context, source, target []string, pairs []Pair, sourceOpts, targetOpts []kgo.Opt) (Result, error) {
 	var res Result
 	seed := maphash.MakeSeed()
 	var lat []time.Duration
 	for _, pair := range pairs {
-		src, err := readAll(ctx, source, pair.Source, seed, nil)
+		src, err := readAll(ctx, source, sourceOpts, pair.Source, seed, nil)
 		if err != nil {
 			return res, fmt.Errorf("read source %s: %w", pair.Source, err)
 		}
-		dst, err := readAll(ctx, target, pair.Target, seed, &lat)
+		dst, err := readAll(ctx, target, targetOpts, pair.Target, seed, &lat)
 		if err != nil {
 			return res, fmt.Errorf("read target %s: %w", pair.Target, err)
 		}
@@ -130,8 +136,8 @@ func compare(res *Result, src, dst []rec) {
 }
 
 // readAll reads a topic's partitions to their committed end.
-func readAll(ctx context.Context, addrs []string, topic string, seed maphash.Seed, lat *[]time.Duration) (map[int32][]rec, error) {
-	adm, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+func readAll(ctx context.Context, addrs []string, opts []kgo.Opt, topic string, seed maphash.Seed, lat *[]time.Duration) (map[int32][]rec, error) {
+	adm, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -153,12 +159,12 @@ func readAll(ctx context.Context, addrs []string, topic string, seed maphash.See
 	if len(want) == 0 {
 		return out, nil
 	}
-	cl, err := kgo.NewClient(
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(addrs...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: startOffsets(want)}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxBytes(64<<20),
-	)
+		kgo.FetchMaxBytes(64 << 20),
+	}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

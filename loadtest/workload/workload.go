@@ -32,6 +32,9 @@ type Options struct {
 	Transactional bool
 	TxnRecords    int
 	AbortEvery    int
+	// ClientOpts are added to the client's options: TLS or SASL to reach
+	// a secured cluster.
+	ClientOpts []kgo.Opt
 }
 
 // Producer writes a workload to a cluster.
@@ -51,6 +54,7 @@ func NewProducer(addrs []string, opts Options) (*Producer, error) {
 		kgo.ProducerLinger(5 * time.Millisecond),
 		kgo.MaxBufferedRecords(20000),
 	}
+	kopts = append(kopts, opts.ClientOpts...)
 	if opts.Transactional {
 		kopts = append(kopts, kgo.TransactionalID(fmt.Sprintf("ferry-workload-%s-%d", opts.Topic, opts.Seed)))
 		if opts.TxnRecords <= 0 {

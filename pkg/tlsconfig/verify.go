@@ -16,10 +16,12 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// ServerTLS returns the configuration of a TLS server (the writer's gRPC
-// listener): TLS 1.3 only, a client certificate required, and the client
-// admitted only if its chain ends in the current CA bundle and it presents
-// an allowed identity.
+// ServerTLS returns the configuration of a TLS server: TLS 1.3 only, a
+// client certificate required, and the client admitted only if its chain
+// ends in the current CA bundle and it presents an allowed identity. A
+// client with the wrong identity fails the handshake, so it sees only
+// Unavailable; the writer uses ServerOptions instead, which moves the
+// identity check into gRPC interceptors and answers PermissionDenied.
 //
 // Every handshake builds its configuration in GetConfigForClient from the
 // material current at that moment, so a reload applies to the next
@@ -27,18 +29,24 @@ import (
 // session. The returned configuration is also complete without
 // GetConfigForClient, should a caller drop it.
 func (s *Source) ServerTLS() *tls.Config {
-	c := s.serverConfig("")
+	return s.serverTLS(true)
+}
+
+// serverTLS is ServerTLS; with checkID false the handshake checks only the
+// chain, and the caller must check the identity on every call (authz.go).
+func (s *Source) serverTLS(checkID bool) *tls.Config {
+	c := s.serverConfig("", checkID)
 	c.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 		remote := ""
 		if hello.Conn != nil {
 			remote = hello.Conn.RemoteAddr().String()
 		}
-		return s.serverConfig(remote), nil
+		return s.serverConfig(remote, checkID), nil
 	}
 	return c
 }
 
-func (s *Source) serverConfig(remote string) *tls.Config {
+func (s *Source) serverConfig(remote string, checkID bool) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -56,7 +64,12 @@ func (s *Source) serverConfig(remote string) *tls.Config {
 		// worth keeping that path open.
 		SessionTicketsDisabled: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			err := s.verifyPeer(cs, x509.ExtKeyUsageClientAuth)
+			var err error
+			if checkID {
+				err = s.verifyPeer(cs, x509.ExtKeyUsageClientAuth)
+			} else {
+				_, err = s.verifyChain(cs, x509.ExtKeyUsageClientAuth)
+			}
 			if err != nil {
 				s.denials.record(s.log, "tls client denied", "remote", remote, "err", err)
 			}
@@ -98,8 +111,18 @@ func (s *Source) ClientTLS() *tls.Config {
 // given use, and its identity against allowed_ids. The error names what the
 // peer presented, which is what an operator needs to fix either side.
 func (s *Source) verifyPeer(cs tls.ConnectionState, usage x509.ExtKeyUsage) error {
+	ids, err := s.verifyChain(cs, usage)
+	if err != nil {
+		return err
+	}
+	return s.checkIdentity(ids)
+}
+
+// verifyChain checks the peer's chain against the current CA pool, for the
+// given use, and returns the identities the peer's certificate names.
+func (s *Source) verifyChain(cs tls.ConnectionState, usage x509.ExtKeyUsage) ([]string, error) {
 	if len(cs.PeerCertificates) == 0 {
-		return errors.New("tls peer presented no certificate")
+		return nil, errors.New("tls peer presented no certificate")
 	}
 	leaf := cs.PeerCertificates[0]
 	ids := identities(leaf)
@@ -114,14 +137,19 @@ func (s *Source) verifyPeer(cs tls.ConnectionState, usage x509.ExtKeyUsage) erro
 		KeyUsages:     []x509.ExtKeyUsage{usage},
 	})
 	if err != nil {
-		return fmt.Errorf("tls peer presented %s (issuer %q): certificate not trusted: %w", describe(ids), leaf.Issuer.String(), err)
+		return nil, fmt.Errorf("tls peer presented %s (issuer %q): certificate not trusted: %w", describe(ids), leaf.Issuer.String(), err)
 	}
+	return ids, nil
+}
+
+// checkIdentity admits ids if one of them is in allowed_ids.
+func (s *Source) checkIdentity(ids []string) error {
 	for _, id := range ids {
 		if s.allowed[normalizeID(id)] {
 			return nil
 		}
 	}
-	return fmt.Errorf("tls peer presented %s: identity not in allowed_ids", describe(ids))
+	return fmt.Errorf("tls peer presented %s: %w", describe(ids), ErrIdentityNotAllowed)
 }
 
 // identities lists a certificate's URI SANs, then its DNS SANs.

@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -110,7 +109,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		if certs, err = tlsconfig.NewSource(cfg.TLS, log.With("component", "tls")); err != nil {
 			return err
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(certs.ServerTLS())))
+		// TLS credentials plus interceptors: a trusted client with the wrong
+		// identity gets PermissionDenied on every call, before any handler.
+		opts = append(opts, certs.ServerOptions()...)
 		// Connections are recycled so long-lived streams re-handshake (new
 		// certificates, fresh identity check); the grace lets a stream end
 		// its round, and must be finite or a busy stream never moves.

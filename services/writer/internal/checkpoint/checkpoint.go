@@ -109,7 +109,9 @@ func Open(addrs []string, base *sarama.Config, opts Options, log *slog.Logger) (
 	cfg.Producer.Return.Errors = true
 	client, err := sarama.NewClient(addrs, &cfg)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint client: %w", err)
+		// The first connection the writer makes to the target: name the
+		// cluster, so a TLS or SASL refusal says which settings to fix.
+		return nil, fmt.Errorf("target cluster %v: checkpoint client: %w", addrs, err)
 	}
 	parts, err := ensureTopic(client, opts)
 	if err != nil {
