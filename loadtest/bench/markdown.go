@@ -39,7 +39,7 @@ func markdown(rep Report, plots []string, notes string) string {
 			p("- **%s**: %s.\n", sys, s)
 		}
 	}
-	p("- **ferry exactly-once**: not built yet (`delivery: exactly_once` is refused at start).\n\n")
+	p("\n")
 
 	goals(&b, rep.Results)
 
@@ -152,9 +152,6 @@ func table(b *strings.Builder, key string, rs []Result) {
 		v := r.Verify
 		p(" ok: %d/%d, 0 missing, %d dup |\n", v.Replicated, v.Produced, v.Duplicates)
 	}
-	if !wan {
-		p("| ferry exactly-once | not built yet |\n")
-	}
 	p("\n")
 }
 
@@ -166,12 +163,27 @@ func firstLine(s string) string {
 }
 
 // goals is the headline: Ferry against the project's goals, as ratios to
-// MM2 tuned in the same run.
+// MM2 tuned in the same run; then the same for exactly-once (Ferry's
+// against MM2's), and the cost of tracing.
 func goals(b *strings.Builder, results []Result) {
+	headline(b, results, Ferry, MM2Tuned, "Headline: Ferry against its goals (ratios to MM2 tuned, same run)")
+	headline(b, results, FerryEOS, MM2EOS, "Exactly-once: Ferry exactly-once against MM2 exactly-once (the same goals, same run)")
+	tracingOverhead(b, results)
+}
+
+// headline compares system f with reference t on every workload both ran.
+func headline(b *strings.Builder, results []Result, fs, ts System, title string) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	keys, by := group(results)
-	p("## Headline: Ferry against its goals (ratios to MM2 tuned, same run)\n\n")
-	p("| goal | target | Ferry | MM2 tuned | ratio | met |\n|---|---|---:|---:|---:|---|\n")
+	ran := false
+	for _, r := range results {
+		ran = ran || r.System == fs
+	}
+	if !ran {
+		return
+	}
+	p("## %s\n\n", title)
+	p("| goal | target | %s | %s | ratio | met |\n|---|---|---:|---:|---:|---|\n", fs, ts)
 	row := func(goal, target string, f, t float64, unit string, better func(r float64) bool) {
 		if f <= 0 || t <= 0 {
 			p("| %s | %s | – | – | – | no data |\n", goal, target)
@@ -189,10 +201,12 @@ func goals(b *strings.Builder, results []Result) {
 	}
 	for _, k := range keys {
 		rs := by[k]
-		f, okF := find(rs, Ferry)
-		t, okT := find(rs, MM2Tuned)
+		f, okF := find(rs, fs)
+		t, okT := find(rs, ts)
 		if !okF || !okT {
-			p("| %s | | missing or failed run | | | no data |\n", k)
+			if hasSystem(rs, fs) || hasSystem(rs, ts) {
+				p("| %s | | missing or failed run | | | no data |\n", k)
+			}
 			continue
 		}
 		switch rs[0].Workload {
@@ -213,5 +227,48 @@ func goals(b *strings.Builder, results []Result) {
 			row("wire bytes per GB, "+k+" RTT", "(no goal)", f.WireBytesPerGB/1e6, t.WireBytesPerGB/1e6, "MB/GB", nil)
 		}
 	}
-	p("\nFerry exactly-once: not built yet.\n\n")
+	p("\n")
+}
+
+// tracingOverhead compares the tracing variants with Ferry with tracing off
+// on the catch-up run.
+func tracingOverhead(b *strings.Builder, results []Result) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	_, by := group(results)
+	rs := by[CatchUp]
+	off, ok := find(rs, Ferry)
+	if !ok {
+		return
+	}
+	header := false
+	for _, sys := range TracingSystems {
+		if !hasSystem(rs, sys) {
+			continue
+		}
+		if !header {
+			p("## Tracing overhead (catch-up, ratios to Ferry with tracing off, same run)\n\n")
+			p("| system | sampling | MB/s | ×off | CPU s/GB | ×off | peak RSS MB | ×off |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+			header = true
+		}
+		r, ok := find(rs, sys)
+		if !ok {
+			p("| %s | %g | FAILED | | | | | |\n", sys, ferryVariants[sys].sampling)
+			continue
+		}
+		p("| %s | %g | %.1f | %s | %.1f | %s | %d | %s |\n", sys, ferryVariants[sys].sampling,
+			r.MBps, ratio(r.MBps, off.MBps), r.CPUPerGB, ratio(r.CPUPerGB, off.CPUPerGB),
+			r.PeakRSSBytes>>20, ratio(float64(r.PeakRSSBytes), float64(off.PeakRSSBytes)))
+	}
+	if header {
+		p("\n")
+	}
+}
+
+func hasSystem(rs []Result, sys System) bool {
+	for _, r := range rs {
+		if r.System == sys {
+			return true
+		}
+	}
+	return false
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-replicator/ferry/loadtest/harness"
+	"github.com/ferry-replicator/ferry/loadtest/jaegeragent"
 	"github.com/ferry-replicator/ferry/loadtest/kafkabroker"
 	"github.com/ferry-replicator/ferry/loadtest/verify"
 	"github.com/ferry-replicator/ferry/loadtest/workload"
@@ -362,8 +363,21 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 	sourceForReplicator := src
 	start := time.Now()
 	var rep replicator
-	switch s.system {
-	case Ferry:
+	switch {
+	case s.system.isFerry():
+		v := ferryVariants[s.system]
+		otlp := ""
+		if v.sampling >= 0 {
+			// A Jaeger of its own per run, so spans of one run never
+			// load the next; its CPU is not the replicator's, as the
+			// brokers' is not.
+			agent, err := jaegeragent.Start(ctx, jaegeragent.Options{LogFile: filepath.Join(dir, "jaeger.log")})
+			if err != nil {
+				return fmt.Errorf("jaeger: %w", err)
+			}
+			defer agent.Stop()
+			otlp = agent.OTLPGRPCAddr()
+		}
 		listen, err := harness.FreeAddr()
 		if err != nil {
 			return err
@@ -381,7 +395,7 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 			dial = proxyAddr
 		}
 		start = time.Now()
-		rep, err = startFerry(ctx, cfg.Bin, dir, src, dst, listen, dial, topic)
+		rep, err = startFerry(ctx, v, otlp, cfg.Bin, dir, src, dst, listen, dial, topic)
 		if err != nil {
 			return err
 		}
@@ -415,7 +429,7 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 		return err
 	}
 	defer ends.close()
-	p := &progress{rep: rep, tail: t, ends: ends, start: start, txn: s.system == MM2EOS}
+	p := &progress{rep: rep, tail: t, ends: ends, start: start, txn: s.system.transactional()}
 	var m measured
 	if s.workload == Live {
 		m, err = measureLive(ctx, cfg, c, wl, s.rate, p)

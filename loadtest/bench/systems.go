@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,25 +20,58 @@ type System string
 
 // The systems the benchmark knows.
 const (
-	Ferry      System = "ferry"
+	Ferry      System = "ferry" // at-least-once delivery
+	FerryEOS   System = "ferry-eos"
 	MM2Default System = "mm2-default"
 	MM2Tuned   System = "mm2-tuned"
 	MM2EOS     System = "mm2-eos"
 	Floor      System = "floor"
+	// Ferry at-least-once with tracing on, exporting to a local Jaeger, at a
+	// sampling ratio of 0, 1% and 100%: their cost against Ferry with
+	// tracing off is the tracing overhead.
+	FerryTrace0   System = "ferry-trace-0"
+	FerryTrace1   System = "ferry-trace-1"
+	FerryTrace100 System = "ferry-trace-100"
 )
 
 // AllSystems in the order they run. MM2 tuned runs first: its catch-up
 // throughput sets the default live rates.
-var AllSystems = []System{MM2Tuned, Ferry, MM2Default, MM2EOS, Floor}
+var AllSystems = []System{MM2Tuned, Ferry, FerryEOS, MM2Default, MM2EOS, Floor, FerryTrace0, FerryTrace1, FerryTrace100}
+
+// TracingSystems are the tracing overhead variants.
+var TracingSystems = []System{FerryTrace0, FerryTrace1, FerryTrace100}
 
 // ParseSystem checks a system name.
 func ParseSystem(s string) (System, error) {
+	var known []string
 	for _, sys := range AllSystems {
 		if string(sys) == s {
 			return sys, nil
 		}
+		known = append(known, string(sys))
 	}
-	return "", fmt.Errorf("unknown system %q (known: ferry, mm2-default, mm2-tuned, mm2-eos, floor)", s)
+	return "", fmt.Errorf("unknown system %q (known: %s)", s, strings.Join(known, ", "))
+}
+
+// isFerry reports whether sys is a Ferry variant.
+func (sys System) isFerry() bool { _, ok := ferryVariants[sys]; return ok }
+
+// transactional reports whether sys writes the target in transactions, so
+// the target's end offsets include commit markers.
+func (sys System) transactional() bool { return sys == MM2EOS || sys == FerryEOS }
+
+// ferryVariant is how a Ferry system differs from Ferry's defaults.
+type ferryVariant struct {
+	delivery string
+	sampling float64 // tracing sampling ratio; < 0: tracing off
+}
+
+var ferryVariants = map[System]ferryVariant{
+	Ferry:         {delivery: "at_least_once", sampling: -1},
+	FerryEOS:      {delivery: "exactly_once", sampling: -1},
+	FerryTrace0:   {delivery: "at_least_once", sampling: 0},
+	FerryTrace1:   {delivery: "at_least_once", sampling: 0.01},
+	FerryTrace100: {delivery: "at_least_once", sampling: 1},
 }
 
 // Names used on both clusters.
@@ -108,8 +142,8 @@ func (m *mm2) Check() error { return m.m.ExitError() }
 func (m *mm2) Stop() error  { return m.m.Stop() }
 
 // ferryLink is the writer's link: MM2-style names, src.<topic>.
-func ferryLink() map[string]any {
-	return map[string]any{"name": linkName, "naming": "prefix", "prefix": sourceAlias + "."}
+func ferryLink(delivery string) map[string]any {
+	return map[string]any{"name": linkName, "naming": "prefix", "prefix": sourceAlias + ".", "delivery": delivery}
 }
 
 type ferry struct {
@@ -119,8 +153,9 @@ type ferry struct {
 
 // startFerry starts a writer listening on writerListen and a fetcher that
 // dials writerDial (the writer itself, or a WAN proxy in front of it), both
-// at Ferry's defaults.
-func startFerry(ctx context.Context, bin, dir, sourceAddr, targetAddr, writerListen, writerDial, topic string) (*ferry, error) {
+// at Ferry's defaults but for the variant's delivery and tracing (spans go
+// to the OTLP endpoint otlp).
+func startFerry(ctx context.Context, v ferryVariant, otlp, bin, dir, sourceAddr, targetAddr, writerListen, writerDial, topic string) (*ferry, error) {
 	wAdmin, err := harness.FreeAddr()
 	if err != nil {
 		return nil, err
@@ -131,8 +166,11 @@ func startFerry(ctx context.Context, bin, dir, sourceAddr, targetAddr, writerLis
 	}
 	// The gRPC link runs in plaintext on loopback (tls.insecure), as MM2's
 	// Kafka connections do here.
-	wcfg := harness.WriterConfig("writer-1", writerListen, wAdmin, []string{targetAddr}, ferryLink())
+	wcfg := harness.WriterConfig("writer-1", writerListen, wAdmin, []string{targetAddr}, ferryLink(v.delivery))
 	wcfg["tls"] = map[string]any{"insecure": true}
+	if v.sampling >= 0 {
+		wcfg["tracing"] = tracingConfig(otlp, v.sampling)
+	}
 	writer, err := harness.Start(dir, filepath.Join(bin, "ferry-writer"), "writer", wcfg)
 	if err != nil {
 		return nil, fmt.Errorf("start ferry writer: %w", err)
@@ -144,6 +182,9 @@ func startFerry(ctx context.Context, bin, dir, sourceAddr, targetAddr, writerLis
 	}
 	fcfg := harness.FetcherConfig("fetcher-1", fAdmin, linkName, []string{sourceAddr}, []string{writerDial}, regexpQuote(topic))
 	fcfg["writers"].(map[string]any)["tls"] = map[string]any{"insecure": true}
+	if v.sampling >= 0 {
+		fcfg["tracing"] = tracingConfig(otlp, v.sampling)
+	}
 	f.fetcher, err = harness.Start(dir, filepath.Join(bin, "ferry-fetcher"), "fetcher", fcfg)
 	if err != nil {
 		writer.Kill()
@@ -155,6 +196,10 @@ func startFerry(ctx context.Context, bin, dir, sourceAddr, targetAddr, writerLis
 		return nil, err
 	}
 	return f, nil
+}
+
+func tracingConfig(otlp string, sampling float64) map[string]any {
+	return map[string]any{"endpoint": otlp, "insecure": true, "sampling_ratio": sampling}
 }
 
 // waitReady waits for /readyz of p, failing at once if p exits.

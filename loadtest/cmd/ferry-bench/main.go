@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -58,8 +59,9 @@ func run(ctx context.Context, args []string) error {
 	out := fs.String("out", filepath.Join("loadtest", "results", time.Now().Format("2006-01-02")), "output folder")
 	work := fs.String("work", "", "folder for per-run configs, logs and broker data (default: a new temporary folder)")
 	reportFrom := fs.String("report-from", "", "only rewrite report.md and plots in -out from this results.json")
-	systems := fs.String("systems", "mm2-tuned,ferry,mm2-default,mm2-eos,floor", "systems for the catch-up runs (mm2-tuned first: it sets the live rates)")
-	liveSystems := fs.String("live-systems", "", "systems for the live runs (default: -systems)")
+	systems := fs.String("systems", "mm2-tuned,ferry,ferry-eos,mm2-default,mm2-eos,floor,ferry-trace-0,ferry-trace-1,ferry-trace-100",
+		"systems for the catch-up runs (mm2-tuned first: it sets the live rates)")
+	liveSystems := fs.String("live-systems", "", "systems for the live runs (default: -systems without the ferry-trace-* variants)")
 	wanSystems := fs.String("wan-systems", "mm2-tuned,ferry", "systems for the WAN runs")
 	workloads := fs.String("workloads", "catch-up,live,wan", "workloads to run: catch-up, live, wan")
 	records := fs.Int("records", 1_000_000, "catch-up records (~1 KiB each)")
@@ -72,7 +74,7 @@ func run(ctx context.Context, args []string) error {
 	wanBandwidth := fs.Int("wan-bandwidth-kbs", 0, "bandwidth cap per connection and direction on the WAN hop, KB/s (0: none)")
 	wanRecords := fs.Int("wan-records", 200_000, "catch-up records of the WAN runs")
 	runTimeout := fs.Duration("run-timeout", 20*time.Minute, "limit of one run")
-	quick := fs.Bool("quick", false, "a few minutes: 30,000 records, live 15 s, WAN 20,000 records at 50 ms, systems ferry and mm2-tuned")
+	quick := fs.Bool("quick", false, "a few minutes: 30,000 records, live 15 s, WAN 20,000 records at 50 ms, systems mm2-tuned, ferry and ferry-eos")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -91,7 +93,7 @@ func run(ctx context.Context, args []string) error {
 		def("live-duration", func() { *liveDuration = 15 * time.Second })
 		def("wan-records", func() { *wanRecords = 20_000 })
 		def("wan-rtts", func() { *wanRTTs = "50ms" })
-		def("systems", func() { *systems = "mm2-tuned,ferry" })
+		def("systems", func() { *systems = "mm2-tuned,ferry,ferry-eos" })
 	}
 	cfg := bench.Config{
 		Bin: *binDir, WorkDir: *work,
@@ -122,7 +124,11 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	if *liveSystems == "" {
-		cfg.LiveSystems = cfg.Systems
+		for _, sys := range cfg.Systems {
+			if !slices.Contains(bench.TracingSystems, sys) {
+				cfg.LiveSystems = append(cfg.LiveSystems, sys)
+			}
+		}
 	} else if cfg.LiveSystems, err = parseSystems(*liveSystems); err != nil {
 		return err
 	}
