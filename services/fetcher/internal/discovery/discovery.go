@@ -8,12 +8,12 @@ package discovery
 
 import (
 	"fmt"
-	"hash/fnv"
 	"regexp"
 	"sort"
-	"strconv"
 
 	"github.com/IBM/sarama"
+
+	"github.com/ferry-replicator/ferry/pkg/shards"
 )
 
 // Partition names one source partition.
@@ -37,15 +37,6 @@ type Plan struct {
 	Topics map[string]Topic
 	// Shards maps each non-empty shard to its partitions, sorted.
 	Shards map[int][]Partition
-}
-
-// ShardOf places a partition among n shards.
-func ShardOf(topic string, partition int32, n int) int {
-	h := fnv.New32a()
-	h.Write([]byte(topic))
-	h.Write([]byte{0})
-	h.Write([]byte(strconv.Itoa(int(partition))))
-	return int(h.Sum32() % uint32(n))
 }
 
 // Selector decides which topics a link replicates.
@@ -114,7 +105,7 @@ func Discover(l Lister, sel Selector, n int) (Plan, error) {
 		}
 		plan.Topics[name] = t
 		for p := range d.NumPartitions {
-			s := ShardOf(name, p, n)
+			s := shards.Of(name, p, n)
 			plan.Shards[s] = append(plan.Shards[s], Partition{Topic: name, Partition: p})
 		}
 	}

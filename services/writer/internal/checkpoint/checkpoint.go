@@ -258,13 +258,7 @@ func (s *Store) fail(err error) {
 // Sync waits until the view holds every checkpoint committed before it was
 // called (see the package comment).
 func (s *Store) Sync(ctx context.Context) error {
-	msgs := make([]*sarama.ProducerMessage, s.partitions)
-	for p := range s.partitions {
-		msgs[p] = &sarama.ProducerMessage{
-			Topic: s.topic, Partition: p,
-			Key: sarama.StringEncoder(barrierPrefix + s.writer),
-		}
-	}
+	msgs := s.Barriers()
 	if err := s.barrier.SendMessages(msgs); err != nil {
 		return fmt.Errorf("checkpoint barrier: %w", err)
 	}
@@ -275,6 +269,26 @@ func (s *Store) Sync(ctx context.Context) error {
 		s.cond.Broadcast()
 	})
 	defer stop()
+	// And every syncWarn, to log what a long wait waits for: the barrier
+	// is read only once the partition's last stable offset passes it, so a
+	// transaction still open before it holds it back.
+	tickDone := make(chan struct{})
+	defer close(tickDone)
+	go func() {
+		tick := time.NewTicker(syncWarn)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tickDone:
+				return
+			case <-tick.C:
+				s.mu.Lock()
+				s.cond.Broadcast()
+				s.mu.Unlock()
+			}
+		}
+	}()
+	start, logged := time.Now(), time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, m := range msgs {
@@ -283,12 +297,35 @@ func (s *Store) Sync(ctx context.Context) error {
 				return s.err
 			}
 			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("checkpoint sync: %w", err)
+				return fmt.Errorf("checkpoint sync: waiting for partition %d to pass offset %d (read up to %d): %w",
+					m.Partition, m.Offset, s.read[m.Partition], err)
+			}
+			if time.Since(logged) >= syncWarn {
+				logged = time.Now()
+				s.log.Warn("checkpoint sync slow: barrier not readable yet (a transaction still open before it?)",
+					"partition", m.Partition, "barrier_offset", m.Offset, "read", s.read[m.Partition], "waited", time.Since(start).Round(time.Second))
 			}
 			s.cond.Wait()
 		}
 	}
 	return s.err
+}
+
+// syncWarn is how long Sync waits before it logs what it waits for.
+const syncWarn = 10 * time.Second
+
+// Barriers returns one barrier record for each partition of the checkpoint
+// topic. The view skips them; Sync uses them to know how far it has read,
+// and a session uses them to touch every partition in a transaction.
+func (s *Store) Barriers() []*sarama.ProducerMessage {
+	msgs := make([]*sarama.ProducerMessage, s.partitions)
+	for p := range s.partitions {
+		msgs[p] = &sarama.ProducerMessage{
+			Topic: s.topic, Partition: p,
+			Key: sarama.StringEncoder(barrierPrefix + s.writer),
+		}
+	}
+	return msgs
 }
 
 // Get returns the partition's checkpoint as of the last Sync or later.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -97,33 +98,53 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	s := ss.s
 	log := s.log.With("link", ss.link.Name, "shard", ss.shard, "epoch", ss.epoch, "fetcher", ss.fetcher)
 
-	for _, t := range ss.open.GetTopics() {
-		err := s.topics.Ensure(topics.Spec{
-			Name:              ss.link.Naming.Target(t.GetName()),
-			Partitions:        t.GetPartitionCount(),
-			ReplicationFactor: ss.link.ReplicationFactor,
-			Configs:           topics.FilterConfigs(t.GetConfigs(), ss.link.ConfigExclude),
+	var producer sarama.SyncProducer
+	err := func() error {
+		for _, t := range ss.open.GetTopics() {
+			err := step(log, "ensure target topic", func() error {
+				return s.topics.Ensure(topics.Spec{
+					Name:              ss.link.Naming.Target(t.GetName()),
+					Partitions:        t.GetPartitionCount(),
+					ReplicationFactor: ss.link.ReplicationFactor,
+					Configs:           topics.FilterConfigs(t.GetConfigs(), ss.link.ConfigExclude),
+				})
+			})
+			if err != nil {
+				return err
+			}
+		}
+		pcfg := s.opts.Producer
+		if ss.link.ExactlyOnce {
+			// One transactional id per shard: creating this producer runs
+			// InitProducerID, which fences every older producer of the
+			// shard, on this writer or any other, and aborts its open
+			// transaction, before the checkpoints are read below.
+			c := *pcfg
+			c.Producer.Transaction.ID = transactionalID(ss.link.Name, ss.shard)
+			pcfg = &c
+		}
+		err := step(log, "target producer", func() (err error) {
+			producer, err = sarama.NewSyncProducer(s.opts.TargetAddrs, pcfg)
+			if err != nil {
+				return fmt.Errorf("target producer: %w", err)
+			}
+			return nil
 		})
 		if err != nil {
 			return err
 		}
+		if ss.link.ExactlyOnce {
+			err := step(log, "end stale transactions", func() error { return ss.endStaleTransactions(producer) })
+			if err != nil {
+				return err
+			}
+		}
+		return step(log, "checkpoint sync", func() error { return s.store.Sync(ss.ctx) })
+	}()
+	if producer != nil {
+		defer producer.Close()
 	}
-	pcfg := s.opts.Producer
-	if ss.link.ExactlyOnce {
-		// One transactional id per shard: creating this producer runs
-		// InitProducerID, which fences every older producer of the shard,
-		// on this writer or any other, and aborts its open transaction,
-		// before the checkpoints are read below.
-		c := *pcfg
-		c.Producer.Transaction.ID = transactionalID(ss.link.Name, ss.shard)
-		pcfg = &c
-	}
-	producer, err := sarama.NewSyncProducer(s.opts.TargetAddrs, pcfg)
 	if err != nil {
-		return fmt.Errorf("target producer: %w", err)
-	}
-	defer producer.Close()
-	if err := s.store.Sync(ss.ctx); err != nil {
 		return err
 	}
 	opened := &ferryv1.Opened{Writer: s.opts.ID}
@@ -160,6 +181,60 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	}
 	return err
 }
+
+// endStaleTransactions aborts a transaction of this shard's producer that
+// touches every checkpoint partition, before the checkpoints are read.
+//
+// A transaction of an older epoch of the shard can stay open on a
+// checkpoint partition although its coordinator has completed it: a target
+// broker that loses the end of its log on a restart loses the transaction's
+// marker with it (seen with single-node Apache Kafka 4.3 restarted during a
+// commit). No coordinator will ever end it, and it holds back the
+// partition's last stable offset, so the barrier Sync waits for would never
+// become readable. An abort marker of this, newer, epoch ends whatever the
+// older epochs left open there, as aborted: the checkpoint it held is
+// dropped and its records are copied again from the previous checkpoint,
+// which may duplicate but never loses. InitProducerID (creating producer)
+// has already fenced every older epoch, so nothing still live is aborted.
+func (ss *session) endStaleTransactions(producer sarama.SyncProducer) error {
+	if err := producer.BeginTxn(); err != nil {
+		return fmt.Errorf("begin stale-transaction abort: %w", err)
+	}
+	if err := producer.SendMessages(ss.s.store.Barriers()); err != nil {
+		_ = producer.AbortTxn()
+		return fmt.Errorf("stale-transaction abort: touch checkpoint partitions: %w", err)
+	}
+	if err := producer.AbortTxn(); err != nil {
+		return fmt.Errorf("stale-transaction abort: %w", err)
+	}
+	return nil
+}
+
+// step runs one step of an open and logs, every openStepWarn, that it is
+// still waiting, so a stuck open names what it waits for.
+func step(log *slog.Logger, name string, f func() error) error {
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(openStepWarn)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				log.Warn("shard open step slow", "step", name, "waited", time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	err := f()
+	close(done)
+	log.Debug("shard open step done", "step", name, "took", time.Since(start), "err", err)
+	return err
+}
+
+// openStepWarn is how long an open step may wait before it is logged.
+const openStepWarn = 10 * time.Second
 
 // receive checks each batch whole before handing it on, so nothing of a bad
 // batch reaches the target.
