@@ -64,7 +64,7 @@ func systemSettings(sys System, partitions int) string {
 			tr = fmt.Sprintf("tracing on, OTLP to a local Jaeger v1.76.0 (its CPU not counted), sampling_ratio %g", v.sampling)
 		}
 		return "one ferry-fetcher, one ferry-writer, at their defaults (link.codec zstd, link.batch.max_bytes 1MiB, link.batch.linger 20ms, " +
-			"link.max_inflight_bytes 16MiB, link.fetch_max_bytes 4MiB, link.shards 64, writer producer.compression lz4) but for delivery " + v.delivery + " and " + tr +
+			"link.max_inflight_bytes 16MiB, link.fetch_max_bytes 1MiB, link.shards 64, writer producer.compression lz4) but for delivery " + v.delivery + " and " + tr +
 			"; naming prefix `src.`; gRPC link in plaintext on loopback (`tls.insecure: true` on both, as MM2's Kafka connections are plaintext here); the harness sets link.discovery_interval 1s"
 	case Floor:
 		return "`ferry-bench floor-copy`: franz-go v1.22.3 consumer (read_committed, 4 MiB per partition per fetch) feeding a producer " +

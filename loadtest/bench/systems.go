@@ -109,8 +109,8 @@ func mm2Props(sys System, partitions int) map[string]string {
 			targetAlias + ".producer.linger.ms":        "20",
 			targetAlias + ".producer.max.request.size": "4194304",
 			targetAlias + ".producer.buffer.memory":    "67108864",
-			// Like Ferry's link.fetch_max_bytes (4 MiB per partition).
-			sourceAlias + ".consumer.max.partition.fetch.bytes": "4194304",
+			// Like Ferry's link.fetch_max_bytes (1 MiB per partition).
+			sourceAlias + ".consumer.max.partition.fetch.bytes": "1048576",
 			sourceAlias + ".consumer.fetch.max.bytes":           "67108864",
 		}
 		if sys == MM2EOS {

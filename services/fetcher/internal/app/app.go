@@ -53,6 +53,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	sc.Consumer.Fetch.Default = int32(cfg.Link.FetchMaxBytes)
 	sc.Consumer.MaxWaitTime = 100 * time.Millisecond
 	sc.ChannelBufferSize = 1024
+	// A partition's reader stops reading while it compresses and sends a
+	// batch; sarama's default 100ms would drop the partition from the
+	// next fetches whenever that takes longer on a busy machine.
+	sc.Consumer.MaxProcessingTime = time.Second
 	client, err := sarama.NewClient(cfg.Source.BootstrapServers, sc)
 	if err != nil {
 		return fmt.Errorf("source client: %w", err)

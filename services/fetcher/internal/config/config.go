@@ -136,7 +136,7 @@ func Defaults() Config {
 	c.Link.Batch.MaxBytes = 1 << 20
 	c.Link.Batch.Linger = 20 * time.Millisecond
 	c.Link.MaxInflightBytes = 16 << 20
-	c.Link.FetchMaxBytes = 4 << 20
+	c.Link.FetchMaxBytes = 1 << 20
 	c.Link.OnDataLoss = "stop"
 	return c
 }
