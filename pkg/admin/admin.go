@@ -87,7 +87,10 @@ func (s *Server) Run(ctx context.Context) error {
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.http.Shutdown(shutCtx); err != nil {
-		return fmt.Errorf("admin shutdown: %w", err)
+		// A request still running (a 30 s CPU profile, a slow scrape) must
+		// not turn a clean stop into a failed one: cut it off.
+		s.log.Warn("admin requests still running at shutdown; closing them", "err", err)
+		_ = s.http.Close()
 	}
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("admin server: %w", err)
