@@ -38,6 +38,7 @@ type ConfigDesc struct {
 	LiveDurationS   float64           `json:"live_duration_s"`
 	LiveFractions   []float64         `json:"live_fractions"`
 	WANRecords      int               `json:"wan_records"`
+	Repeat          int               `json:"repeat,omitempty"`
 	WANBandwidthKBs int               `json:"wan_bandwidth_kbs"`
 	Settings        map[System]string `json:"settings"`
 }
@@ -50,7 +51,7 @@ func Describe(cfg Config) ConfigDesc {
 	}
 	return ConfigDesc{
 		Records: cfg.Records, ValueBytes: cfg.ValueBytes, Partitions: cfg.Partitions,
-		LiveDurationS: cfg.LiveDuration.Seconds(), LiveFractions: cfg.LiveFractions,
+		LiveDurationS: cfg.LiveDuration.Seconds(), LiveFractions: cfg.LiveFractions, Repeat: cfg.Repeat,
 		WANRecords: cfg.WANRecords, WANBandwidthKBs: cfg.WANBandwidthKBs, Settings: settings,
 	}
 }
@@ -202,7 +203,7 @@ func writePlots(dir string, results []Result) ([]string, error) {
 			}
 		} else {
 			c = chart{title: "Records copied per second (target, sampled every second), " + k, xLabel: "seconds since replicator start", yLabel: "MB/s"}
-			for _, r := range rs {
+			for _, r := range medianRuns(rs) {
 				l := line{name: string(r.System)}
 				per := float64(r.Bytes) / float64(max(r.Records, 1)) / 1e6
 				for i := 1; i < len(r.Series); i++ {
@@ -224,4 +225,20 @@ func writePlots(dir string, results []Result) ([]string, error) {
 		names = append(names, name)
 	}
 	return names, nil
+}
+
+// medianRuns keeps, of repeated runs, each system's median run (see find).
+func medianRuns(rs []Result) []Result {
+	var out []Result
+	seen := map[System]bool{}
+	for _, r := range rs {
+		if seen[r.System] {
+			continue
+		}
+		seen[r.System] = true
+		if m, ok := find(rs, r.System); ok {
+			out = append(out, m)
+		}
+	}
+	return out
 }

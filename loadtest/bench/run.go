@@ -53,6 +53,11 @@ type Config struct {
 	WANBandwidthKBs int
 	WANRecords      int
 
+	// Repeat runs each catch-up system this many times, interleaved (every
+	// system once, then again), and ratios use each system's median run:
+	// on shared cores one run can be twice as fast as the next.
+	Repeat int
+
 	RunTimeout time.Duration
 	Out        io.Writer // progress
 	// OnResult, if set, is called with all results so far after each run.
@@ -70,6 +75,9 @@ const (
 type Result struct {
 	System   System `json:"system"`
 	Workload string `json:"workload"`
+	// Run numbers the repeats of a catch-up run (Config.Repeat > 1); 0
+	// when the run is not repeated.
+	Run int `json:"run,omitempty"`
 	// RateTarget is the live producer rate, records/s; RateProduced what
 	// the producer achieved (on shared cores it can fall short).
 	RateTarget   int     `json:"rate_target,omitempty"`
@@ -138,6 +146,7 @@ const (
 type spec struct {
 	system   System
 	workload string
+	run      int // repeat number, 0 when not repeated
 	records  int // catch-up or WAN preload
 	rate     int // live
 	wan      *WANOptions
@@ -163,10 +172,17 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return r
 	}
 	if cfg.CatchUp {
-		for _, sys := range cfg.Systems {
-			run(spec{system: sys, workload: CatchUp, records: cfg.Records})
-			if ctx.Err() != nil {
-				return results, ctx.Err()
+		repeat := max(cfg.Repeat, 1)
+		for i := range repeat {
+			for _, sys := range cfg.Systems {
+				sp := spec{system: sys, workload: CatchUp, records: cfg.Records}
+				if repeat > 1 {
+					sp.run = i + 1
+				}
+				run(sp)
+				if ctx.Err() != nil {
+					return results, ctx.Err()
+				}
 			}
 		}
 	}
@@ -226,7 +242,7 @@ func tunedRate(results []Result) (float64, bool) {
 
 // runOne runs one spec and always returns a Result.
 func runOne(ctx context.Context, cfg Config, s spec, n int) Result {
-	r := Result{System: s.system, Workload: s.workload, RateTarget: s.rate}
+	r := Result{System: s.system, Workload: s.workload, RateTarget: s.rate, Run: s.run}
 	if s.wan != nil {
 		r.RTTMillis, r.BandwidthKBs = s.wan.RTT.Milliseconds(), s.wan.BandwidthKBs
 	}

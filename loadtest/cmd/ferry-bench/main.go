@@ -74,6 +74,7 @@ func run(ctx context.Context, args []string) error {
 	wanBandwidth := fs.Int("wan-bandwidth-kbs", 0, "bandwidth cap per connection and direction on the WAN hop, KB/s (0: none)")
 	wanRecords := fs.Int("wan-records", 200_000, "catch-up records of the WAN runs")
 	runTimeout := fs.Duration("run-timeout", 20*time.Minute, "limit of one run")
+	repeat := fs.Int("repeat", 3, "catch-up runs per system, interleaved; ratios use each system's median run")
 	quick := fs.Bool("quick", false, "a few minutes: 30,000 records, live 15 s, WAN 20,000 records at 50 ms, systems mm2-tuned, ferry and ferry-eos")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -94,12 +95,13 @@ func run(ctx context.Context, args []string) error {
 		def("wan-records", func() { *wanRecords = 20_000 })
 		def("wan-rtts", func() { *wanRTTs = "50ms" })
 		def("systems", func() { *systems = "mm2-tuned,ferry,ferry-eos" })
+		def("repeat", func() { *repeat = 1 })
 	}
 	cfg := bench.Config{
 		Bin: *binDir, WorkDir: *work,
 		Records: *records, ValueBytes: *valueBytes, Partitions: *partitions,
 		LiveDuration: *liveDuration, WANBandwidthKBs: *wanBandwidth, WANRecords: *wanRecords,
-		RunTimeout: *runTimeout, Out: os.Stdout,
+		RunTimeout: *runTimeout, Repeat: *repeat, Out: os.Stdout,
 	}
 	var err error
 	if cfg.Self, err = os.Executable(); err != nil {
