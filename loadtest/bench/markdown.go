@@ -191,6 +191,24 @@ func goals(b *strings.Builder, results []Result) {
 	headline(b, results, Ferry, MM2Tuned, "Headline: Ferry against its goals (ratios to MM2 tuned, same run)")
 	headline(b, results, FerryEOS, MM2EOS, "Exactly-once: Ferry exactly-once against MM2 exactly-once (the same goals, same run)")
 	tracingOverhead(b, results)
+	beforeAfter(b, results)
+}
+
+// beforeAfter compares Ferry with the baseline build on the catch-up run.
+func beforeAfter(b *strings.Builder, results []Result) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	_, by := group(results)
+	rs := by[CatchUp]
+	after, okA := find(rs, Ferry)
+	before, okB := find(rs, FerryBaseline)
+	if !okA || !okB {
+		return
+	}
+	p("## Before and after (catch-up, ferry ÷ ferry-baseline, same run)\n\n")
+	p("| measure | ferry-baseline | ferry | after ÷ before |\n|---|---:|---:|---:|\n")
+	p("| throughput MB/s | %.1f | %.1f | %s |\n", before.MBps, after.MBps, ratio(after.MBps, before.MBps))
+	p("| CPU s/GB | %.1f | %.1f | %s |\n", before.CPUPerGB, after.CPUPerGB, ratio(after.CPUPerGB, before.CPUPerGB))
+	p("| peak RSS MB | %d | %d | %s |\n\n", before.PeakRSSBytes>>20, after.PeakRSSBytes>>20, ratio(float64(after.PeakRSSBytes), float64(before.PeakRSSBytes)))
 }
 
 // headline compares system f with reference t on every workload both ran.

@@ -49,6 +49,11 @@ func Describe(cfg Config) ConfigDesc {
 	for _, sys := range AllSystems {
 		settings[sys] = systemSettings(sys, cfg.Partitions)
 	}
+	if cfg.BaselineBin == "" {
+		delete(settings, FerryBaseline)
+	} else {
+		settings[FerryBaseline] = "`ferry` built from commit " + cfg.BaselineCommit + " (an earlier build, for before/after ratios in one run)"
+	}
 	return ConfigDesc{
 		Records: cfg.Records, ValueBytes: cfg.ValueBytes, Partitions: cfg.Partitions,
 		LiveDurationS: cfg.LiveDuration.Seconds(), LiveFractions: cfg.LiveFractions, Repeat: cfg.Repeat,
@@ -58,7 +63,7 @@ func Describe(cfg Config) ConfigDesc {
 
 func systemSettings(sys System, partitions int) string {
 	switch sys {
-	case Ferry, FerryEOS, FerryTrace0, FerryTrace1, FerryTrace100:
+	case Ferry, FerryEOS, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline:
 		v := ferryVariants[sys]
 		tr := "tracing off"
 		if v.sampling >= 0 {

@@ -29,9 +29,12 @@ import (
 
 // Config selects what the benchmark runs.
 type Config struct {
-	Bin     string // folder of ferry-fetcher and ferry-writer
-	Self    string // this program, run as "Self floor-copy ..." for the floor
-	WorkDir string // per-run folders: configs, logs, broker data (removed)
+	Bin string // folder of ferry-fetcher and ferry-writer
+	// BaselineBin holds the binaries of system ferry-baseline, and
+	// BaselineCommit names the commit they were built from.
+	BaselineBin, BaselineCommit string
+	Self                        string // this program, run as "Self floor-copy ..." for the floor
+	WorkDir                     string // per-run folders: configs, logs, broker data (removed)
 
 	Systems     []System // catch-up runs
 	LiveSystems []System // live runs
@@ -411,7 +414,14 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 			dial = proxyAddr
 		}
 		start = time.Now()
-		rep, err = startFerry(ctx, v, otlp, cfg.Bin, dir, src, dst, listen, dial, topic)
+		bin := cfg.Bin
+		if v.baseline {
+			if cfg.BaselineBin == "" {
+				return errors.New("ferry-baseline needs -baseline-bin")
+			}
+			bin = cfg.BaselineBin
+		}
+		rep, err = startFerry(ctx, v, otlp, bin, dir, src, dst, listen, dial, topic)
 		if err != nil {
 			return err
 		}

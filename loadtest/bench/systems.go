@@ -32,11 +32,15 @@ const (
 	FerryTrace0   System = "ferry-trace-0"
 	FerryTrace1   System = "ferry-trace-1"
 	FerryTrace100 System = "ferry-trace-100"
+	// FerryBaseline is Ferry at-least-once from other binaries
+	// (Config.BaselineBin): an older build, for before/after ratios of a
+	// change measured in one run.
+	FerryBaseline System = "ferry-baseline"
 )
 
 // AllSystems in the order they run. MM2 tuned runs first: its catch-up
 // throughput sets the default live rates.
-var AllSystems = []System{MM2Tuned, Ferry, FerryEOS, MM2Default, MM2EOS, Floor, FerryTrace0, FerryTrace1, FerryTrace100}
+var AllSystems = []System{MM2Tuned, Ferry, FerryEOS, MM2Default, MM2EOS, Floor, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline}
 
 // TracingSystems are the tracing overhead variants.
 var TracingSystems = []System{FerryTrace0, FerryTrace1, FerryTrace100}
@@ -64,6 +68,7 @@ func (sys System) transactional() bool { return sys == MM2EOS || sys == FerryEOS
 type ferryVariant struct {
 	delivery string
 	sampling float64 // tracing sampling ratio; < 0: tracing off
+	baseline bool    // run the binaries of Config.BaselineBin
 }
 
 var ferryVariants = map[System]ferryVariant{
@@ -72,6 +77,7 @@ var ferryVariants = map[System]ferryVariant{
 	FerryTrace0:   {delivery: "at_least_once", sampling: 0},
 	FerryTrace1:   {delivery: "at_least_once", sampling: 0.01},
 	FerryTrace100: {delivery: "at_least_once", sampling: 1},
+	FerryBaseline: {delivery: "at_least_once", sampling: -1, baseline: true},
 }
 
 // Names used on both clusters.

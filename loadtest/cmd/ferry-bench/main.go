@@ -74,6 +74,8 @@ func run(ctx context.Context, args []string) error {
 	wanBandwidth := fs.Int("wan-bandwidth-kbs", 0, "bandwidth cap per connection and direction on the WAN hop, KB/s (0: none)")
 	wanRecords := fs.Int("wan-records", 200_000, "catch-up records of the WAN runs")
 	runTimeout := fs.Duration("run-timeout", 20*time.Minute, "limit of one run")
+	baselineBin := fs.String("baseline-bin", "", "folder of an older build's ferry-fetcher and ferry-writer, for system ferry-baseline")
+	baselineCommit := fs.String("baseline-commit", "", "the commit -baseline-bin was built from, for the report")
 	repeat := fs.Int("repeat", 3, "catch-up runs per system, interleaved; ratios use each system's median run")
 	quick := fs.Bool("quick", false, "a few minutes: 30,000 records, live 15 s, WAN 20,000 records at 50 ms, systems mm2-tuned, ferry and ferry-eos")
 	if err := fs.Parse(args); err != nil {
@@ -168,6 +170,12 @@ func run(ctx context.Context, args []string) error {
 	// uses this snapshot.
 	if cfg.Bin, err = snapshot(cfg.Bin, filepath.Join(cfg.WorkDir, "bin")); err != nil {
 		return err
+	}
+	if *baselineBin != "" {
+		if cfg.BaselineBin, err = snapshot(*baselineBin, filepath.Join(cfg.WorkDir, "bin-baseline")); err != nil {
+			return err
+		}
+		cfg.BaselineCommit = *baselineCommit
 	}
 
 	started, mach := time.Now(), bench.ReadMachine()
