@@ -146,6 +146,7 @@ func TestRealKafkaExactlyOnceEndsHangingCheckpointTransaction(t *testing.T) {
 	e.produce(ctx, workload.Options{Topic: "t.hang", Partitions: 4, Records: records, ValueBytes: 200, Seed: 8})
 	e.waitFor(ctx, "src.t.hang", records)
 	res := e.verify(ctx, "t.hang")
+	recordScenario(t, "", res, 0)
 	if !res.OK() || res.Produced != records {
 		t.Fatalf("exactly-once past hanging checkpoint transactions: %+v", res)
 	}
