@@ -1,0 +1,167 @@
+# ferry-fetcher on Nomad: run in the SOURCE region, next to the source
+# Kafka cluster. Guide: docs/deploy.md; every Ferry key:
+# docs/configuration.md. Values marked CHANGE are placeholders.
+#
+#   nomad var put nomad/jobs/ferry-fetcher tls_crt=@fetcher.pem tls_key=@fetcher-key.pem ca_crt=@ca.pem
+#   nomad job run deploy/nomad/ferry-fetcher.nomad.hcl
+#
+# The image is not published by this repository: build it from
+# `make build` (docs/deploy.md).
+#
+# The fetchers of the link share its shards through Consul leases
+# (lease.address) and find the writers in the target region's Consul
+# catalog (writers.consul; the writer job registers them). Both go through
+# the Consul agent on the node, whose HTTP API must listen on the node's
+# address (Consul's client_addr), and the target datacenter must be
+# reachable from it (WAN federation). Nomad registers the fetcher too, for
+# its health only: nothing connects to a fetcher.
+job "ferry-fetcher" {
+  datacenters = ["east"] # CHANGE: the source region's datacenters
+  type        = "service"
+
+  update {
+    max_parallel      = 1
+    health_check      = "checks"
+    min_healthy_time  = "10s"
+    healthy_deadline  = "3m"
+    progress_deadline = "10m"
+    auto_revert       = true
+  }
+
+  group "fetcher" {
+    # Fetchers share the shards (fair share: floor(shards / live), the
+    # first shards % live one more); more than the non-empty shards idle.
+    count = 3
+
+    network {
+      port "admin" {
+        to = 7402
+      }
+    }
+
+    restart {
+      attempts = 3
+      interval = "5m"
+      delay    = "15s"
+      mode     = "delay"
+    }
+
+    service {
+      name     = "ferry-fetcher"
+      port     = "admin"
+      provider = "consul"
+
+      check {
+        name     = "ferry-fetcher ready"
+        type     = "http"
+        port     = "admin"
+        path     = "/readyz"
+        interval = "5s"
+        timeout  = "2s"
+      }
+    }
+
+    task "ferry-fetcher" {
+      driver = "docker"
+      user   = "65532:65532"
+
+      config {
+        image           = "ghcr.io/ferry-replicator/ferry-fetcher:VERSION" # CHANGE: your registry and tag
+        args            = ["--config", "/local/fetcher.yaml"]
+        ports           = ["admin"]
+        readonly_rootfs = true
+        cap_drop        = ["all"]
+      }
+
+      # SIGTERM drains: stop reading, wait up to shutdown_timeout (20s) for
+      # the writers' acknowledgements, release the leases, destroy the
+      # session (docs/operations.md "Shutdown"). 45s leaves room for the
+      # Kafka and Consul clients to close. Nomad clients cap this at their
+      # max_kill_timeout (default 30s): raise it.
+      kill_timeout = "45s"
+      kill_signal  = "SIGTERM"
+
+      env {
+        # Settings from the environment are layered over the file
+        # (FERRY_FETCHER_<KEY>); an unknown name stops the process.
+        FERRY_FETCHER_ID                     = "fetcher-${NOMAD_ALLOC_ID}"
+        FERRY_FETCHER_LEASE_ADDRESS          = "${attr.unique.network.ip-address}:8500"
+        FERRY_FETCHER_WRITERS_CONSUL_ADDRESS = "${attr.unique.network.ip-address}:8500"
+        GOMEMLIMIT                           = "360MiB"
+        # With Consul ACLs, give the task a token (CONSUL_HTTP_TOKEN) with
+        # KV and session write on the key prefix and service read.
+      }
+
+      resources {
+        cpu    = 500 # MHz
+        memory = 256 # MiB, reserved
+        # memory_max needs memory oversubscription enabled on the cluster.
+        memory_max = 448
+      }
+
+      # The Ferry configuration. Plain YAML: nothing in it is interpolated
+      # (no ${...}, no {{ }}), so the test in
+      # services/fetcher/internal/config loads it as written; per-allocation
+      # values come from the env block above.
+      template {
+        destination = "local/fetcher.yaml"
+        change_mode = "restart" # read once at start
+        data        = <<-EOF
+          admin:
+            listen: 0.0.0.0:7402          # the "admin" port: checks and /metrics
+          log:
+            level: info
+            format: json
+          source:
+            bootstrap_servers: ["kafka-east-1.example.internal:9092", "kafka-east-2.example.internal:9092"]  # CHANGE
+          link:
+            name: east-to-west            # CHANGE; the writers must list a link of this name
+            topics:
+              include: ["orders.*", "payments"]  # CHANGE
+            shards: 64
+          writers:
+            consul:                       # address: FERRY_FETCHER_WRITERS_CONSUL_ADDRESS
+              datacenter: west            # CHANGE: the target region's datacenter
+              service: ferry-writer
+            tls:
+              cert_file: /secrets/tls.crt
+              key_file: /secrets/tls.key
+              ca_file: /secrets/ca.crt
+              allowed_ids: ["spiffe://prod.example/ferry/writer"]  # CHANGE: the writers' SPIFFE ID
+          lease:                          # address: FERRY_FETCHER_LEASE_ADDRESS
+            datacenter: east              # CHANGE: the source region's datacenter
+            key_prefix: ferry
+            session_ttl: 10s
+            lock_delay: 5s
+          shutdown_timeout: 20s
+        EOF
+      }
+
+      # mTLS material from Nomad Variables (see the command at the top);
+      # Vault PKI or spiffe-helper can write the same files instead
+      # (docs/security.md). Ferry also re-reads them when they change;
+      # SIGHUP makes it immediate.
+      template {
+        destination   = "secrets/tls.crt"
+        change_mode   = "signal"
+        change_signal = "SIGHUP"
+        data          = "{{ with nomadVar \"nomad/jobs/ferry-fetcher\" }}{{ .tls_crt }}{{ end }}"
+      }
+      template {
+        destination   = "secrets/tls.key"
+        perms         = "0600"
+        uid           = 65532 # the task's user must read it
+        gid           = 65532
+        change_mode   = "signal"
+        change_signal = "SIGHUP"
+        data          = "{{ with nomadVar \"nomad/jobs/ferry-fetcher\" }}{{ .tls_key }}{{ end }}"
+      }
+      template {
+        destination   = "secrets/ca.crt"
+        change_mode   = "signal"
+        change_signal = "SIGHUP"
+        data          = "{{ with nomadVar \"nomad/jobs/ferry-fetcher\" }}{{ .ca_crt }}{{ end }}"
+      }
+    }
+  }
+}
