@@ -364,10 +364,14 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 		}
 		fmt.Fprintf(cfg.Out, "    preloaded %d records in %v\n", s.records, time.Since(start).Round(100*time.Millisecond))
 	}
-	if s.system == Floor {
-		if err := createTopic(ctx, dst, targetTopic, cfg.Partitions); err != nil {
-			return err
-		}
+	// The target topic exists before any system starts, with the source's
+	// partition count (every system keeps partition numbers): the tail
+	// consumer and the end-offset poller then see the first record, where a
+	// topic created by the replicator is found only at their next metadata
+	// refresh, seconds later; a fast copy could be over by then and the
+	// copy window would come out near zero.
+	if err := createTopic(ctx, dst, targetTopic, cfg.Partitions); err != nil {
+		return err
 	}
 	t, err := startTail([]string{dst}, targetTopic)
 	if err != nil {
