@@ -72,8 +72,13 @@ func markdown(rep Report, plots []string, notes string) string {
 
 	p("## Noise\n\n")
 	p("All processes share %d cores; the brokers alone take a good part of them under load, and the tail consumer and producer run on the same cores. ", m.Cores)
-	p("Other work was running on this machine at the same time (load average at start: %s). ", m.LoadAtStart)
-	p("Each system ran once per workload: read differences under ~20%% as noise. JVM systems pay JIT warm-up inside the copy window of a short catch-up. ")
+	p("Load average at start: %s. ", m.LoadAtStart)
+	if c.Repeat > 1 {
+		p("Each system ran the catch-up %d times, interleaved, and ratios use its median run; live and WAN runs ran once per system: read differences under ~20%% there as noise. ", c.Repeat)
+	} else {
+		p("Each system ran once per workload: read differences under ~20%% as noise. ")
+	}
+	p("JVM systems pay JIT warm-up inside the copy window of a short catch-up. ")
 	p("CPU per GB is the most stable figure (it does not depend on who else had the cores); throughput and latency depend on contention.\n")
 	if notes != "" {
 		p("\n## Notes on this run\n\n%s", notes)
