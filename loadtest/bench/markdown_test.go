@@ -1,0 +1,51 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+func catchUp(sys System, run int, mbps, cpu float64) Result {
+	return Result{System: sys, Workload: CatchUp, Run: run, MBps: mbps, CPUPerGB: cpu, PeakRSSBytes: 100 << 20, OK: true}
+}
+
+// Ratios use each system's run of median throughput, and a failed run is
+// never a candidate.
+func TestFindUsesTheMedianRun(t *testing.T) {
+	rs := []Result{
+		catchUp(Ferry, 1, 30, 20), catchUp(Ferry, 2, 10, 40), catchUp(Ferry, 3, 20, 30),
+		{System: Ferry, Workload: CatchUp, Run: 4, MBps: 25, OK: false},
+		catchUp(MM2Tuned, 1, 5, 50),
+	}
+	got, ok := find(rs, Ferry)
+	if !ok || got.Run != 3 {
+		t.Fatalf("find = run %d (ok %v), want run 3 (20 MB/s, the median of 10, 20, 30)", got.Run, ok)
+	}
+	if _, ok := find(rs, FerryEOS); ok {
+		t.Fatal("find found a system that never ran")
+	}
+}
+
+// The headline divides the median runs, names the goal met or not, and
+// the exactly-once table appears only when Ferry exactly-once ran.
+func TestHeadline(t *testing.T) {
+	rs := []Result{
+		catchUp(MM2Tuned, 1, 10, 60), catchUp(Ferry, 1, 25, 20),
+		catchUp(MM2Tuned, 2, 14, 50), catchUp(Ferry, 2, 21, 40),
+		catchUp(MM2Tuned, 3, 12, 55), catchUp(Ferry, 3, 30, 25),
+	}
+	var b strings.Builder
+	goals(&b, rs)
+	out := b.String()
+	for _, want := range []string{
+		"| catch-up throughput | ≥ 2× | 25.0 MB/s | 12.0 MB/s | 2.08× | yes |",
+		"| CPU per GB (catch-up) | ≤ 0.5× | 20.0 s/GB | 55.0 s/GB | 0.36× | yes |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("headline lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Exactly-once") {
+		t.Errorf("exactly-once table without a ferry-eos run:\n%s", out)
+	}
+}
