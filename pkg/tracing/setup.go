@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -59,6 +60,24 @@ func Setup(ctx context.Context, cfg Config, serviceName string, attrs ...attribu
 		sdktrace.WithSampler(sampler(cfg.SamplingRatio)),
 	)
 	return tp, tp.Shutdown, nil
+}
+
+// Tracer returns tp's tracer of the given name, or nil when tp is the no-op
+// provider: Ferry's span code reads a nil tracer as "tracing off" and skips
+// even the work of building attributes.
+func Tracer(tp trace.TracerProvider, name string) trace.Tracer {
+	if !Enabled(tp) {
+		return nil
+	}
+	return tp.Tracer(name)
+}
+
+// Stop runs the shutdown Setup returned, giving queued spans a few seconds
+// to leave; for a deferred call at the end of a process.
+func Stop(shutdown func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = shutdown(ctx)
 }
 
 // sampler follows a sampled or unsampled parent (a record's traceparent, a

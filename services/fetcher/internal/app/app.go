@@ -39,11 +39,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = endTracing(sctx)
-	}()
+	defer tracing.Stop(endTracing)
 	sc, err := cfg.Source.Sarama()
 	if err != nil {
 		return err
@@ -108,10 +104,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		OpenTimeout: cfg.Writers.OpenTimeout, MinBackoff: cfg.Writers.MinBackoff, MaxBackoff: cfg.Writers.MaxBackoff,
 		DrainTimeout: cfg.ShutdownTimeout, SkipOnDataLoss: cfg.Link.OnDataLoss == "skip",
 	}
-	deps := shard.Deps{Consumer: consumer, Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name)}
-	if tracing.Enabled(tp) {
-		deps.Tracer = tp.Tracer("github.com/ferry-replicator/ferry/fetcher")
-	}
+	deps := shard.Deps{Consumer: consumer, Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name),
+		Tracer: tracing.Tracer(tp, "github.com/ferry-replicator/ferry/fetcher")}
 	var owner ownership.Owner = ownership.NewLocal(cfg.Link.OwnedShards)
 	var consul *ownership.Consul
 	balance := cfg.Link.DiscoveryInterval

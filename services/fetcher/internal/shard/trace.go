@@ -54,14 +54,14 @@ func (t *batchTracer) record(ctx context.Context, m *sarama.ConsumerMessage) {
 	if t.tracer == nil {
 		return
 	}
-	now := time.Now()
 	if t.first.IsZero() {
-		t.first = now
+		t.first = time.Now()
 	}
 	sc := tracing.ConsumerSpanContext(m.Headers) // no allocation without a traceparent
 	if !sc.IsValid() || !sc.IsSampled() {
-		return
+		return // no clock read per record: only sampled ones need one
 	}
+	now := time.Now()
 	t.links = append(t.links, trace.Link{SpanContext: sc})
 	_, span := t.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, sc), "ferry.fetch",
 		trace.WithSpanKind(trace.SpanKindConsumer),

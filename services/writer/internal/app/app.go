@@ -14,7 +14,6 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -49,15 +48,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = endTracing(sctx)
-	}()
-	var tracer trace.Tracer
-	if tracing.Enabled(tp) {
-		tracer = tp.Tracer("github.com/ferry-replicator/ferry/writer")
-	}
+	defer tracing.Stop(endTracing)
 	base, err := cfg.Target.Sarama()
 	if err != nil {
 		return err
@@ -91,7 +82,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Producer:      producerConfig(base, cfg.Producer),
 		MaxBatchBytes: int(cfg.MaxBatchBytes),
 		MaxGroupBytes: int(cfg.MaxGroupBytes),
-		Tracer:        tracer,
+		Tracer:        tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
 	}, links, ens, store, codecs, m, log)
 
 	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
