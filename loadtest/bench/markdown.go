@@ -195,25 +195,39 @@ func firstLine(s string) string {
 func goals(b *strings.Builder, results []Result) {
 	headline(b, results, Ferry, MM2Tuned, "Headline: Ferry against its goals (ratios to MM2 tuned, same run)")
 	headline(b, results, FerryEOS, MM2EOS, "Exactly-once: Ferry exactly-once against MM2 exactly-once (the same goals, same run)")
+	pair(b, results, FerryZstd, Ferry, "Wire codec: ferry (link.codec lz4, the default) against ferry-zstd (same run)")
 	tracingOverhead(b, results)
-	beforeAfter(b, results)
+	pair(b, results, FerryBaseline, Ferry, "Before and after: ferry against ferry-baseline (same run)")
 }
 
-// beforeAfter compares Ferry with the baseline build on the catch-up run.
-func beforeAfter(b *strings.Builder, results []Result) {
+// pair compares system after with system before on every workload both
+// ran: the before/after of a change (ferry-baseline) or of a setting
+// (ferry-zstd, the other wire codec).
+func pair(b *strings.Builder, results []Result, before, after System, title string) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
-	_, by := group(results)
-	rs := by[CatchUp]
-	after, okA := find(rs, Ferry)
-	before, okB := find(rs, FerryBaseline)
-	if !okA || !okB {
-		return
+	keys, by := group(results)
+	header := false
+	for _, k := range keys {
+		x, okX := find(by[k], before)
+		y, okY := find(by[k], after)
+		if !okX || !okY {
+			continue
+		}
+		if !header {
+			p("## %s\n\n", title)
+			p("| workload | measure | %s | %s | %s ÷ %s |\n|---|---|---:|---:|---:|\n", before, after, after, before)
+			header = true
+		}
+		p("| %s | throughput MB/s | %.1f | %.1f | %s |\n", k, x.MBps, y.MBps, ratio(y.MBps, x.MBps))
+		p("| %s | CPU s/GB | %.1f | %.1f | %s |\n", k, x.CPUPerGB, y.CPUPerGB, ratio(y.CPUPerGB, x.CPUPerGB))
+		p("| %s | peak RSS MB | %d | %d | %s |\n", k, x.PeakRSSBytes>>20, y.PeakRSSBytes>>20, ratio(float64(y.PeakRSSBytes), float64(x.PeakRSSBytes)))
+		if x.WireBytesPerGB > 0 && y.WireBytesPerGB > 0 {
+			p("| %s | wire MB per GB | %.0f | %.0f | %s |\n", k, x.WireBytesPerGB/1e6, y.WireBytesPerGB/1e6, ratio(y.WireBytesPerGB, x.WireBytesPerGB))
+		}
 	}
-	p("## Before and after (catch-up, ferry ÷ ferry-baseline, same run)\n\n")
-	p("| measure | ferry-baseline | ferry | after ÷ before |\n|---|---:|---:|---:|\n")
-	p("| throughput MB/s | %.1f | %.1f | %s |\n", before.MBps, after.MBps, ratio(after.MBps, before.MBps))
-	p("| CPU s/GB | %.1f | %.1f | %s |\n", before.CPUPerGB, after.CPUPerGB, ratio(after.CPUPerGB, before.CPUPerGB))
-	p("| peak RSS MB | %d | %d | %s |\n\n", before.PeakRSSBytes>>20, after.PeakRSSBytes>>20, ratio(float64(after.PeakRSSBytes), float64(before.PeakRSSBytes)))
+	if header {
+		p("\n")
+	}
 }
 
 // headline compares system f with reference t on every workload both ran.

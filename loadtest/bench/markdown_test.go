@@ -49,3 +49,37 @@ func TestHeadline(t *testing.T) {
 		t.Errorf("exactly-once table without a ferry-eos run:\n%s", out)
 	}
 }
+
+// A pair table divides the later system by the earlier per workload both
+// ran, shows wire bytes only where they were measured, and is left out when
+// one of the two never ran.
+func TestPair(t *testing.T) {
+	wan := func(sys System, mbps, wire float64) Result {
+		return Result{System: sys, Workload: WAN, RTTMillis: 50, MBps: mbps, CPUPerGB: 10, PeakRSSBytes: 100 << 20, WireBytesPerGB: wire, OK: true}
+	}
+	rs := []Result{
+		catchUp(FerryZstd, 1, 20, 40), catchUp(Ferry, 1, 30, 30),
+		wan(FerryZstd, 20, 200e6), wan(Ferry, 25, 300e6),
+	}
+	var b strings.Builder
+	pair(&b, rs, FerryZstd, Ferry, "codec")
+	out := b.String()
+	for _, want := range []string{
+		"| ferry-zstd | ferry | ferry ÷ ferry-zstd |",
+		"| catch-up | throughput MB/s | 20.0 | 30.0 | 1.50× |",
+		"| catch-up | CPU s/GB | 40.0 | 30.0 | 0.75× |",
+		"| wire MB per GB | 200 | 300 | 1.50× |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("pair table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "wire MB per GB") != 1 {
+		t.Errorf("wire bytes shown for a workload that did not measure them:\n%s", out)
+	}
+	b.Reset()
+	pair(&b, rs, FerryBaseline, Ferry, "before/after")
+	if b.Len() != 0 {
+		t.Errorf("pair table without a ferry-baseline run:\n%s", b.String())
+	}
+}
