@@ -3,16 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ferry-replicator/ferry/loadtest/harness"
 	"github.com/ferry-replicator/ferry/loadtest/kafkabroker"
+	"github.com/ferry-replicator/ferry/loadtest/procgroup"
 )
 
 // System names a replicator under test.
@@ -271,54 +269,33 @@ func (f *ferry) Stop() error {
 // floorProc is the floor copy loop running as a child process of this
 // benchmark (the same binary, subcommand floor-copy).
 type floorProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	proc *procgroup.Proc
 	log  string
 }
 
 func startFloor(self, dir string, o FloorOptions) (*floorProc, error) {
 	logPath := filepath.Join(dir, "floor.log")
-	logf, err := os.Create(logPath)
+	p, err := procgroup.Start(self, []string{"floor-copy", "-source", o.Source, "-target", o.Target, "-topic", o.Topic, "-dest", o.Dest}, logPath)
 	if err != nil {
 		return nil, fmt.Errorf("start floor: %w", err)
 	}
-	defer logf.Close()
-	cmd := exec.Command(self, "floor-copy", "-source", o.Source, "-target", o.Target, "-topic", o.Topic, "-dest", o.Dest)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start floor: %w", err)
-	}
-	p := &floorProc{cmd: cmd, done: make(chan struct{}), log: logPath}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	return &floorProc{proc: p, log: logPath}, nil
 }
 
-func (p *floorProc) PIDs() []int { return []int{p.cmd.Process.Pid} }
+func (p *floorProc) PIDs() []int { return []int{p.proc.PID()} }
 
 func (p *floorProc) Check() error {
-	select {
-	case <-p.done:
-		return fmt.Errorf("floor copy exited: %v (log %s)", p.err, p.log)
-	default:
-		return nil
+	if p.proc.Exited() {
+		return fmt.Errorf("floor copy exited: %v (log %s)", p.proc.Err(), p.log)
 	}
+	return nil
 }
 
 func (p *floorProc) Stop() error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-		return fmt.Errorf("floor copy did not stop within 10s of SIGTERM, killed")
+	if err := p.proc.Stop(10 * time.Second); err != nil {
+		return fmt.Errorf("floor copy: %w", err)
 	}
+	return nil
 }
 
 // regexpQuote escapes the dots of a topic name for an anchored regex.

@@ -15,17 +15,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/ferry-replicator/ferry/loadtest/ports"
+	"github.com/ferry-replicator/ferry/loadtest/procgroup"
+	"github.com/ferry-replicator/ferry/loadtest/toolbin"
 )
 
 // Defaults for Options.
@@ -73,83 +72,13 @@ type Agent struct {
 	opts     Options
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd     // nil before the first start
-	done chan struct{} // closed when cmd has exited
+	proc *procgroup.Proc // nil before the first start
 }
 
 // Binary returns the path of the consul-dev executable: $FERRY_CONSUL_BIN if
-// set, else the one tools/consul-dev/build.sh keeps in the Ferry cache
-// ($FERRY_CACHE or ~/.cache/ferry). When the repository is found above the
-// working directory, build.sh is run first: it returns at once when the binary
-// is current, and otherwise builds it, which takes 8 to 9 minutes on a cold
-// Go cache.
-func Binary() (string, error) {
-	if bin := os.Getenv("FERRY_CONSUL_BIN"); bin != "" {
-		if _, err := os.Stat(bin); err != nil {
-			return "", fmt.Errorf("FERRY_CONSUL_BIN: %w", err)
-		}
-		return bin, nil
-	}
-	if root, err := repoRoot(); err == nil {
-		return build(root)
-	}
-	// Outside the repository nothing can be built; use what is cached.
-	cached, err := cachedBinary()
-	if err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(cached); err != nil {
-		return "", fmt.Errorf("consul-dev not built and repository not found: %w", err)
-	}
-	return cached, nil
-}
-
-func cachedBinary() (string, error) {
-	cache := os.Getenv("FERRY_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("ferry cache dir: %w", err)
-		}
-		cache = filepath.Join(home, ".cache", "ferry")
-	}
-	return filepath.Join(cache, "bin", "consul-dev"), nil
-}
-
-// repoRoot walks up from the working directory to the directory that holds
-// tools/consul-dev.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if fi, err := os.Stat(filepath.Join(dir, "tools", "consul-dev")); err == nil && fi.IsDir() {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no tools/consul-dev above the working directory")
-		}
-		dir = parent
-	}
-}
-
-func build(root string) (string, error) {
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command("bash", filepath.Join(root, "tools", "consul-dev", "build.sh"))
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build consul-dev: %w\n%s", err, tail(stderr.String(), 40))
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	bin := lines[len(lines)-1]
-	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("build consul-dev: %w", err)
-	}
-	return bin, nil
-}
+// set, else the one tools/consul-dev/build.sh keeps in the Ferry cache (see
+// toolbin.Path; a cold build takes 8 to 9 minutes).
+func Binary() (string, error) { return toolbin.Path("consul-dev", "FERRY_CONSUL_BIN") }
 
 // Start runs a dev agent on free loopback ports and returns once it has a
 // leader. ctx bounds only the start-up: the agent runs until Stop or Kill.
@@ -203,11 +132,11 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 var errExited = errors.New("exited before electing a leader")
 
 func start(ctx context.Context, opts Options) (*Agent, error) {
-	ports, err := freePorts(4)
+	free, err := ports.Free(4, true)
 	if err != nil {
 		return nil, err
 	}
-	httpPort, serverPort, lanPort, wanPort := ports[0], ports[1], ports[2], ports[3]
+	httpPort, serverPort, lanPort, wanPort := free[0], free[1], free[2], free[3]
 	mode := []string{"-dev"}
 	if opts.Persistent {
 		if opts.DataDir == "" {
@@ -258,10 +187,10 @@ func (a *Agent) LogFile() string { return a.logPath }
 func (a *Agent) PID() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cmd == nil || a.cmd.Process == nil {
+	if a.proc == nil {
 		return 0
 	}
-	return a.cmd.Process.Pid
+	return a.proc.PID()
 }
 
 // Stop sends SIGTERM and waits up to Options.StopTimeout for the agent to
@@ -278,7 +207,9 @@ func (a *Agent) Stop() error {
 func (a *Agent) Kill() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.killLocked()
+	if a.proc != nil {
+		a.proc.Kill()
+	}
 }
 
 // Restart stops the agent (if it is running) and starts it again on the same
@@ -295,60 +226,50 @@ func (a *Agent) Restart(ctx context.Context) error {
 // Pause freezes the agent with SIGSTOP: its ports stay open but nothing
 // answers, like a hung server. It returns once every thread has stopped.
 func (a *Agent) Pause() error {
-	if err := a.signal(syscall.SIGSTOP); err != nil {
+	p, err := a.running()
+	if err != nil {
 		return err
 	}
-	// kill returns before the group stop is complete: until one thread acts
-	// on the signal, the others can still serve a request.
-	return waitStopped(a.PID(), 5*time.Second)
+	return p.Pause()
 }
 
 // Resume undoes Pause with SIGCONT.
-func (a *Agent) Resume() error { return a.signal(syscall.SIGCONT) }
+func (a *Agent) Resume() error {
+	p, err := a.running()
+	if err != nil {
+		return err
+	}
+	return p.Resume()
+}
 
-func (a *Agent) signal(sig syscall.Signal) error {
+func (a *Agent) running() (*procgroup.Proc, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.runningLocked() {
-		return errors.New("consul agent not running")
+	if a.proc == nil || a.proc.Exited() {
+		return nil, errors.New("consul agent not running")
 	}
-	if err := syscall.Kill(-a.cmd.Process.Pid, sig); err != nil {
-		return fmt.Errorf("signal consul agent: %w", err)
+	return a.proc, nil
+}
+
+func (a *Agent) stopLocked() error {
+	if a.proc == nil {
+		return nil
+	}
+	if err := a.proc.Stop(a.opts.StopTimeout); err != nil {
+		return fmt.Errorf("consul agent: %w", err)
 	}
 	return nil
 }
 
 func (a *Agent) startLocked(ctx context.Context) error {
-	logf, err := os.OpenFile(a.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := procgroup.Start(a.bin, a.args, a.logPath)
 	if err != nil {
-		return fmt.Errorf("consul log file: %w", err)
+		return fmt.Errorf("consul agent: %w", err)
 	}
-	// The child gets its own copy of the descriptor; ours is closed on return.
-	defer logf.Close()
-	fmt.Fprintf(logf, "==> consulagent: %s %s\n", a.bin, strings.Join(a.args, " "))
-
-	cmd := exec.Command(a.bin, a.args...)
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	// Its own process group, so Stop and Kill reach anything it forks.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start consul agent: %w", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		// The exit status is kept in cmd.ProcessState.
-		_ = cmd.Wait()
-		// Whatever ended the agent, leave nothing of its group behind. This
-		// runs right after the reap, before the group's ID can be reused.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		close(done)
-	}()
-	a.cmd, a.done = cmd, done
-
+	a.proc = p
 	if err := a.waitLeader(ctx); err != nil {
-		a.killLocked()
-		return fmt.Errorf("consul agent on %s: %w (log %s)\n%s", a.httpAddr, err, a.logPath, tailFile(a.logPath, 20))
+		p.Kill()
+		return fmt.Errorf("consul agent on %s: %w (log %s)\n%s", a.httpAddr, err, a.logPath, procgroup.LogTail(a.logPath, 20))
 	}
 	return nil
 }
@@ -372,8 +293,8 @@ func (a *Agent) waitLeader(ctx context.Context) error {
 		}
 		last = err
 		select {
-		case <-a.done:
-			return fmt.Errorf("%w: %s", errExited, a.cmd.ProcessState)
+		case <-a.proc.Done():
+			return fmt.Errorf("%w: %v", errExited, a.proc.Err())
 		case <-ctx.Done():
 			return fmt.Errorf("no leader: %w (last: %v)", ctx.Err(), last)
 		case <-tick.C:
@@ -403,144 +324,4 @@ func (a *Agent) leader(ctx context.Context, client *http.Client) (string, error)
 		return "", fmt.Errorf("decode leader: %w", err)
 	}
 	return leader, nil
-}
-
-func (a *Agent) runningLocked() bool {
-	if a.cmd == nil {
-		return false
-	}
-	select {
-	case <-a.done:
-		return false
-	default:
-		return true
-	}
-}
-
-func (a *Agent) stopLocked() error {
-	if !a.runningLocked() {
-		return nil
-	}
-	pgid := a.cmd.Process.Pid
-	// SIGCONT too, so a paused agent can act on the SIGTERM.
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	_ = syscall.Kill(-pgid, syscall.SIGCONT)
-	timer := time.NewTimer(a.opts.StopTimeout)
-	defer timer.Stop()
-	select {
-	case <-a.done:
-		return nil
-	case <-timer.C:
-		a.killLocked()
-		return fmt.Errorf("consul agent did not exit within %s of SIGTERM; killed", a.opts.StopTimeout)
-	}
-}
-
-func (a *Agent) killLocked() {
-	if !a.runningLocked() {
-		return
-	}
-	_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
-	<-a.done
-}
-
-// waitStopped polls /proc until every thread of pid is in the stopped
-// state.
-func waitStopped(pid int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		stopped, err := allThreadsStopped(pid)
-		if err != nil {
-			return fmt.Errorf("pause consul agent: %w", err)
-		}
-		if stopped {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pause consul agent: not stopped after %s", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func allThreadsStopped(pid int) (bool, error) {
-	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-	if err != nil || len(stats) == 0 {
-		return false, fmt.Errorf("threads of %d: %v", pid, err)
-	}
-	for _, path := range stats {
-		b, err := os.ReadFile(path)
-		if errors.Is(err, os.ErrNotExist) {
-			continue // the thread has exited
-		}
-		if err != nil {
-			return false, err
-		}
-		// The state follows the command name, which is in parentheses and
-		// may itself hold spaces or parentheses: "pid (comm) S ...".
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) {
-			return false, fmt.Errorf("parse %s", path)
-		}
-		if state := b[i+2]; state != 'T' && state != 't' {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// Agent ports are drawn from below Linux's ephemeral range (32768-60999 by
-// default), from which the kernel hands out the local ports of outgoing
-// connections: there, any client on the machine could take an agent's port
-// while it is down for a Restart.
-const (
-	portMin = 15000
-	portMax = 32767
-)
-
-// freePorts returns n distinct loopback ports that are free for both TCP and
-// UDP (Serf uses both). The listeners stay open until all n are chosen, so the
-// ports differ; another process may still take one before the agent binds it.
-func freePorts(n int) ([]int, error) {
-	var closers []io.Closer
-	defer func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	}()
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries == 1000 {
-			return nil, fmt.Errorf("no free port in %d-%d", portMin, portMax)
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(portMin+rand.IntN(portMax-portMin+1)))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue // taken, or already chosen: try another
-		}
-		closers = append(closers, l)
-		u, err := net.ListenPacket("udp", addr)
-		if err != nil {
-			continue
-		}
-		closers = append(closers, u)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	return tail(string(b), n)
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -15,10 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ferry-replicator/ferry/loadtest/procgroup"
 )
 
 // RepoRoot finds the repository root by walking up to go.mod.
@@ -86,9 +87,7 @@ type Process struct {
 	LogPath string
 	bin     string
 	args    []string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	err     error
+	proc    *procgroup.Proc
 }
 
 // Start runs bin with a YAML config file made from cfg, logging to
@@ -108,59 +107,40 @@ func Start(dir, bin, name string, cfg map[string]any) (*Process, error) {
 		return nil, err
 	}
 	p := &Process{Name: name, LogPath: filepath.Join(dir, name+".log"), bin: bin, args: []string{"--config", path}}
-	return p, p.start()
-}
-
-func (p *Process) start() error {
-	logf, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start %s: %w", p.Name, err)
-	}
-	p.cmd, p.done = cmd, make(chan struct{})
-	go func() {
-		p.err = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	return nil
+	return p, p.Restart()
 }
 
 // PID is the process id.
-func (p *Process) PID() int { return p.cmd.Process.Pid }
+func (p *Process) PID() int { return p.proc.PID() }
 
 // Done is closed when the process has exited.
-func (p *Process) Done() <-chan struct{} { return p.done }
+func (p *Process) Done() <-chan struct{} { return p.proc.Done() }
 
 // Err is the exit error, once Done.
-func (p *Process) Err() error { return p.err }
+func (p *Process) Err() error { return p.proc.Err() }
 
-// Stop sends SIGTERM and waits for a graceful exit; after timeout it kills.
+// Stop sends SIGTERM and waits for a graceful exit, returning how the
+// process ended; after timeout it kills.
 func (p *Process) Stop(timeout time.Duration) error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(timeout):
-		p.Kill()
-		return fmt.Errorf("%s did not stop within %v after SIGTERM", p.Name, timeout)
+	if err := p.proc.Stop(timeout); err != nil {
+		return fmt.Errorf("%s: %w", p.Name, err)
 	}
+	return p.proc.Err()
 }
 
 // Kill sends SIGKILL to the process group and waits.
-func (p *Process) Kill() {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
-}
+func (p *Process) Kill() { p.proc.Kill() }
 
-// Restart starts the same binary with the same config again.
-func (p *Process) Restart() error { return p.start() }
+// Restart starts the same binary with the same config again (and is
+// Start's first run).
+func (p *Process) Restart() error {
+	proc, err := procgroup.Start(p.bin, p.args, p.LogPath)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", p.Name, err)
+	}
+	p.proc = proc
+	return nil
+}
 
 // WriterConfig is a writer configuration for a test or the demo.
 func WriterConfig(id, listen, admin string, target []string, links ...map[string]any) map[string]any {
@@ -204,11 +184,11 @@ func Metric(ctx context.Context, adminAddr, name string) (float64, error) {
 }
 
 // Pause stops the process with SIGSTOP, as a long GC pause or a frozen VM
-// would; Resume continues it.
-func (p *Process) Pause() error { return syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP) }
+// would, and returns once all its threads have stopped; Resume continues it.
+func (p *Process) Pause() error { return p.proc.Pause() }
 
 // Resume continues a paused process.
-func (p *Process) Resume() error { return syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT) }
+func (p *Process) Resume() error { return p.proc.Resume() }
 
 // CPUSeconds is the user plus system CPU time a process has used so far,
 // from /proc/<pid>/stat (Linux).

@@ -19,18 +19,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/ferry-replicator/ferry/loadtest/ports"
+	"github.com/ferry-replicator/ferry/loadtest/procgroup"
+	"github.com/ferry-replicator/ferry/loadtest/toolbin"
 )
 
 // Defaults for Options.
@@ -80,83 +80,14 @@ type Agent struct {
 	client     *http.Client
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	proc *procgroup.Proc // set by a successful start
 }
 
 // Binary returns the path of the jaeger executable: $FERRY_JAEGER_BIN if set,
-// else the one tools/jaeger/build.sh keeps in the Ferry cache ($FERRY_CACHE
-// or ~/.cache/ferry). When the repository is found above the working
-// directory, build.sh is run first: it returns at once when the binary is
-// current, and otherwise builds it (about 3 minutes on a cold Go cache, far
-// more on a busy machine).
-func Binary() (string, error) {
-	if bin := os.Getenv("FERRY_JAEGER_BIN"); bin != "" {
-		if _, err := os.Stat(bin); err != nil {
-			return "", fmt.Errorf("FERRY_JAEGER_BIN: %w", err)
-		}
-		return bin, nil
-	}
-	if root, err := repoRoot(); err == nil {
-		return build(root)
-	}
-	// Outside the repository nothing can be built; use what is cached.
-	cached, err := cachedBinary()
-	if err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(cached); err != nil {
-		return "", fmt.Errorf("jaeger not built and repository not found: %w", err)
-	}
-	return cached, nil
-}
-
-func cachedBinary() (string, error) {
-	cache := os.Getenv("FERRY_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("ferry cache dir: %w", err)
-		}
-		cache = filepath.Join(home, ".cache", "ferry")
-	}
-	return filepath.Join(cache, "bin", "jaeger"), nil
-}
-
-// repoRoot walks up from the working directory to the directory that holds
-// tools/jaeger.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if fi, err := os.Stat(filepath.Join(dir, "tools", "jaeger", "build.sh")); err == nil && !fi.IsDir() {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no tools/jaeger above the working directory")
-		}
-		dir = parent
-	}
-}
-
-func build(root string) (string, error) {
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command("bash", filepath.Join(root, "tools", "jaeger", "build.sh"))
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build jaeger: %w\n%s", err, tail(stderr.String(), 40))
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	bin := lines[len(lines)-1]
-	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("build jaeger: %w", err)
-	}
-	return bin, nil
-}
+// else the one tools/jaeger/build.sh keeps in the Ferry cache (see
+// toolbin.Path; a cold build takes about 3 minutes, far more on a busy
+// machine).
+func Binary() (string, error) { return toolbin.Path("jaeger", "FERRY_JAEGER_BIN") }
 
 // Start runs Jaeger on free loopback ports and returns once its query API
 // answers. ctx bounds only the start-up: the agent runs until Stop or Kill.
@@ -207,11 +138,11 @@ func Start(ctx context.Context, opts Options) (*Agent, error) {
 var errExited = errors.New("exited before its query API answered")
 
 func start(ctx context.Context, opts Options) (*Agent, error) {
-	ports, err := freePorts(4)
+	free, err := ports.Free(4, false)
 	if err != nil {
 		return nil, err
 	}
-	addr := func(i int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])) }
+	addr := func(i int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(free[i])) }
 	a := &Agent{
 		bin:       opts.Binary,
 		otlpGRPC:  addr(0),
@@ -312,60 +243,29 @@ func (a *Agent) Stop() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	defer os.Remove(a.configPath)
-	if !a.runningLocked() {
-		return nil
+	if err := a.proc.Stop(a.opts.StopTimeout); err != nil {
+		return fmt.Errorf("jaeger: %w", err)
 	}
-	_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGTERM)
-	timer := time.NewTimer(a.opts.StopTimeout)
-	defer timer.Stop()
-	select {
-	case <-a.done:
-		return nil
-	case <-timer.C:
-		a.killLocked()
-		return fmt.Errorf("jaeger did not exit within %s of SIGTERM; killed", a.opts.StopTimeout)
-	}
+	return nil
 }
 
 // Kill ends Jaeger at once with SIGKILL and waits for it to be gone.
 func (a *Agent) Kill() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.killLocked()
+	a.proc.Kill()
 	os.Remove(a.configPath)
 }
 
 func (a *Agent) startLocked(ctx context.Context) error {
-	logf, err := os.OpenFile(a.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := procgroup.Start(a.bin, a.args, a.logPath)
 	if err != nil {
-		return fmt.Errorf("jaeger log file: %w", err)
+		return fmt.Errorf("jaeger: %w", err)
 	}
-	// The child gets its own copy of the descriptor; ours is closed on return.
-	defer logf.Close()
-	fmt.Fprintf(logf, "==> jaegeragent: %s %s\n", a.bin, strings.Join(a.args, " "))
-
-	cmd := exec.Command(a.bin, a.args...)
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	// Its own process group, so Stop and Kill reach anything it forks.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start jaeger: %w", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		// The exit status is kept in cmd.ProcessState.
-		_ = cmd.Wait()
-		// Whatever ended the agent, leave nothing of its group behind. This
-		// runs right after the reap, before the group's ID can be reused.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		close(done)
-	}()
-	a.cmd, a.done = cmd, done
-
+	a.proc = p
 	if err := a.waitReady(ctx); err != nil {
-		a.killLocked()
-		return fmt.Errorf("jaeger on %s: %w (log %s)\n%s", a.queryHTTP, err, a.logPath, tailFile(a.logPath, 20))
+		p.Kill()
+		return fmt.Errorf("jaeger on %s: %w (log %s)\n%s", a.queryHTTP, err, a.logPath, procgroup.LogTail(a.logPath, 20))
 	}
 	return nil
 }
@@ -390,8 +290,8 @@ func (a *Agent) waitReady(ctx context.Context) error {
 		}
 		last = err
 		select {
-		case <-a.done:
-			return fmt.Errorf("%w: %s", errExited, a.cmd.ProcessState)
+		case <-a.proc.Done():
+			return fmt.Errorf("%w: %v", errExited, a.proc.Err())
 		case <-ctx.Done():
 			return fmt.Errorf("not ready: %w (last: %v)", ctx.Err(), last)
 		case <-tick.C:
@@ -406,26 +306,6 @@ func dialable(ctx context.Context, addr string) error {
 		return err
 	}
 	return c.Close()
-}
-
-func (a *Agent) runningLocked() bool {
-	if a.cmd == nil {
-		return false
-	}
-	select {
-	case <-a.done:
-		return false
-	default:
-		return true
-	}
-}
-
-func (a *Agent) killLocked() {
-	if !a.runningLocked() {
-		return
-	}
-	_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
-	<-a.done
 }
 
 // Trace is one trace as the query API returns it.
@@ -672,54 +552,4 @@ func pad(id string, n int) string {
 		return id
 	}
 	return strings.Repeat("0", n-len(id)) + id
-}
-
-// Agent ports are drawn from below Linux's ephemeral range (32768-60999 by
-// default), from which the kernel hands out the local ports of outgoing
-// connections.
-const (
-	portMin = 15000
-	portMax = 32767
-)
-
-// freePorts returns n distinct free loopback TCP ports. The listeners stay
-// open until all n are chosen, so the ports differ; another process may still
-// take one before Jaeger binds it.
-func freePorts(n int) ([]int, error) {
-	var closers []io.Closer
-	defer func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	}()
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries == 1000 {
-			return nil, fmt.Errorf("no free port in %d-%d", portMin, portMax)
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(portMin+rand.IntN(portMax-portMin+1)))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue // taken, or already chosen: try another
-		}
-		closers = append(closers, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	return tail(string(b), n)
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -13,12 +13,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-replicator/ferry/loadtest/ports"
+	"github.com/ferry-replicator/ferry/loadtest/procgroup"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 )
 
@@ -54,7 +55,7 @@ type Broker struct {
 	libs    string
 	ownDir  bool // DataDir was created by Start and is removed by Stop
 	logPath string
-	proc    *proc
+	proc    *procgroup.Proc
 	// clientTLS is the configuration of this package's own clients (the
 	// readiness probe) with TLSCA; nil for a plaintext broker.
 	clientTLS *tls.Config
@@ -156,15 +157,15 @@ func (b *Broker) setup(ctx context.Context) error {
 	b.logPath = filepath.Join(dir, logFileName)
 
 	if b.opts.Port == 0 || b.opts.ControllerPort == 0 {
-		ports, err := freePorts(2)
+		free, err := ports.Free(2, false)
 		if err != nil {
 			return fmt.Errorf("pick ports: %w", err)
 		}
 		if b.opts.Port == 0 {
-			b.opts.Port = ports[0]
+			b.opts.Port = free[0]
 		}
 		if b.opts.ControllerPort == 0 {
-			b.opts.ControllerPort = ports[1]
+			b.opts.ControllerPort = free[1]
 		}
 	}
 
@@ -206,7 +207,7 @@ func (b *Broker) format(ctx context.Context) error {
 		if errors.As(err, &notRun) {
 			return fmt.Errorf("format storage: %w", err)
 		}
-		return fmt.Errorf("format storage: %w; end of %s:\n%s", err, b.logPath, logTail(b.logPath, 20))
+		return fmt.Errorf("format storage: %w; end of %s:\n%s", err, b.logPath, procgroup.LogTail(b.logPath, 20))
 	}
 	return nil
 }
@@ -229,12 +230,12 @@ func newClusterID() (string, error) {
 // launch starts the JVM and waits until the broker is ready.
 func (b *Broker) launch(ctx context.Context) error {
 	args := javaArgs(b.libs, b.opts.Heap, b.opts.JVMArgs, "kafka.Kafka", b.propsPath())
-	p, err := startProc(args, b.logPath)
+	p, err := procgroup.Start("java", args, b.logPath)
 	if err != nil {
 		return err
 	}
 	if err := waitReady(ctx, b.Addr(), b.clientTLS, p, b.logPath); err != nil {
-		p.kill()
+		p.Kill()
 		return err
 	}
 	b.proc = p
@@ -244,7 +245,7 @@ func (b *Broker) launch(ctx context.Context) error {
 // waitReady polls the broker until a metadata response lists at least one
 // broker and a controller: KRaft answers requests before the broker is
 // unfenced, and a fenced broker is left out of metadata responses.
-func waitReady(ctx context.Context, addr string, tc *tls.Config, p *proc, logPath string) error {
+func waitReady(ctx context.Context, addr string, tc *tls.Config, p *procgroup.Proc, logPath string) error {
 	opts := []kgo.Opt{kgo.SeedBrokers(addr)}
 	if tc != nil {
 		opts = append(opts, kgo.DialTLSConfig(tc))
@@ -269,11 +270,11 @@ func waitReady(ctx context.Context, addr string, tc *tls.Config, p *proc, logPat
 			return nil
 		}
 		select {
-		case <-p.done:
+		case <-p.Done():
 			return exitError(p, logPath)
 		case <-ctx.Done():
 			return fmt.Errorf("not ready at %s: %w (last: %v); end of %s:\n%s",
-				addr, ctx.Err(), lastErr, logPath, logTail(logPath, 20))
+				addr, ctx.Err(), lastErr, logPath, procgroup.LogTail(logPath, 20))
 		case <-time.After(readyPoll):
 		}
 	}
@@ -304,15 +305,15 @@ func (b *Broker) DataDir() string { return b.opts.DataDir }
 func (b *Broker) LogPath() string { return b.logPath }
 
 // PID is the process id of the broker's JVM (of the last start).
-func (b *Broker) PID() int { return b.proc.pid() }
+func (b *Broker) PID() int { return b.proc.PID() }
 
 // Running reports whether the broker process is alive (it may be paused).
-func (b *Broker) Running() bool { return !b.proc.exited() }
+func (b *Broker) Running() bool { return !b.proc.Exited() }
 
 // Stop shuts the broker down cleanly (SIGTERM, then SIGKILL after 30 s) and
 // removes the data directory if Start created it. Calling it again is a no-op.
 func (b *Broker) Stop() error {
-	err := b.proc.stop(brokerStopTimeout)
+	err := b.proc.Stop(brokerStopTimeout)
 	if b.ownDir {
 		if rmErr := os.RemoveAll(b.opts.DataDir); rmErr != nil && err == nil {
 			err = rmErr
@@ -327,13 +328,13 @@ func (b *Broker) Stop() error {
 
 // Kill ends the broker at once with SIGKILL, like a crash, and keeps the
 // data directory, so Restart can bring it back.
-func (b *Broker) Kill() { b.proc.kill() }
+func (b *Broker) Kill() { b.proc.Kill() }
 
 // Restart stops the broker cleanly if it is running and starts it again with
 // the same ports, configuration and data, returning once it is ready. It
 // also works after Kill; after Stop only if Options.DataDir was given.
 func (b *Broker) Restart(ctx context.Context) error {
-	if err := b.proc.stop(brokerStopTimeout); err != nil {
+	if err := b.proc.Stop(brokerStopTimeout); err != nil {
 		return fmt.Errorf("restart broker %s: %w", b.opts.Name, err)
 	}
 	if !isFile(b.propsPath()) {
@@ -346,9 +347,10 @@ func (b *Broker) Restart(ctx context.Context) error {
 }
 
 // Pause freezes the broker with SIGSTOP: connections stay open but nothing
-// is answered, like a hung machine.
+// is answered, like a hung machine. It returns once every JVM thread has
+// stopped.
 func (b *Broker) Pause() error {
-	if err := b.proc.signal(syscall.SIGSTOP); err != nil {
+	if err := b.proc.Pause(); err != nil {
 		return fmt.Errorf("pause broker %s: %w", b.opts.Name, err)
 	}
 	return nil
@@ -356,7 +358,7 @@ func (b *Broker) Pause() error {
 
 // Resume continues a paused broker with SIGCONT.
 func (b *Broker) Resume() error {
-	if err := b.proc.signal(syscall.SIGCONT); err != nil {
+	if err := b.proc.Resume(); err != nil {
 		return fmt.Errorf("resume broker %s: %w", b.opts.Name, err)
 	}
 	return nil

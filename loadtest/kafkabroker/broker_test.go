@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-replicator/ferry/loadtest/procgroup"
 )
 
 // TestRealKafka runs two real brokers and checks what Ferry's tests and
@@ -154,7 +156,7 @@ func TestRealKafka(t *testing.T) {
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("west has %d records in east.orders after 120 s (last error %v); end of %s:\n%s",
-					n, err, mm.LogPath(), logTail(mm.LogPath(), 30))
+					n, err, mm.LogPath(), procgroup.LogTail(mm.LogPath(), 30))
 			}
 			time.Sleep(time.Second)
 		}

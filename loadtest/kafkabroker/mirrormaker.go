@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/ferry-replicator/ferry/loadtest/procgroup"
 )
 
 // MM2Options configures a MirrorMaker 2 process in dedicated mode that
@@ -42,7 +44,7 @@ type MirrorMaker struct {
 	opts    MM2Options
 	ownDir  bool
 	logPath string
-	proc    *proc
+	proc    *procgroup.Proc
 }
 
 const mm2StopTimeout = 30 * time.Second
@@ -141,7 +143,7 @@ func (m *MirrorMaker) launch(libs string) error {
 		return err
 	}
 	args := javaArgs(libs, m.opts.Heap, m.opts.JVMArgs, "org.apache.kafka.connect.mirror.MirrorMaker", propsPath)
-	p, err := startProc(args, m.logPath)
+	p, err := procgroup.Start("java", args, m.logPath)
 	if err != nil {
 		return err
 	}
@@ -150,18 +152,18 @@ func (m *MirrorMaker) launch(libs string) error {
 }
 
 // PID is the process id of the MM2 JVM; the benchmark reads /proc/PID.
-func (m *MirrorMaker) PID() int { return m.proc.pid() }
+func (m *MirrorMaker) PID() int { return m.proc.PID() }
 
 // LogPath is the file receiving MM2's stdout and stderr.
 func (m *MirrorMaker) LogPath() string { return m.logPath }
 
 // Running reports whether the MM2 process is alive.
-func (m *MirrorMaker) Running() bool { return !m.proc.exited() }
+func (m *MirrorMaker) Running() bool { return !m.proc.Exited() }
 
 // ExitError describes why MM2 ended, with the end of its log, or returns nil
 // while it runs. Useful when replicated data never shows up.
 func (m *MirrorMaker) ExitError() error {
-	if !m.proc.exited() {
+	if !m.proc.Exited() {
 		return nil
 	}
 	return exitError(m.proc, m.logPath)
@@ -170,7 +172,7 @@ func (m *MirrorMaker) ExitError() error {
 // Stop shuts MM2 down (SIGTERM, then SIGKILL after 30 s) and removes its
 // directory if StartMirrorMaker created it. Calling it again is a no-op.
 func (m *MirrorMaker) Stop() error {
-	err := m.proc.stop(mm2StopTimeout)
+	err := m.proc.Stop(mm2StopTimeout)
 	if m.ownDir {
 		if rmErr := os.RemoveAll(m.opts.Dir); rmErr != nil && err == nil {
 			err = rmErr
@@ -185,4 +187,4 @@ func (m *MirrorMaker) Stop() error {
 
 // Kill ends MM2 at once with SIGKILL. Its directory is kept; call Stop
 // afterwards to remove a temporary one.
-func (m *MirrorMaker) Kill() { m.proc.kill() }
+func (m *MirrorMaker) Kill() { m.proc.Kill() }
