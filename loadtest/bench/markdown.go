@@ -41,7 +41,7 @@ func markdown(rep Report, plots []string, notes string) string {
 
 	p("## Systems\n\n")
 	for _, sys := range AllSystems {
-		if s, ok := c.Settings[sys]; ok {
+		if s, ok := c.Settings[sys]; ok && hasSystem(rep.Results, sys) {
 			p("- **%s**: %s.\n", sys, s)
 		}
 	}
@@ -67,7 +67,7 @@ func markdown(rep Report, plots []string, notes string) string {
 	p("- **CPU s/GB** is utime+stime of the replicator's own processes (Ferry: fetcher + writer; MM2: its JVM; floor: its process), read from /proc/PID/stat at the window's start and end, per GB (10^9 logical bytes) copied. Broker CPU is not counted.\n")
 	p("- **peak RSS** is VmHWM from /proc/PID/status at the end of the run, summed over the system's processes (Ferry has two).\n")
 	p("- **×tuned** columns divide by MM2 tuned in the same table (higher is better for throughput, lower for CPU, RSS and latency).\n")
-	p("- **wire MB/GB** counts both directions through the WAN proxy per GB copied: for Ferry the gRPC stream (zstd batches), for MM2 and the floor the Kafka fetch traffic (lz4 batches as stored on the source).\n")
+	p("- **wire MB/GB** counts both directions through the WAN proxy per GB copied: for Ferry the gRPC stream (batches in the link codec: lz4 by default, zstd for ferry-zstd), for MM2 and the floor the Kafka fetch traffic (lz4 batches as stored on the source).\n")
 	p("- **verify** compares every target partition with its source (`loadtest/verify`): a run with a missing, duplicated, reordered or corrupt record is a failure, shown as FAILED, never as a figure.\n\n")
 
 	p("## Noise\n\n")

@@ -144,7 +144,8 @@ func TestWriterRefusesBadInput(t *testing.T) {
 // the writer's CA but carries the writer's identity (not a fetcher's)
 // completes it and gets PermissionDenied on every method of the service,
 // listed from the generated descriptor so a new method is covered too. The
-// writer logs the denial with the presented identity and writes nothing.
+// writer logs the denial with the presented identity and writes nothing; a
+// real fetcher with that identity counts its restarts as permission_denied.
 func TestWriterRefusesClientsWithoutTheFetcherIdentity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -195,6 +196,21 @@ func TestWriterRefusesClientsWithoutTheFetcherIdentity(t *testing.T) {
 	if !strings.Contains(denial, writerID) || !strings.Contains(denial, "not in allowed_ids") {
 		t.Errorf("no denial log line naming %s and the method; writer log:\n%s", writerID, logData)
 	}
+
+	// A real fetcher presenting the writer's identity keeps retrying, and
+	// its restarts metric tells the operator why.
+	e.createTopic("t.hostile", 2, nil)
+	e.produce(ctx, workload.Options{Topic: "t.hostile", Partitions: 2, Records: 100, ValueBytes: 50, Seed: 3})
+	cfg := harness.FetcherConfig("fetcher-1", e.fetcherAdmin, "test", e.src, []string{e.writerAddr}, `t\..*`)
+	cfg["writers"].(map[string]any)["tls"] = harness.TierTLS(certDir, "writer", "writer")
+	f, err := harness.Start(e.dir, filepath.Join(binDir, "ferry-fetcher"), "fetcher", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fetcher = f
+	t.Cleanup(func() { e.stop(f) })
+	e.waitMetric(`ferry_fetcher_stream_restarts_total{link="test",reason="permission_denied"}`, 2)
+
 	if n := e.targetCount(ctx, "src.t.hostile"); n != 0 {
 		t.Fatalf("refused clients wrote %d records", n)
 	}

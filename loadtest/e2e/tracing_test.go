@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/loadtest/jaegeragent"
+	"github.com/ferry-replicator/ferry/loadtest/workload"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 )
 
@@ -433,4 +435,81 @@ func names(t jaegeragent.Trace) []string {
 		out = append(out, s.Process.ServiceName+"/"+s.OperationName)
 	}
 	return out
+}
+
+// TestFailedRoundIsTraced: when the target refuses a round (records above
+// the writer's producer.max_message_bytes), each traced batch of it ends
+// with an error ferry.produce span, a child of its ferry.receive, whose
+// status names the failure; nothing is written and the batches are sent
+// again (each attempt traced anew).
+func TestFailedRoundIsTraced(t *testing.T) {
+	agent := startJaeger(t)
+	for _, delivery := range []string{"at_least_once", "exactly_once"} {
+		t.Run(delivery, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			e.delivery = delivery
+			e.writerExtra = tracingConfig(agent, 1)
+			e.writerExtra["producer"] = map[string]any{"max_message_bytes": 1024}
+			e.fetcherExtra = tracingConfig(agent, 1)
+			topic := "t.refused-" + strings.ReplaceAll(delivery, "_", "-")
+			e.createTopic(topic, 1, nil)
+			e.produce(ctx, workload.Options{Topic: topic, Partitions: 1, Records: 5, ValueBytes: 4000, Seed: 9})
+			e.startWriter()
+			e.startFetcher(nil)
+
+			wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+			defer cancel()
+			for {
+				traces, err := agent.FindTraces(wctx, "ferry-writer", time.Hour, 200)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if checkFailedProduce(t, traces, "src."+topic) {
+					break
+				}
+				select {
+				case <-wctx.Done():
+					t.Fatalf("no failed ferry.produce span for src.%s in %d writer traces", topic, len(traces))
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+			if n := e.targetCount(ctx, "src."+topic); n != 0 {
+				t.Fatalf("the refused round wrote %d records", n)
+			}
+		})
+	}
+}
+
+// checkFailedProduce reports whether one of traces holds an error
+// ferry.produce span for topic, checking its parent and status when so.
+func checkFailedProduce(t *testing.T, traces []jaegeragent.Trace, topic string) bool {
+	t.Helper()
+	for _, tr := range traces {
+		for _, s := range tr.Spans {
+			if s.OperationName != "ferry.produce" {
+				continue
+			}
+			if dest, _ := s.Tag("messaging.destination.name"); dest != topic {
+				continue
+			}
+			if code, _ := s.Tag("otel.status_code"); code != "ERROR" {
+				t.Fatalf("ferry.produce for %s has status %v, want ERROR (the round failed)", topic, code)
+			}
+			if desc, _ := s.Tag("otel.status_description"); !strings.Contains(fmt.Sprint(desc), "produce") {
+				t.Errorf("ferry.produce status description %q does not name the failed produce", desc)
+			}
+			p, ok := s.Parent()
+			if !ok {
+				t.Fatalf("failed ferry.produce has no parent")
+			}
+			for _, q := range tr.Spans {
+				if q.SpanID == p.SpanID && q.OperationName != "ferry.receive" {
+					t.Errorf("failed ferry.produce's parent is %s, want ferry.receive", q.OperationName)
+				}
+			}
+			return true
+		}
+	}
+	return false
 }

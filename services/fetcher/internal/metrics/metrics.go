@@ -41,8 +41,9 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "ferry_fetcher_inflight_bytes", Help: "Compressed bytes sent and not yet acknowledged, all shards.",
 		}),
 		StreamRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ferry_fetcher_stream_restarts_total", Help: "Shard streams that failed and were reopened.",
-		}, []string{"link"}),
+			Name: "ferry_fetcher_stream_restarts_total",
+			Help: "Shard streams that failed and were reopened, by reason: the gRPC status code of the failure in snake case (unavailable, permission_denied, failed_precondition, ...) or other.",
+		}, []string{"link", "reason"}),
 		PartitionStops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_data_loss_events_total", Help: "Partitions stopped because copying on would lose or skip data (offset out of range, checkpoint beyond the source, oversized record).",
 		}, []string{"link", "topic", "partition", "reason"}),

@@ -7,14 +7,19 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/IBM/sarama"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -137,7 +142,7 @@ func (r *Runner) Run(ctx context.Context) {
 		if ctx.Err() != nil || r.isLost() {
 			return
 		}
-		r.deps.Metrics.StreamRestarts.WithLabelValues(r.set.Link).Inc()
+		r.deps.Metrics.StreamRestarts.WithLabelValues(r.set.Link, restartReason(err)).Inc()
 		r.update(func(s *Status) { s.Connected, s.LastError, s.Restarts = false, errString(err), s.Restarts+1 })
 		if progressed {
 			backoff = r.set.MinBackoff
@@ -165,6 +170,31 @@ func (r *Runner) isLost() bool {
 	default:
 		return false
 	}
+}
+
+// restartReason names why a stream ended, for the restarts metric: the
+// gRPC status code in snake case when the error carries one (a refused
+// identity is permission_denied, a dropped connection or failed handshake
+// unavailable), else other (the source, a local check).
+func restartReason(err error) string {
+	st, ok := status.FromError(err)
+	if !ok && errors.Is(err, context.DeadlineExceeded) {
+		st, ok = status.New(codes.DeadlineExceeded, ""), true // a local timeout, as an open's
+	}
+	if !ok || st.Code() == codes.OK || st.Code() == codes.Unknown {
+		return "other"
+	}
+	var b strings.Builder
+	for i, c := range st.Code().String() {
+		if unicode.IsUpper(c) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			c = unicode.ToLower(c)
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 func errString(err error) string {

@@ -345,7 +345,10 @@ func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationServic
 		}
 		start := time.Now()
 		if err := producer.SendMessages(msgs); err != nil {
-			return fmt.Errorf("produce to target: %w", err)
+			err = fmt.Errorf("produce to target: %w", err)
+			ss.traceFailed(ctx, group, "ferry.produce", start, err)
+			ss.traceFailed(ctx, pending, "ferry.commit", start, err) // their checkpoints were in this round
+			return err
 		}
 		now := time.Now()
 		ss.s.metrics.ProduceSeconds.Observe(now.Sub(start).Seconds())
@@ -399,7 +402,9 @@ func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.Repli
 		msgs := ss.messages(group)
 		if err := producer.SendMessages(msgs); err != nil {
 			_ = producer.AbortTxn()
-			return fmt.Errorf("produce in target transaction: %w", err)
+			err = fmt.Errorf("produce in target transaction: %w", err)
+			ss.traceFailed(ctx, group, "ferry.produce", start, err)
+			return err
 		}
 		produced := time.Now()
 		cps := map[topicPartition]checkpoint.Checkpoint{}
@@ -410,10 +415,14 @@ func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.Repli
 		}
 		if err := producer.SendMessages(cpMsgs); err != nil {
 			_ = producer.AbortTxn()
-			return fmt.Errorf("checkpoint in target transaction: %w", err)
+			err = fmt.Errorf("checkpoint in target transaction: %w", err)
+			ss.traceFailed(ctx, group, "ferry.commit", produced, err)
+			return err
 		}
 		if err := producer.CommitTxn(); err != nil {
-			return fmt.Errorf("commit target transaction (outcome unknown): %w", err)
+			err = fmt.Errorf("commit target transaction (outcome unknown): %w", err)
+			ss.traceFailed(ctx, group, "ferry.commit", produced, err)
+			return err
 		}
 		now := time.Now()
 		ss.s.metrics.ProduceSeconds.Observe(now.Sub(start).Seconds())

@@ -25,7 +25,8 @@ import (
 //	                         or the next round's checkpoint (at-least-once)
 //
 // and per record carrying a sampled traceparent, "ferry.write" in the
-// record's own trace. A batch the fetcher did not trace has no span here:
+// record's own trace. A round that fails ends its batches with an error
+// span of the stage that failed (traceFailed). A batch the fetcher did not trace has no span here:
 // the writer follows the fetcher's sampling decision, and with tracing off
 // (nil tracer) nothing happens.
 
@@ -137,5 +138,38 @@ func (ss *session) traceCommit(ctx context.Context, group []work, start time.Tim
 				tracing.LastOffset(b.GetLastOffset()), tracing.OpSettle, tracing.Delivery(ss.link.ExactlyOnce)),
 			trace.WithAttributes(tracing.Stream(ss.link.Name, int(ss.shard), ss.epoch)...))
 		span.End(trace.WithTimestamp(now))
+	}
+}
+
+// traceFailed ends each traced batch of a failed round with an error span
+// of the stage that failed: name is ferry.produce (the records were not
+// all written) or ferry.commit (the checkpoint write or the commit failed),
+// from start to now, a child of the batch's last span. Without it a failed
+// round would leave its batches' traces ending at ferry.receive, and only
+// the logs would say why. The batches are not acknowledged: the fetcher
+// resends them after the session ends, in new traces.
+func (ss *session) traceFailed(ctx context.Context, group []work, name string, start time.Time, err error) {
+	tracer := ss.s.opts.Tracer
+	if tracer == nil {
+		return
+	}
+	kind := trace.SpanKindProducer
+	if name == "ferry.commit" {
+		kind = trace.SpanKindClient
+	}
+	for _, w := range group {
+		if !w.span.IsValid() {
+			continue
+		}
+		b := w.b
+		_, span := tracer.Start(trace.ContextWithSpanContext(ctx, w.span), name,
+			trace.WithSpanKind(kind),
+			trace.WithTimestamp(start),
+			trace.WithAttributes(tracing.Batch(ss.link.Naming.Target(b.GetTopic()), b.GetPartition(), b.GetFirstOffset(), b.GetLastOffset(), len(w.recs), int(b.GetUncompressedSize()))...),
+			trace.WithAttributes(tracing.Delivery(ss.link.ExactlyOnce)),
+			trace.WithAttributes(tracing.Stream(ss.link.Name, int(ss.shard), ss.epoch)...))
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		span.End()
 	}
 }
