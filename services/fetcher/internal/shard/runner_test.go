@@ -14,12 +14,12 @@ import (
 // other for errors without one.
 func TestRestartReason(t *testing.T) {
 	for err, want := range map[error]string{
-		status.Error(codes.PermissionDenied, "not in allowed_ids"):                          "permission_denied",
+		status.Error(codes.PermissionDenied, "not in allowed_ids"):                           "permission_denied",
 		fmt.Errorf("open stream: %w", status.Error(codes.Unavailable, "connection refused")): "unavailable",
-		status.Error(codes.FailedPrecondition, "epoch fenced"):                              "failed_precondition",
-		status.Error(codes.Unknown, "?"):                                                    "other",
-		errors.New("source: broker gone"):                                                   "other",
-		context.DeadlineExceeded:                                                            "deadline_exceeded",
+		status.Error(codes.FailedPrecondition, "epoch fenced"):                               "failed_precondition",
+		status.Error(codes.Unknown, "?"):                                                     "other",
+		errors.New("source: broker gone"):                                                    "other",
+		context.DeadlineExceeded:                                                             "deadline_exceeded",
 	} {
 		if got := restartReason(err); got != want {
 			t.Errorf("restartReason(%v) = %q, want %q", err, got, want)
