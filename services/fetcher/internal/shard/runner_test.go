@@ -19,7 +19,7 @@ func TestRestartReason(t *testing.T) {
 		status.Error(codes.FailedPrecondition, "epoch fenced"):                               "failed_precondition",
 		status.Error(codes.Unknown, "?"):                                                     "other",
 		errors.New("source: broker gone"):                                                    "other",
-		context.DeadlineExceeded:                                                             "deadline_exceeded",
+		fmt.Errorf("no answer within 2m0s: %w", context.DeadlineExceeded):                    "deadline_exceeded",
 	} {
 		if got := restartReason(err); got != want {
 			t.Errorf("restartReason(%v) = %q, want %q", err, got, want)

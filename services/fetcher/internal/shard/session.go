@@ -149,7 +149,7 @@ func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardSto
 	timer := time.AfterFunc(r.set.OpenTimeout, hardStop)
 	resp, err := stream.Recv()
 	if !timer.Stop() {
-		return nil, fmt.Errorf("no answer within %v", r.set.OpenTimeout)
+		return nil, fmt.Errorf("no answer within %v: %w", r.set.OpenTimeout, context.DeadlineExceeded)
 	}
 	if err != nil {
 		return nil, err
