@@ -132,11 +132,12 @@ func Defaults() Config {
 	c.Link.Shards = 64
 	c.Link.StartFrom = "earliest"
 	c.Link.DiscoveryInterval = 30 * time.Second
-	// lz4 over zstd: on the 2-core benchmark zstd (fastest level) cost about
-	// 11 CPU s/GB of the pair's ~35 and lz4 about 4.5, for 50% more bytes on
-	// the wire (0.31 against 0.21 of the logical bytes). Links where egress
-	// is scarce or billed set zstd (docs/benchmark.md, system ferry-zstd).
-	c.Link.Codec = "lz4"
+	// zstd, not lz4, although lz4 was measured faster (docs/benchmark.md,
+	// "Wire codec"): with lz4 the exactly-once broker-restart-plus-writer-kill
+	// test ended with duplicates under load, an open bug
+	// (docs/exactly-once.md). Until it is understood the default stays on
+	// the codec that test passes with.
+	c.Link.Codec = "zstd"
 	c.Link.Batch.MaxBytes = 1 << 20
 	c.Link.Batch.Linger = 20 * time.Millisecond
 	c.Link.MaxInflightBytes = 16 << 20
