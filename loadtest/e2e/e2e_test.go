@@ -88,7 +88,7 @@ func newEnv(t *testing.T) *env {
 // newEnvOn runs the link between two running clusters.
 func newEnvOn(t *testing.T, src, dst []string) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), prefix: "src.", src: src, dst: dst}
+	e := &env{t: t, dir: keptDir(t, "processes"), prefix: "src.", src: src, dst: dst}
 	var err error
 	for _, a := range []*string{&e.writerAddr, &e.writerAdmin, &e.fetcherAdmin} {
 		if *a, err = harness.FreeAddr(); err != nil {
@@ -99,8 +99,8 @@ func newEnvOn(t *testing.T, src, dst []string) *env {
 	return e
 }
 
-// dumpLogsOnFailure puts the end of each process log in the test output,
-// since the logs live in a folder removed after the test.
+// dumpLogsOnFailure puts the end of each process log in the test output;
+// the whole logs stay in e.dir (keptDir).
 func (e *env) dumpLogsOnFailure() {
 	if !e.t.Failed() {
 		return
@@ -111,13 +111,39 @@ func (e *env) dumpLogsOnFailure() {
 		}
 		data, _ := os.ReadFile(p.LogPath)
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-		e.t.Logf("--- last lines of %s ---\n%s", p.Name, strings.Join(lines[max(0, len(lines)-25):], "\n"))
-		// Keep the whole log: the test's folder is removed after it.
-		keep := filepath.Join(os.TempDir(), "ferry-failed-logs", e.t.Name())
-		if os.MkdirAll(keep, 0o755) == nil && os.WriteFile(filepath.Join(keep, p.Name+".log"), data, 0o644) == nil {
-			e.t.Logf("full log: %s", filepath.Join(keep, p.Name+".log"))
-		}
+		e.t.Logf("--- last lines of %s (whole log: %s) ---\n%s", p.Name, p.LogPath, strings.Join(lines[max(0, len(lines)-25):], "\n"))
 	}
+}
+
+// keptDir returns a new folder for a test's files (process logs, broker
+// data) that is removed when the test passes and kept, and named in the
+// test's output, when it fails: a failed run's evidence (Kafka's own log
+// segments, the writer's log) outlives it. The folders live under
+// $FERRY_TEST_ARTIFACTS, or ferry-test-artifacts in the temporary folder.
+func keptDir(t *testing.T, name string) string {
+	t.Helper()
+	root := os.Getenv("FERRY_TEST_ARTIFACTS")
+	if root == "" {
+		root = filepath.Join(os.TempDir(), "ferry-test-artifacts")
+	}
+	safe := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(root, safe+"-"+name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered first, so it runs after the cleanups that stop the
+	// processes using the folder.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kept for inspection: %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
 }
 
 func (e *env) startWriter() {

@@ -124,8 +124,8 @@ func startTLSBrokers(t *testing.T, srcCA, dstCA *devcerts.CA) (src, dst *kafkabr
 	}
 	results := [2]chan result{make(chan result, 1), make(chan result, 1)}
 	for i, o := range []kafkabroker.Options{
-		{Name: "source-tls", DataDir: t.TempDir(), TLSCA: srcCA},
-		{Name: "target-tls", DataDir: t.TempDir(), TLSCA: dstCA},
+		{Name: "source-tls", DataDir: keptDir(t, "kafka"), TLSCA: srcCA},
+		{Name: "target-tls", DataDir: keptDir(t, "kafka"), TLSCA: dstCA},
 	} {
 		go func() {
 			b, err := kafkabroker.Start(ctx, o)

@@ -34,7 +34,22 @@ type Result struct {
 	// Latency percentiles of target receive time minus record timestamp;
 	// meaningful only when the target is read while replication runs.
 	Latency Percentiles `json:"latency"`
+	// FirstDuplicates locates the first few duplicates in the target, so a
+	// failed run points at the batches to read with Kafka's log dump tool.
+	FirstDuplicates []Duplicate `json:"first_duplicates,omitempty"`
 }
+
+// Duplicate is a target record that repeats an earlier one.
+type Duplicate struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// Offset is the duplicate's target offset, First the original's.
+	Offset int64 `json:"offset"`
+	First  int64 `json:"first"`
+}
+
+// maxDuplicatesListed bounds Result.FirstDuplicates.
+const maxDuplicatesListed = 10
 
 // Percentiles of a latency distribution.
 type Percentiles struct {
@@ -82,11 +97,11 @@ func CompareWith(ctx context.Context, source, target []string, pairs []Pair, sou
 			return res, fmt.Errorf("read target %s: %w", pair.Target, err)
 		}
 		for p, want := range src {
-			compare(&res, want, dst[p])
+			compare(&res, pair.Target, p, want, dst[p])
 		}
 		for p, got := range dst {
 			if _, ok := src[p]; !ok { // a target partition the source lacks
-				compare(&res, nil, got)
+				compare(&res, pair.Target, p, nil, got)
 			}
 		}
 	}
@@ -97,9 +112,10 @@ func CompareWith(ctx context.Context, source, target []string, pairs []Pair, sou
 type rec struct {
 	digest uint64
 	key    uint64
+	offset int64
 }
 
-func compare(res *Result, src, dst []rec) {
+func compare(res *Result, topic string, partition int32, src, dst []rec) {
 	res.Produced += int64(len(src))
 	res.Replicated += int64(len(dst))
 	index := make(map[uint64]int, len(src))
@@ -109,6 +125,7 @@ func compare(res *Result, src, dst []rec) {
 		keys[r.key] = true
 	}
 	seen := make([]bool, len(src))
+	first := make([]int64, len(src)) // target offset of each source record's first copy
 	highest := -1
 	for _, r := range dst {
 		i, ok := index[r.digest]
@@ -120,8 +137,11 @@ func compare(res *Result, src, dst []rec) {
 			}
 		case seen[i]:
 			res.Duplicates++
+			if len(res.FirstDuplicates) < maxDuplicatesListed {
+				res.FirstDuplicates = append(res.FirstDuplicates, Duplicate{Topic: topic, Partition: partition, Offset: r.offset, First: first[i]})
+			}
 		default:
-			seen[i] = true
+			seen[i], first[i] = true, r.offset
 			if i < highest {
 				res.Reordered++
 			}
@@ -193,7 +213,7 @@ func readAll(ctx context.Context, addrs []string, opts []kgo.Opt, topic string, 
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			got = true
-			out[r.Partition] = append(out[r.Partition], rec{digest: digest(seed, r), key: maphash.Bytes(seed, r.Key)})
+			out[r.Partition] = append(out[r.Partition], rec{digest: digest(seed, r), key: maphash.Bytes(seed, r.Key), offset: r.Offset})
 			last[r.Partition] = r.Offset
 			if lat != nil {
 				*lat = append(*lat, now.Sub(r.Timestamp))

@@ -2,6 +2,7 @@ package kafkaclient
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/ferry-replicator/ferry/pkg/config"
@@ -158,6 +161,17 @@ func TestSASL(t *testing.T) {
 			})
 			if err := roundTrip(t, brokers, sc); err != nil {
 				t.Fatalf("produce and consume: %v", err)
+			}
+			// The franz-go client gets the same login from the same settings.
+			if err := franzPing(t, brokers, func(c *Config) {
+				c.SASL = SASLConfig{Mechanism: mech, Username: user, PasswordFile: pwFile}
+			}); err != nil {
+				t.Fatalf("franz-go client: %v", err)
+			}
+			if err := franzPing(t, brokers, func(c *Config) {
+				c.SASL = SASLConfig{Mechanism: mech, Username: user, PasswordFile: writeFile(t, "wrong-franz", []byte("nope"))}
+			}); err == nil {
+				t.Fatal("franz-go client: wrong password accepted")
 			}
 
 			// The password from an environment variable, lower-case
@@ -331,6 +345,18 @@ func TestMutualTLSAndSCRAM(t *testing.T) {
 	if err := roundTrip(t, brokers, sc); err != nil {
 		t.Fatalf("produce and consume with mTLS and SCRAM: %v", err)
 	}
+	if err := franzPing(t, brokers, func(c *Config) {
+		c.TLS = TLSConfig{Enabled: true, CAFile: caFile, CertFile: certFile, KeyFile: keyFile}
+		c.SASL = sasl
+	}); err != nil {
+		t.Fatalf("franz-go client with mTLS and SCRAM: %v", err)
+	}
+	if err := franzPing(t, brokers, func(c *Config) {
+		c.TLS = TLSConfig{Enabled: true, CAFile: caFile}
+		c.SASL = sasl
+	}); err == nil {
+		t.Fatal("franz-go client without certificate admitted by a broker requiring one")
+	}
 	sc = clientConfig(t, brokers, func(c *Config) {
 		c.TLS = TLSConfig{Enabled: true, CAFile: caFile}
 		c.SASL = sasl
@@ -477,4 +503,26 @@ func TestSaramaSettings(t *testing.T) {
 	if sc.Net.TLS.Enable || sc.Net.SASL.Enable {
 		t.Error("TLS or SASL on by default")
 	}
+}
+
+// franzPing asks the cluster for its metadata with a franz-go client built
+// by Config.Franz.
+func franzPing(t *testing.T, brokers []string, edit func(*Config)) error {
+	t.Helper()
+	c := Defaults("ferry-test")
+	c.BootstrapServers = brokers
+	edit(&c)
+	opts, err := c.Franz()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.RequestRetries(0))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+	return err
 }
