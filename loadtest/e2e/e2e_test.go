@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	err = harness.Build(ctx, dir)
+	err = harness.Build(ctx, dir, raceEnabled)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -99,9 +99,11 @@ func newEnvOn(t *testing.T, src, dst []string) *env {
 	return e
 }
 
-// dumpLogsOnFailure puts the end of each process log in the test output;
-// the whole logs stay in e.dir (keptDir).
+// dumpLogsOnFailure fails the test if the race detector reported in a
+// process, and puts the end of each process log in the test output when the
+// test failed; the whole logs stay in e.dir (keptDir).
 func (e *env) dumpLogsOnFailure() {
+	checkRaces(e.t, e.writer, e.fetcher)
 	if !e.t.Failed() {
 		return
 	}
@@ -112,6 +114,19 @@ func (e *env) dumpLogsOnFailure() {
 		data, _ := os.ReadFile(p.LogPath)
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 		e.t.Logf("--- last lines of %s (whole log: %s) ---\n%s", p.Name, p.LogPath, strings.Join(lines[max(0, len(lines)-25):], "\n"))
+	}
+}
+
+// checkRaces fails t with the race detector's first report from any of ps.
+func checkRaces(t *testing.T, ps ...*harness.Process) {
+	t.Helper()
+	for _, p := range ps {
+		if p == nil {
+			continue
+		}
+		if r := p.Races(); r != "" {
+			t.Errorf("%s: the race detector reported (log %s):\n%s", p.Name, p.LogPath, r)
+		}
 	}
 }
 

@@ -136,10 +136,14 @@ func (f *fleet) addFetcherWith(tweak func(map[string]any)) *member {
 }
 
 func (f *fleet) dumpFleetLogs() {
+	members := append(append([]*member{}, f.writers...), f.fetchers...)
+	for _, m := range members {
+		checkRaces(f.t, m.proc)
+	}
 	if !f.t.Failed() {
 		return
 	}
-	for _, m := range append(append([]*member{}, f.writers...), f.fetchers...) {
+	for _, m := range members {
 		data, _ := os.ReadFile(m.proc.LogPath)
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 		f.t.Logf("--- last lines of %s ---\n%s", m.proc.Name, strings.Join(lines[max(0, len(lines)-15):], "\n"))

@@ -40,20 +40,43 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// Build compiles ferry-fetcher and ferry-writer into dir.
-func Build(ctx context.Context, dir string) error {
+// Build compiles ferry-fetcher and ferry-writer into dir; with race, with
+// the race detector, so the process-level tests check the binaries too
+// (Process.Races reads what the detector reported).
+func Build(ctx context.Context, dir string, race bool) error {
 	root, err := RepoRoot()
 	if err != nil {
 		return err
 	}
 	for _, svc := range []string{"fetcher", "writer"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "ferry-"+svc), "./services/"+svc)
+		args := []string{"build", "-o", filepath.Join(dir, "ferry-"+svc)}
+		if race {
+			args = append(args, "-race")
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, "./services/"+svc)...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("build ferry-%s: %w\n%s", svc, err, out)
 		}
 	}
 	return nil
+}
+
+// raceReport starts each report of Go's race detector in a process log.
+const raceReport = "WARNING: DATA RACE"
+
+// Races returns the race detector's reports in the process's log (all of
+// its runs), empty when there are none or the binary was built without it.
+func (p *Process) Races() string {
+	data, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return ""
+	}
+	i := strings.Index(string(data), raceReport)
+	if i < 0 {
+		return ""
+	}
+	return string(data[i:min(len(data), i+8000)])
 }
 
 var (

@@ -14,6 +14,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -27,8 +28,10 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
+	"github.com/ferry-replicator/ferry/services/writer/internal/fence"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/readiness"
 	"github.com/ferry-replicator/ferry/services/writer/internal/registration"
 	"github.com/ferry-replicator/ferry/services/writer/internal/server"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
@@ -37,6 +40,14 @@ import (
 // grpcOverhead is room above the largest batch payload for the rest of a
 // gRPC message.
 const grpcOverhead = 64 << 10
+
+// The target is probed for readiness this often, each probe bounded by
+// readyTimeout: a broken target takes the writer out of Consul's catalog
+// (checked every second) within a few seconds.
+const (
+	readyInterval = time.Second
+	readyTimeout  = 2 * time.Second
+)
 
 // Run runs the writer until ctx ends.
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
@@ -75,11 +86,23 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer codecs.Close()
+	// A franz-go client for what sarama cannot do: a transaction that only
+	// adds partitions and aborts (services/writer/internal/fence).
+	franzOpts, err := cfg.Target.Franz()
+	if err != nil {
+		return err
+	}
+	fenceClient, err := kgo.NewClient(append(franzOpts, kgo.MaxVersions(fence.MaxVersions()))...)
+	if err != nil {
+		return fmt.Errorf("target cluster %v: fence client: %w", cfg.Target.BootstrapServers, err)
+	}
+	defer fenceClient.Close()
 
 	srv := server.New(server.Options{
 		ID:            cfg.ID,
 		TargetAddrs:   cfg.Target.BootstrapServers,
 		Producer:      producerConfig(base, cfg.Producer),
+		Fence:         fenceClient,
 		MaxBatchBytes: int(cfg.MaxBatchBytes),
 		MaxGroupBytes: int(cfg.MaxGroupBytes),
 		Tracer:        tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
@@ -113,11 +136,22 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	ferryv1.RegisterReplicationServiceServer(gs, srv)
+	// One readiness answer for /readyz (Consul, Kubernetes) and gRPC health.
+	ready, err := readiness.New(readiness.Options{
+		Addrs: cfg.Target.BootstrapServers, Sarama: base, Topic: store.Topic(), View: store.Err,
+		Health: hs, Services: []string{"", ferryv1.ReplicationService_ServiceDesc.ServiceName},
+		Interval: readyInterval, Timeout: readyTimeout, Log: log.With("component", "readiness"),
+	})
+	if err != nil {
+		return err
+	}
+	defer ready.Close()
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	adm, err := admin.Listen(cfg.Admin.Listen, promReg, admin.Options{
+		Ready:  ready.Ready,
 		Status: func() any { return map[string]any{"writer": cfg.ID, "shards": srv.Status()} },
 	}, log)
 	if err != nil {
@@ -142,6 +176,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return nil
 	})
 	g.Go(func() error { return adm.Run(gctx) })
+	g.Go(func() error { ready.Run(gctx); return nil })
 	if certs != nil {
 		g.Go(func() error { certs.Run(gctx); return nil })
 		g.Go(func() error { tlsconfig.ReloadOnHangup(gctx, certs, log); return nil })
@@ -210,7 +245,10 @@ func buildLinks(cfgs []config.Link) ([]server.Link, error) {
 		if err != nil {
 			return nil, fmt.Errorf("link %s: %w", l.Name, err)
 		}
-		link := server.Link{Name: l.Name, Naming: policy, ReplicationFactor: l.ReplicationFactor, ExactlyOnce: l.Delivery == "exactly_once"}
+		link := server.Link{
+			Name: l.Name, Naming: policy, ReplicationFactor: l.ReplicationFactor, ExactlyOnce: l.Delivery == "exactly_once",
+			Topics: l.TopicFilter(),
+		}
 		for _, re := range l.ConfigExclude {
 			link.ConfigExclude = append(link.ConfigExclude, regexp.MustCompile(re)) // checked by Validate
 		}

@@ -258,7 +258,7 @@ func (s *Store) fail(err error) {
 // Sync waits until the view holds every checkpoint committed before it was
 // called (see the package comment).
 func (s *Store) Sync(ctx context.Context) error {
-	msgs := s.Barriers()
+	msgs := s.barriers()
 	if err := s.barrier.SendMessages(msgs); err != nil {
 		return fmt.Errorf("checkpoint barrier: %w", err)
 	}
@@ -314,10 +314,9 @@ func (s *Store) Sync(ctx context.Context) error {
 // syncWarn is how long Sync waits before it logs what it waits for.
 const syncWarn = 10 * time.Second
 
-// Barriers returns one barrier record for each partition of the checkpoint
-// topic. The view skips them; Sync uses them to know how far it has read,
-// and a session uses them to touch every partition in a transaction.
-func (s *Store) Barriers() []*sarama.ProducerMessage {
+// barriers returns one barrier record for each partition of the checkpoint
+// topic. The view skips them; Sync uses them to know how far it has read.
+func (s *Store) barriers() []*sarama.ProducerMessage {
 	msgs := make([]*sarama.ProducerMessage, s.partitions)
 	for p := range s.partitions {
 		msgs[p] = &sarama.ProducerMessage{
@@ -354,6 +353,9 @@ func (s *Store) Message(k Key, cp Checkpoint) *sarama.ProducerMessage {
 // Topic is the checkpoint topic's name.
 func (s *Store) Topic() string { return s.topic }
 
+// Partitions is the checkpoint topic's partition count.
+func (s *Store) Partitions() int32 { return s.partitions }
+
 // Close stops the tail.
 func (s *Store) Close() {
 	s.stop()
@@ -361,4 +363,12 @@ func (s *Store) Close() {
 	s.barrier.Close()
 	s.consumer.Close()
 	s.client.Close()
+}
+
+// Err reports why the view failed, nil while it is healthy. A failed view
+// never recovers: readiness reports it until the writer restarts.
+func (s *Store) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }

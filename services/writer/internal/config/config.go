@@ -15,6 +15,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
 	"github.com/ferry-replicator/ferry/services/writer/internal/registration"
+	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 )
 
 // Config is the whole writer configuration.
@@ -95,7 +96,22 @@ type Link struct {
 	// ConfigExclude lists regular expressions of source topic configs never
 	// copied to a created target topic (MM2's config.properties.exclude).
 	ConfigExclude []string `yaml:"config_exclude"`
+	// Topics is the writer's own allow list of source topics for the link,
+	// with the meaning of the fetcher's link.topics: a topic is accepted
+	// when an include matches and no exclude does, each expression
+	// anchored at both ends. An Open naming any other topic is refused, so
+	// a fetcher's settings never decide alone what is written here.
+	// Defaults: include `.*`, exclude the fetcher's default list.
+	Topics struct {
+		Include []string `yaml:"include"`
+		Exclude []string `yaml:"exclude"`
+	} `yaml:"topics"`
+
+	topics topicfilter.Filter // Topics, parsed by Validate
 }
+
+// TopicFilter is Topics as parsed by Validate.
+func (l *Link) TopicFilter() topicfilter.Filter { return l.topics }
 
 // DefaultConfigExclude is MirrorMaker 2's default list of topic configs
 // that describe the source cluster rather than the data.
@@ -142,6 +158,13 @@ func linkDefaults(l *Link) {
 	}
 	if l.ConfigExclude == nil {
 		l.ConfigExclude = DefaultConfigExclude
+	}
+	// nil is unset; an empty list set in the file stays empty.
+	if l.Topics.Include == nil {
+		l.Topics.Include = topicfilter.DefaultInclude
+	}
+	if l.Topics.Exclude == nil {
+		l.Topics.Exclude = topicfilter.DefaultExclude
 	}
 }
 
@@ -226,6 +249,21 @@ func (c *Config) Validate() error {
 				p.Addf(key("config_exclude"), "%q: %v", re, err)
 			}
 		}
+		if len(l.Topics.Include) == 0 {
+			p.Addf(key("topics.include"), "required: at least one regular expression (an empty list would refuse every topic)")
+		}
+		for j, re := range l.Topics.Include {
+			if err := topicfilter.CheckExpr(re); err != nil {
+				p.Addf(key("topics.include["+strconv.Itoa(j)+"]"), "%q is not a regular expression: %v", re, err)
+			}
+		}
+		for j, re := range l.Topics.Exclude {
+			if err := topicfilter.CheckExpr(re); err != nil {
+				p.Addf(key("topics.exclude["+strconv.Itoa(j)+"]"), "%q is not a regular expression: %v", re, err)
+			}
+		}
+		// Parsed once, here; every problem is reported above.
+		l.topics, _ = topicfilter.Parse(l.Topics.Include, l.Topics.Exclude)
 	}
 	return p.Err()
 }

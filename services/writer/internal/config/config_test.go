@@ -26,6 +26,10 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		{"tls required by default", "target: {bootstrap_servers: [k:9092]}\nlinks: [{name: a}]\n", "tls.cert_file: required"},
 		{"plaintext on a public listener refused", base + "listen: 0.0.0.0:7400\nlinks: [{name: a}]\n", "tls.insecure"},
 		{"bad size", base + "links: [{name: a}]\nmax_batch_bytes: lots\n", "bad size"},
+		{"topic allow list", base + "links: [{name: a, topics: {include: ['orders\\..*'], exclude: ['orders\\.pii']}}]\n", ""},
+		{"bad topic include", base + "links: [{name: a, topics: {include: ['ok', '(']}}]\n", "links[0].topics.include[1]"},
+		{"bad topic exclude", base + "links: [{name: a, topics: {exclude: ['a)(?:b']}}]\n", "links[0].topics.exclude[0]"},
+		{"empty topic include", base + "links: [{name: a, topics: {include: []}}]\n", "links[0].topics.include: required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,6 +50,51 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// The topic allow list is parsed once, by Validate, with the fetcher's
+// defaults and semantics; a list set empty in the file stays empty.
+func TestLinkTopicFilter(t *testing.T) {
+	base := "target: {bootstrap_servers: [\"127.0.0.1:9092\"]}\ntls: {insecure: true}\n"
+	tests := []struct {
+		name, links string
+		accept      []string
+		refuse      []string
+	}{
+		{"defaults", "[{name: a}]", []string{"orders", "east.orders"},
+			[]string{"__ferry_checkpoints", "__consumer_offsets", "x.internal", "x-internal", "x.replica"}},
+		{"include anchored", "[{name: a, topics: {include: ['orders']}}]", []string{"orders"},
+			[]string{"orders2", "my-orders", "__orders"}},
+		{"exclude set empty", "[{name: a, topics: {exclude: []}}]", []string{"orders", "__private"}, nil},
+		{"exclude wins", "[{name: a, topics: {include: ['orders.*'], exclude: ['orders\\.pii']}}]", []string{"orders.eu"},
+			[]string{"orders.pii"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "w.yaml")
+			if err := os.WriteFile(path, []byte(base+"links: "+tt.links+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c := Defaults()
+			if err := config.Load(&c, path, nil, "FERRY_WRITER_", nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			f := c.Links[0].TopicFilter()
+			for _, topic := range tt.accept {
+				if err := f.Check(topic); err != nil {
+					t.Errorf("%s refused: %v", topic, err)
+				}
+			}
+			for _, topic := range tt.refuse {
+				if f.Check(topic) == nil {
+					t.Errorf("%s accepted, want refused", topic)
+				}
 			}
 		})
 	}

@@ -20,6 +20,9 @@ var (
 	errOutOfOrder  = errors.New("batch out of offset order")
 	errSuperseded  = errors.New("stream superseded by a newer open of the shard")
 	errDraining    = errors.New("writer draining")
+	// errTopicRefused is an Open naming a topic the link may not write:
+	// outside its allow list, or onto a reserved target topic.
+	errTopicRefused = errors.New("topic refused")
 )
 
 var statusTable = []struct {
@@ -33,6 +36,7 @@ var statusTable = []struct {
 	{errStaleEpoch, codes.FailedPrecondition},
 	{errNotInShard, codes.FailedPrecondition},
 	{errUnknownLink, codes.FailedPrecondition},
+	{errTopicRefused, codes.PermissionDenied},
 	{errOutOfOrder, codes.FailedPrecondition},
 	{errSuperseded, codes.Aborted},
 	{errDraining, codes.Unavailable},

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
@@ -19,6 +20,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
 
@@ -31,6 +33,9 @@ type Link struct {
 	Naming            naming.Policy
 	ReplicationFactor int16
 	ConfigExclude     []*regexp.Regexp
+	// Topics is the link's allow list of source topics; an Open naming
+	// any other is refused (topicpolicy.go). The zero Filter accepts none.
+	Topics topicfilter.Filter
 }
 
 // Options are the server's fixed settings.
@@ -40,6 +45,9 @@ type Options struct {
 	// TargetAddrs and Producer build each shard's target producer.
 	TargetAddrs []string
 	Producer    *sarama.Config
+	// Fence ends the transactions a shard's earlier producers left open
+	// (package fence), at every exactly-once open.
+	Fence *kgo.Client
 	// MaxBatchBytes bounds one batch's uncompressed records.
 	MaxBatchBytes int
 	// MaxGroupBytes bounds the records of one produce round.
@@ -116,7 +124,11 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	}
 	sess, err := newSession(stream.Context(), s, link, open)
 	if err != nil {
-		s.metrics.Rejected.WithLabelValues(link.Name, "bad_open").Inc()
+		reason := "bad_open"
+		if errors.Is(err, errTopicRefused) {
+			reason = "topic_refused"
+		}
+		s.metrics.Rejected.WithLabelValues(link.Name, reason).Inc()
 		return err
 	}
 	sess.traceStream()

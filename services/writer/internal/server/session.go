@@ -17,6 +17,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/fence"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
 
@@ -61,6 +62,9 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 	for _, t := range open.GetTopics() {
 		if t.GetName() == "" || t.GetPartitionCount() < 1 {
 			return nil, fmt.Errorf("%w: topic spec %q with %d partitions", errBadRequest, t.GetName(), t.GetPartitionCount())
+		}
+		if err := s.checkTopic(link, t.GetName()); err != nil {
+			return nil, err
 		}
 		counts[t.GetName()] = t.GetPartitionCount()
 	}
@@ -115,13 +119,21 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		}
 		pcfg := s.opts.Producer
 		if ss.link.ExactlyOnce {
-			// One transactional id per shard: creating this producer runs
-			// InitProducerID, which fences every older producer of the
-			// shard, on this writer or any other, and aborts its open
-			// transaction, before the checkpoints are read below.
+			// One transactional id per shard. Abort fences every older
+			// producer of the shard, on this writer or any other, and ends
+			// as aborted whatever they left open on the shard's partitions
+			// (package fence says why a coordinator can leave one); the
+			// producer created next fences again and waits for that abort
+			// to complete, all before the checkpoints are read below.
 			c := *pcfg
 			c.Producer.Transaction.ID = transactionalID(ss.link.Name, ss.shard)
 			pcfg = &c
+			err := step(log, "abort open transactions", func() error {
+				return fence.Abort(ss.ctx, s.opts.Fence, c.Producer.Transaction.ID, c.Producer.Transaction.Timeout, ss.writable())
+			})
+			if err != nil {
+				return fmt.Errorf("abort open transactions of shard %d: %w", ss.shard, err)
+			}
 		}
 		err := step(log, "target producer", func() (err error) {
 			producer, err = sarama.NewSyncProducer(s.opts.TargetAddrs, pcfg)
@@ -134,9 +146,11 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 			return err
 		}
 		if ss.link.ExactlyOnce {
-			err := step(log, "end stale transactions", func() error { return ss.endStaleTransactions(producer) })
+			err := step(log, "check no transaction open", func() error {
+				return fence.CheckClosed(ss.ctx, s.opts.Fence, ss.dataPartitions())
+			})
 			if err != nil {
-				return err
+				return fmt.Errorf("open shard %d: %w", ss.shard, err)
 			}
 		}
 		return step(log, "checkpoint sync", func() error { return s.store.Sync(ss.ctx) })
@@ -182,32 +196,24 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	return err
 }
 
-// endStaleTransactions aborts a transaction of this shard's producer that
-// touches every checkpoint partition, before the checkpoints are read.
-//
-// A transaction of an older epoch of the shard can stay open on a
-// checkpoint partition although its coordinator has completed it: a target
-// broker that loses the end of its log on a restart loses the transaction's
-// marker with it (seen with single-node Apache Kafka 4.3 restarted during a
-// commit). No coordinator will ever end it, and it holds back the
-// partition's last stable offset, so the barrier Sync waits for would never
-// become readable. An abort marker of this, newer, epoch ends whatever the
-// older epochs left open there, as aborted: the checkpoint it held is
-// dropped and its records are copied again from the previous checkpoint,
-// which may duplicate but never loses. InitProducerID (creating producer)
-// has already fenced every older epoch, so nothing still live is aborted.
-func (ss *session) endStaleTransactions(producer sarama.SyncProducer) error {
-	if err := producer.BeginTxn(); err != nil {
-		return fmt.Errorf("begin stale-transaction abort: %w", err)
+// dataPartitions are the target partitions the shard's records go to.
+func (ss *session) dataPartitions() fence.Partitions {
+	parts := fence.Partitions{}
+	for tp := range ss.next {
+		t := ss.link.Naming.Target(tp.topic)
+		parts[t] = append(parts[t], tp.partition)
 	}
-	if err := producer.SendMessages(ss.s.store.Barriers()); err != nil {
-		_ = producer.AbortTxn()
-		return fmt.Errorf("stale-transaction abort: touch checkpoint partitions: %w", err)
+	return parts
+}
+
+// writable are all the target partitions the shard's transactions touch:
+// its data partitions and every checkpoint partition.
+func (ss *session) writable() fence.Partitions {
+	parts := ss.dataPartitions()
+	for p := range ss.s.store.Partitions() {
+		parts[ss.s.store.Topic()] = append(parts[ss.s.store.Topic()], p)
 	}
-	if err := producer.AbortTxn(); err != nil {
-		return fmt.Errorf("stale-transaction abort: %w", err)
-	}
-	return nil
+	return parts
 }
 
 // step runs one step of an open and logs, every openStepWarn, that it is

@@ -1,0 +1,195 @@
+// Package fence ends, at the open of a shard, every target transaction the
+// shard's earlier producers may have left open, and proves none is left on
+// the shard's data partitions.
+//
+// Why this is needed (docs/exactly-once.md, "Transactions left open by the
+// target"): Apache Kafka 4.x completes a transaction without writing its
+// markers to a partition whose leader is unknown at that moment (its
+// marker sender takes such partitions for deleted). A broker in controlled
+// shutdown that is the only in-sync replica of its partitions sets their
+// leader to none, so a commit that arrives then is acknowledged, recorded
+// as CompleteCommit, and leaves its records open on the data partitions and
+// its checkpoint open on the checkpoint partition. If the same producer
+// commits again, its next marker ends them as committed and nothing is
+// wrong. If instead the writer dies, the shard resumes from the checkpoint
+// before the lost one and copies those records again; the new epoch's first
+// commit marker on the data partition would then end the leftover records
+// as committed too: duplicates.
+//
+// Abort ends every such leftover as aborted: it fences (InitProducerID with
+// the shard's transactional id), adds every partition the shard may write
+// to a new transaction and aborts it. The coordinator writes an abort
+// marker of the new epoch to each partition, with no records, which ends as
+// aborted whatever an older epoch of that producer left open there. The
+// shard then resumes from the checkpoint before the leftover, with nothing
+// of it visible. Open then checks, once the abort has completed, that the
+// data partitions hold no open transaction: the same Kafka behaviour can
+// skip an abort marker too, and then the open must fail and be retried
+// rather than commit the leftover.
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+)
+
+// MaxVersions caps the requests of the client Abort and Open use at the
+// versions of Kafka's first transaction protocol, which the shard's sarama
+// producer speaks too: AddPartitionsToTxn v4 and up is for brokers only,
+// and EndTxn v5 and up (KIP-890 transactions v2) would bump the epoch on
+// every end.
+func MaxVersions() *kversion.Versions {
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.AddPartitionsToTxn.Int16(), 3)
+	v.SetMaxKeyVersion(kmsg.EndTxn.Int16(), 4)
+	return v
+}
+
+// Partitions are topic partitions by topic.
+type Partitions map[string][]int32
+
+// retryWait is the pause between attempts while the coordinator is busy
+// (the previous transaction completing, or the coordinator loading).
+const retryWait = 100 * time.Millisecond
+
+// Abort fences the producers of transactionalID and ends, as aborted, any
+// transaction of theirs left open on parts. It returns once the abort is
+// recorded; its markers are written after that, before the coordinator lets
+// the next producer of the id initialise or begin (it answers
+// CONCURRENT_TRANSACTIONS until then).
+func Abort(ctx context.Context, cl *kgo.Client, transactionalID string, timeout time.Duration, parts Partitions) error {
+	init := kmsg.NewPtrInitProducerIDRequest()
+	init.TransactionalID = &transactionalID
+	init.TransactionTimeoutMillis = int32(timeout.Milliseconds())
+	init.ProducerID, init.ProducerEpoch = -1, -1
+	var id int64
+	var epoch int16
+	err := retry(ctx, "init producer id", func() error {
+		resp, err := init.RequestWith(ctx, cl)
+		if err != nil {
+			return err
+		}
+		id, epoch = resp.ProducerID, resp.ProducerEpoch
+		return kerr.ErrorForCode(resp.ErrorCode)
+	})
+	if err != nil {
+		return err
+	}
+
+	add := kmsg.NewPtrAddPartitionsToTxnRequest()
+	add.TransactionalID, add.ProducerID, add.ProducerEpoch = transactionalID, id, epoch
+	for topic, ps := range parts {
+		t := kmsg.NewAddPartitionsToTxnRequestTopic()
+		t.Topic, t.Partitions = topic, ps
+		add.Topics = append(add.Topics, t)
+	}
+	err = retry(ctx, "add partitions to transaction", func() error {
+		resp, err := add.RequestWith(ctx, cl)
+		if err != nil {
+			return err
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					return fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+
+	end := kmsg.NewPtrEndTxnRequest()
+	end.TransactionalID, end.ProducerID, end.ProducerEpoch, end.Commit = transactionalID, id, epoch, false
+	return retry(ctx, "abort", func() error {
+		resp, err := end.RequestWith(ctx, cl)
+		if err != nil {
+			return err
+		}
+		return kerr.ErrorForCode(resp.ErrorCode)
+	})
+}
+
+// retry runs f until it succeeds, fails with an error that waiting does not
+// cure, or ctx ends.
+func retry(ctx context.Context, what string, f func() error) error {
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if !busy(err) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last: %v)", what, ctx.Err(), err)
+		case <-time.After(retryWait):
+		}
+	}
+}
+
+// busy reports the coordinator answers that only ask to try again.
+func busy(err error) bool {
+	return errors.Is(err, kerr.ConcurrentTransactions) ||
+		errors.Is(err, kerr.CoordinatorLoadInProgress) ||
+		errors.Is(err, kerr.CoordinatorNotAvailable) ||
+		errors.Is(err, kerr.NotCoordinator)
+}
+
+// ErrStillOpen reports a transaction open on a data partition after Abort.
+var ErrStillOpen = errors.New("transaction still open on target partition")
+
+// CheckClosed returns ErrStillOpen, naming the partitions, if any of parts
+// has a transaction open: its last stable offset (read_committed end) is
+// below its high watermark. Call it after Abort has completed, that is once
+// the shard's next producer has initialised. Only the shard's own producer
+// writes to its data partitions, so anything open there is its leftover.
+func CheckClosed(ctx context.Context, cl *kgo.Client, parts Partitions) error {
+	adm := kadm.NewClient(cl)
+	topics := make([]string, 0, len(parts))
+	for t := range parts {
+		topics = append(topics, t)
+	}
+	stable, err := adm.ListCommittedOffsets(ctx, topics...)
+	if err == nil {
+		err = stable.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("last stable offsets: %w", err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("end offsets: %w", err)
+	}
+	var open []string
+	for topic, ps := range parts {
+		for _, p := range ps {
+			s, okS := stable.Lookup(topic, p)
+			e, okE := ends.Lookup(topic, p)
+			if !okS || !okE {
+				return fmt.Errorf("offsets of %s/%d: not in the answer", topic, p)
+			}
+			if s.Offset < e.Offset {
+				open = append(open, fmt.Sprintf("%s/%d (stable %d, end %d)", topic, p, s.Offset, e.Offset))
+			}
+		}
+	}
+	if len(open) > 0 {
+		return fmt.Errorf("%w: %v", ErrStillOpen, open)
+	}
+	return nil
+}

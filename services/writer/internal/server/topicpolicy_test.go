@@ -1,0 +1,303 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
+	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
+	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// go-metrics, which sarama uses, starts a process-wide meter ticker.
+		goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
+	)
+}
+
+// cpTopic does not start with __ferry, so refusing it shows the checkpoint
+// topic is reserved by name, not only by the prefix.
+const cpTopic = "ferry-state"
+
+// testWriter is a Server over a kfake target, with a real checkpoint store
+// and topic ensurer, served through bufconn.
+type testWriter struct {
+	cluster *kfake.Cluster
+	reg     *prometheus.Registry
+	client  ferryv1.ReplicationServiceClient
+}
+
+// rejected is ferry_writer_rejected_total of the link and reason.
+func (w *testWriter) rejected(t *testing.T, link, reason string) float64 {
+	t.Helper()
+	mfs, err := w.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "ferry_writer_rejected_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["link"] == link && labels["reason"] == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func startWriter(t *testing.T, links []Link) *testWriter {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	addrs := cluster.ListenAddrs()
+	kc := kafkaclient.Defaults("ferry-test")
+	base, err := kc.Sarama()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := checkpoint.Open(addrs, base, checkpoint.Options{Topic: cpTopic, Partitions: 1, ReplicationFactor: -1, Writer: "w1"}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	ens, err := topics.New(addrs, base, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ens.Close() })
+	codecs, err := batch.NewCodecs(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(codecs.Close)
+	pcfg := *base
+	pcfg.Producer.Return.Successes = true
+	pcfg.Producer.Partitioner = sarama.NewManualPartitioner
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	srv := New(Options{ID: "w1", TargetAddrs: addrs, Producer: &pcfg, MaxBatchBytes: 1 << 20, MaxGroupBytes: 1 << 20},
+		links, ens, store, codecs, m, log)
+
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	ferryv1.RegisterReplicationServiceServer(gs, srv)
+	served := make(chan struct{})
+	go func() { _ = gs.Serve(lis); close(served) }()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Drain(ctx); err != nil {
+			t.Error(err)
+		}
+		gs.Stop()
+		<-served
+	})
+	return &testWriter{cluster: cluster, reg: reg, client: ferryv1.NewReplicationServiceClient(conn)}
+}
+
+// open sends an Open of one partition of each topic and returns the
+// writer's first answer: an Opened, or the status the stream ended with.
+func (w *testWriter) open(t *testing.T, link string, topicNames ...string) (*ferryv1.Opened, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := w.client.Replicate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := &ferryv1.Open{Link: link, Shard: 3, Epoch: 1, Fetcher: "f1"}
+	for _, name := range topicNames {
+		open.Topics = append(open.Topics, &ferryv1.TopicSpec{Name: name, PartitionCount: 1})
+		open.Partitions = append(open.Partitions, &ferryv1.TopicPartition{Topic: name, Partition: 0})
+	}
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	// End the stream as a fetcher closing the shard does, and wait for the
+	// writer to end it, so the session is gone before the next case.
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			break
+		}
+	}
+	return resp.GetOpened(), nil
+}
+
+func mustFilter(t *testing.T, include, exclude []string) topicfilter.Filter {
+	t.Helper()
+	f, err := topicfilter.Parse(include, exclude)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestOpenRefusesTopics(t *testing.T) {
+	prefix, err := naming.Parse("prefix", "__ferry.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := mustFilter(t, []string{".*"}, []string{}) // reserved names are refused even so
+	links := []Link{
+		{Name: "east", Topics: mustFilter(t, topicfilter.DefaultInclude, topicfilter.DefaultExclude)},
+		{Name: "open", Topics: all},
+		{Name: "orders-only", Topics: mustFilter(t, []string{`orders(\..*)?`}, topicfilter.DefaultExclude)},
+		{Name: "ferry-prefixed", Naming: prefix, Topics: all},
+	}
+	w := startWriter(t, links)
+
+	tests := []struct {
+		name, link string
+		topics     []string
+		want       []string // parts of the refusal; none: accepted
+	}{
+		{"checkpoint topic by name", "open", []string{cpTopic}, []string{`link "open"`, `topic "ferry-state"`, "the writer's checkpoint topic"}},
+		{"ferry prefix", "open", []string{"__ferry_checkpoints"}, []string{`topic "__ferry_checkpoints"`, "reserved for Ferry"}},
+		{"consumer offsets", "open", []string{"__consumer_offsets"}, []string{`topic "__consumer_offsets"`, "a Kafka internal topic"}},
+		{"transaction state", "open", []string{"__transaction_state"}, []string{"a Kafka internal topic"}},
+		{"target name is checked, not the source", "ferry-prefixed", []string{"orders"},
+			[]string{`link "ferry-prefixed"`, `topic "orders"`, `target topic "__ferry.orders"`, "reserved for Ferry"}},
+		{"default exclude", "east", []string{"app.internal"}, []string{`link "east"`, "topics.exclude `.*[\\-\\.]internal`"}},
+		{"default exclude of underscores", "east", []string{"__private"}, []string{"topics.exclude `__.*`"}},
+		{"outside include", "orders-only", []string{"payments"}, []string{`link "orders-only"`, `topic "payments"`, "no topics.include"}},
+		{"one bad topic refuses the open", "east", []string{"orders", "__ferry_x"}, []string{`topic "__ferry_x"`}},
+		{"allowed", "orders-only", []string{"orders.eu"}, nil},
+		{"allowed by defaults", "east", []string{"orders"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			target := func(name string) string {
+				if tt.link == "ferry-prefixed" {
+					return "__ferry." + name
+				}
+				return name
+			}
+			existed := map[string]bool{}
+			for _, name := range tt.topics {
+				existed[name] = w.cluster.TopicInfo(target(name)) != nil
+			}
+			cpHW := w.cluster.PartitionInfo(cpTopic, 0).HighWatermark
+			before := w.rejected(t, tt.link, "topic_refused")
+
+			opened, err := w.open(t, tt.link, tt.topics...)
+
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("open refused: %v", err)
+				}
+				if opened.GetWriter() != "w1" || len(opened.GetResume()) != len(tt.topics) {
+					t.Fatalf("Opened = %v", opened)
+				}
+				for _, name := range tt.topics {
+					if w.cluster.TopicInfo(target(name)) == nil {
+						t.Errorf("target topic %s not created", target(name))
+					}
+				}
+				return
+			}
+			if status.Code(err) != codes.PermissionDenied {
+				t.Fatalf("open answered %v (%v), want PermissionDenied", status.Code(err), err)
+			}
+			for _, part := range tt.want {
+				if !strings.Contains(status.Convert(err).Message(), part) {
+					t.Errorf("refusal %q does not say %q", status.Convert(err).Message(), part)
+				}
+			}
+			if got := w.rejected(t, tt.link, "topic_refused") - before; got != 1 {
+				t.Errorf("rejected{reason=topic_refused} grew by %v, want 1", got)
+			}
+			// Refused before anything is written: no target topic created,
+			// not even for the open's allowed topics, and no checkpoint
+			// barrier produced.
+			for _, name := range tt.topics {
+				if !existed[name] && w.cluster.TopicInfo(target(name)) != nil {
+					t.Errorf("target topic %s created by a refused open", target(name))
+				}
+			}
+			if hw := w.cluster.PartitionInfo(cpTopic, 0).HighWatermark; hw != cpHW {
+				t.Errorf("checkpoint topic high watermark %d -> %d: a refused open wrote to it", cpHW, hw)
+			}
+		})
+	}
+}
+
+// Checking an Open's topics is enough: a batch of a topic the Open did not
+// name is refused however it names it, before anything reaches the target.
+func TestBatchOfATopicOutsideTheOpenIsRefused(t *testing.T) {
+	w := startWriter(t, []Link{{Name: "east", Topics: mustFilter(t, topicfilter.DefaultInclude, topicfilter.DefaultExclude)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := w.client.Replicate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := &ferryv1.Open{Link: "east", Shard: 1, Epoch: 1, Fetcher: "f1",
+		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
+		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || resp.GetOpened() == nil {
+		t.Fatalf("open answered %v, %v; want Opened", resp, err)
+	}
+	cpHW := w.cluster.PartitionInfo(cpTopic, 0).HighWatermark
+	b := &ferryv1.Batch{Sequence: 1, Epoch: 1, Topic: cpTopic, Partition: 0, FirstOffset: 0, LastOffset: 0}
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
+		t.Fatal(err)
+	}
+	var recvErr error
+	for recvErr == nil {
+		_, recvErr = stream.Recv()
+	}
+	if status.Code(recvErr) != codes.FailedPrecondition || !strings.Contains(recvErr.Error(), "not in shard") {
+		t.Fatalf("batch answered %v, want FailedPrecondition: not in shard", recvErr)
+	}
+	if hw := w.cluster.PartitionInfo(cpTopic, 0).HighWatermark; hw != cpHW {
+		t.Errorf("checkpoint topic high watermark %d -> %d after a refused batch", cpHW, hw)
+	}
+}
