@@ -7,7 +7,7 @@ BIN       := bin
 CODEGEN   := $(GO) tool -modfile=tools/codegen/go.mod
 DEMO_ARGS ?=
 
-.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios fuzz kafka consul jaeger clean
+.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger clean
 
 all: build
 
@@ -73,6 +73,20 @@ SCENARIOS ?= .
 scenarios: build kafka consul jaeger
 	FERRY_SCENARIO_KILLS=20 FERRY_SCENARIO_REPORT=$(CURDIR)/docs/reliability.md \
 		$(GO) test -count=1 -timeout 60m -v -run '$(SCENARIOS)' ./loadtest/e2e/
+
+# soak runs Ferry under a seeded random schedule of faults on real Kafka,
+# Consul and toxiproxy, then compares target and source record by record
+# (docs/reliability.md). make test runs a two-minute one (TestSoak).
+# SOAK_SEED=0 picks a seed; SOAK_OUT appends each report as a JSON line.
+SOAK_MINUTES  ?= 5
+SOAK_SEED     ?= 0
+SOAK_DELIVERY ?= exactly_once
+SOAK_CODEC    ?=
+SOAK_OUT      ?= loadtest/results/soak/runs.jsonl
+soak: build kafka consul
+	@mkdir -p $(dir $(SOAK_OUT))
+	$(GO) run ./loadtest/cmd/ferry-soak --bin $(BIN) --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) \
+		--delivery $(SOAK_DELIVERY) --codec '$(SOAK_CODEC)' --out $(SOAK_OUT)
 
 # fuzz runs each fuzz target for a bounded time (FUZZTIME, default 30s).
 FUZZTIME ?= 30s

@@ -67,7 +67,7 @@ func markdown(rep Report, plots []string, notes string) string {
 	p("- **CPU s/GB** is utime+stime of the replicator's own processes (Ferry: fetcher + writer; MM2: its JVM; floor: its process), read from /proc/PID/stat at the window's start and end, per GB (10^9 logical bytes) copied. Broker CPU is not counted.\n")
 	p("- **peak RSS** is VmHWM from /proc/PID/status at the end of the run, summed over the system's processes (Ferry has two).\n")
 	p("- **×tuned** columns divide by MM2 tuned in the same table (higher is better for throughput, lower for CPU, RSS and latency).\n")
-	p("- **wire MB/GB** counts both directions through the WAN proxy per GB copied: for Ferry the gRPC stream (batches in the link codec: zstd by default, lz4 for ferry-lz4), for MM2 and the floor the Kafka fetch traffic (lz4 batches as stored on the source).\n")
+	p("- **wire MB/GB** counts both directions through the WAN proxy per GB copied: for Ferry the gRPC stream (batches in the link codec: lz4 by default, zstd for ferry-zstd), for MM2 and the floor the Kafka fetch traffic (lz4 batches as stored on the source).\n")
 	p("- **verify** compares every target partition with its source (`loadtest/verify`): a run with a missing, duplicated, reordered or corrupt record is a failure, shown as FAILED, never as a figure.\n\n")
 
 	p("## Noise\n\n")
@@ -195,14 +195,14 @@ func firstLine(s string) string {
 func goals(b *strings.Builder, results []Result) {
 	headline(b, results, Ferry, MM2Tuned, "Headline: Ferry against its goals (ratios to MM2 tuned, same run)")
 	headline(b, results, FerryEOS, MM2EOS, "Exactly-once: Ferry exactly-once against MM2 exactly-once (the same goals, same run)")
-	pair(b, results, Ferry, FerryLZ4, "Wire codec: ferry-lz4 (link.codec lz4) against ferry (zstd, the default; same run)")
+	pair(b, results, Ferry, FerryZstd, "Wire codec: ferry-zstd (link.codec zstd) against ferry (lz4, the default; same run)")
 	tracingOverhead(b, results)
 	pair(b, results, FerryBaseline, Ferry, "Before and after: ferry against ferry-baseline (same run)")
 }
 
 // pair compares system after with system before on every workload both
 // ran: the before/after of a change (ferry-baseline) or of a setting
-// (ferry-lz4, the other wire codec).
+// (ferry-zstd, the other wire codec).
 func pair(b *strings.Builder, results []Result, before, after System, title string) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	keys, by := group(results)

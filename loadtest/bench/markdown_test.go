@@ -58,14 +58,14 @@ func TestPair(t *testing.T) {
 		return Result{System: sys, Workload: WAN, RTTMillis: 50, MBps: mbps, CPUPerGB: 10, PeakRSSBytes: 100 << 20, WireBytesPerGB: wire, OK: true}
 	}
 	rs := []Result{
-		catchUp(FerryLZ4, 1, 20, 40), catchUp(Ferry, 1, 30, 30),
-		wan(FerryLZ4, 20, 200e6), wan(Ferry, 25, 300e6),
+		catchUp(FerryZstd, 1, 20, 40), catchUp(Ferry, 1, 30, 30),
+		wan(FerryZstd, 20, 200e6), wan(Ferry, 25, 300e6),
 	}
 	var b strings.Builder
-	pair(&b, rs, FerryLZ4, Ferry, "codec")
+	pair(&b, rs, FerryZstd, Ferry, "codec")
 	out := b.String()
 	for _, want := range []string{
-		"| ferry-lz4 | ferry | ferry ÷ ferry-lz4 |",
+		"| ferry-zstd | ferry | ferry ÷ ferry-zstd |",
 		"| catch-up | throughput MB/s | 20.0 | 30.0 | 1.50× |",
 		"| catch-up | CPU s/GB | 40.0 | 30.0 | 0.75× |",
 		"| wire MB per GB | 200 | 300 | 1.50× |",

@@ -85,8 +85,19 @@ func writeScenarioReport() error {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %s | %s |\n", strings.TrimPrefix(r.name, "Test"), r.delivery,
 			r.res.Produced, r.res.Missing, r.res.Duplicates, r.res.Reordered, r.res.Corrupt, rec, result)
 	}
+	// The soak table below the scenarios is written by hand from make soak
+	// runs: keep it.
+	if old, err := os.ReadFile(path); err == nil {
+		if i := strings.Index(string(old), "\n"+soakHeading); i >= 0 {
+			b.WriteString(string(old[i:]))
+		}
+	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
+
+// soakHeading starts the part of docs/reliability.md that make scenarios
+// leaves as it is.
+const soakHeading = "## Fault soak"
 
 // scenarioKills is how many times the repeated-kill scenarios kill: 5 in
 // make test, FERRY_SCENARIO_KILLS (20 in make scenarios) otherwise.

@@ -39,6 +39,12 @@ type Options struct {
 	Heap string
 	// JVMArgs are extra java arguments placed before the main class.
 	JVMArgs []string
+	// ProxiedPort, when set, adds a second plaintext client listener,
+	// PROXIED, that advertises 127.0.0.1:ProxiedPort: a client
+	// bootstrapping there is sent back there for every broker, so a proxy
+	// on that port (forwarding to ProxiedAddr) carries all its traffic,
+	// while Addr stays direct for the test's own clients.
+	ProxiedPort int
 	// TLSCA, when set, makes the client listener TLS only (SSL) and requires
 	// a client certificate (ssl.client.auth=required) from this CA, the only
 	// one the broker trusts. The broker's own certificate, for 127.0.0.1 and
@@ -56,6 +62,8 @@ type Broker struct {
 	ownDir  bool // DataDir was created by Start and is removed by Stop
 	logPath string
 	proc    *procgroup.Proc
+	// proxiedListen is the port of the PROXIED listener (Options.ProxiedPort).
+	proxiedListen int
 	// clientTLS is the configuration of this package's own clients (the
 	// readiness probe) with TLSCA; nil for a plaintext broker.
 	clientTLS *tls.Config
@@ -156,8 +164,8 @@ func (b *Broker) setup(ctx context.Context) error {
 	b.opts.DataDir = dir
 	b.logPath = filepath.Join(dir, logFileName)
 
-	if b.opts.Port == 0 || b.opts.ControllerPort == 0 {
-		free, err := ports.Free(2, false)
+	if b.opts.Port == 0 || b.opts.ControllerPort == 0 || (b.opts.ProxiedPort != 0 && b.proxiedListen == 0) {
+		free, err := ports.Free(3, false)
 		if err != nil {
 			return fmt.Errorf("pick ports: %w", err)
 		}
@@ -167,9 +175,20 @@ func (b *Broker) setup(ctx context.Context) error {
 		if b.opts.ControllerPort == 0 {
 			b.opts.ControllerPort = free[1]
 		}
+		if b.opts.ProxiedPort != 0 && b.proxiedListen == 0 {
+			b.proxiedListen = free[2]
+		}
 	}
 
 	props := defaultServerProps(b.opts.Port, b.opts.ControllerPort, dir)
+	if b.opts.ProxiedPort != 0 {
+		if b.opts.TLSCA != nil {
+			return errors.New("ProxiedPort with TLSCA is not supported")
+		}
+		props["listeners"] += fmt.Sprintf(",PROXIED://127.0.0.1:%d", b.proxiedListen)
+		props["advertised.listeners"] += fmt.Sprintf(",PROXIED://127.0.0.1:%d", b.opts.ProxiedPort)
+		props["listener.security.protocol.map"] += ",PROXIED:PLAINTEXT"
+	}
 	if b.opts.TLSCA != nil {
 		tlsProps, err := b.setupTLS()
 		if err != nil {
@@ -285,6 +304,15 @@ func (b *Broker) propsPath() string { return filepath.Join(b.opts.DataDir, "serv
 // Addr is the bootstrap address, 127.0.0.1:port.
 func (b *Broker) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.opts.Port))
+}
+
+// ProxiedAddr is where the PROXIED listener listens, the upstream of the
+// proxy on Options.ProxiedPort; empty without one.
+func (b *Broker) ProxiedAddr() string {
+	if b.proxiedListen == 0 {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.proxiedListen))
 }
 
 // ClientTLS returns a client configuration for a TLS broker (Options.TLSCA):

@@ -27,6 +27,12 @@ type Options struct {
 	Rate int
 	// Seed makes the values repeatable.
 	Seed uint64
+	// Start is the index of the first record: a workload continued by a
+	// new producer keeps its keys unique.
+	Start int
+	// NullValueEvery makes every n-th record's value null (0: none), as a
+	// tombstone of a compacted topic is.
+	NullValueEvery int
 	// Transactional produces in transactions of TxnRecords records, aborting
 	// every AbortEvery-th one (0: none aborted).
 	Transactional bool
@@ -82,11 +88,15 @@ func (p *Producer) Aborted() int64 { return p.aborted.Load() }
 func Record(o Options, rng *rand.Rand, i int) *kgo.Record {
 	part := int32(i) % o.Partitions
 	seq := i / int(o.Partitions)
+	v := value(rng, i, o.ValueBytes)
+	if o.NullValueEvery > 0 && i%o.NullValueEvery == o.NullValueEvery-1 {
+		v = nil
+	}
 	return &kgo.Record{
 		Topic:     o.Topic,
 		Partition: part,
 		Key:       []byte("k-" + strconv.Itoa(int(part)) + "-" + strconv.Itoa(seq)),
-		Value:     value(rng, i, o.ValueBytes),
+		Value:     v,
 		Headers: []kgo.RecordHeader{
 			{Key: "seq", Value: []byte(strconv.Itoa(seq))},
 			{Key: "source", Value: []byte("ferry-workload")},
@@ -119,26 +129,34 @@ func (p *Producer) Run(ctx context.Context) error {
 		interval = time.Second / time.Duration(o.Rate)
 	}
 	start := time.Now()
+	// pace waits until the i-th record of this run is due.
+	pace := func(i int) error {
+		if interval == 0 {
+			return nil
+		}
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
 	if o.Transactional {
-		return p.runTransactional(ctx, rng)
+		return p.runTransactional(ctx, rng, pace)
 	}
 	errc := make(chan error, 1)
 	for i := range o.Records {
-		if interval > 0 {
-			if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-				select {
-				case <-time.After(d):
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
+		if err := pace(i); err != nil {
+			return err
 		}
 		select {
 		case err := <-errc:
 			return err
 		default:
 		}
-		p.client.Produce(ctx, Record(o, rng, i), func(_ *kgo.Record, err error) {
+		p.client.Produce(ctx, Record(o, rng, o.Start+i), func(_ *kgo.Record, err error) {
 			if err != nil {
 				select {
 				case errc <- fmt.Errorf("produce: %w", err):
@@ -160,15 +178,18 @@ func (p *Producer) Run(ctx context.Context) error {
 	}
 }
 
-func (p *Producer) runTransactional(ctx context.Context, rng *rand.Rand) error {
+func (p *Producer) runTransactional(ctx context.Context, rng *rand.Rand, pace func(int) error) error {
 	o := p.opts
 	for txn, i := 0, 0; i < o.Records; txn++ {
+		if err := pace(i); err != nil {
+			return err
+		}
 		if err := p.client.BeginTransaction(); err != nil {
 			return fmt.Errorf("begin transaction: %w", err)
 		}
 		n := min(o.TxnRecords, o.Records-i)
 		for j := range n {
-			if err := p.client.ProduceSync(ctx, Record(o, rng, i+j)).FirstErr(); err != nil {
+			if err := p.client.ProduceSync(ctx, Record(o, rng, o.Start+i+j)).FirstErr(); err != nil {
 				return fmt.Errorf("produce in transaction: %w", err)
 			}
 		}

@@ -1,0 +1,213 @@
+package soak
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ferry-replicator/ferry/loadtest/verify"
+)
+
+// Report is what a run found.
+type Report struct {
+	Seed     uint64        `json:"seed"`
+	Delivery string        `json:"delivery"`
+	Codec    string        `json:"codec"`
+	Duration time.Duration `json:"duration"`
+	Faults   []Done        `json:"faults"`
+	// ByKind counts the faults that acted, by kind.
+	ByKind map[string]int `json:"by_kind"`
+	// Skipped counts faults whose target was not running.
+	Skipped int           `json:"skipped"`
+	Result  verify.Result `json:"result"`
+	// LongestRecovery is the longest time from a fault's end until the lag
+	// was back at its healthy level; LongestKind names that fault.
+	LongestRecovery time.Duration `json:"longest_recovery"`
+	LongestKind     string        `json:"longest_kind"`
+	// Dip is, per fault kind, the copy rate while such a fault acted as a
+	// share of the healthy rate (1 = no dip), averaged over its faults.
+	Dip map[string]float64 `json:"dip"`
+	// HealthyRate is the copy rate, records/s, of the warm-up.
+	HealthyRate float64 `json:"healthy_rate"`
+	// CaughtUp is whether the copy reached the source after the faults.
+	CaughtUp bool `json:"caught_up"`
+	// ProducerErrors counts producer chunks an error ended early.
+	ProducerErrors int64 `json:"producer_errors"`
+	// Processes holds problems of Ferry's processes (race reports).
+	Processes []string `json:"processes,omitempty"`
+}
+
+// OK applies the delivery's promise: exactly once, nothing missing,
+// duplicated, reordered or corrupt; at least once, duplicates allowed.
+func (r *Report) OK() bool {
+	res := r.Result
+	if !r.CaughtUp || len(r.Processes) > 0 || res.Missing != 0 || res.Reordered != 0 || res.Corrupt != 0 {
+		return false
+	}
+	return r.Delivery == "at_least_once" || res.Duplicates == 0
+}
+
+// healthyLagFactor: a fault's recovery ends when the lag is back within
+// this many times the warm-up's 90th percentile (plus two seconds of
+// production, for a lag too small to scale).
+const healthyLagFactor = 2
+
+func newReport(opts Options, sched []Fault, done []Done, prog *progress, res verify.Result, prod *producers) *Report {
+	r := &Report{
+		Seed: opts.Seed, Delivery: opts.Delivery, Codec: opts.Codec, Duration: opts.Duration,
+		Faults: done, ByKind: map[string]int{}, Dip: map[string]float64{}, Result: res,
+		ProducerErrors: prod.errors.Load(),
+	}
+	if r.Codec == "" {
+		r.Codec = "default"
+	}
+	samples := prog.all()
+	var first time.Time
+	for _, d := range done {
+		if d.Err == errSkipped.Error() {
+			r.Skipped++
+			continue
+		}
+		r.ByKind[d.Kind]++
+		if first.IsZero() || d.Start.Before(first) {
+			first = d.Start
+		}
+	}
+	// The warm-up: healthy lag and copy rate.
+	var warm []sample
+	for _, s := range samples {
+		if !first.IsZero() && s.at.Before(first) {
+			warm = append(warm, s)
+		}
+	}
+	threshold := int64(2 * prog.rate)
+	if len(warm) >= 2 {
+		lags := make([]int64, len(warm))
+		for i, s := range warm {
+			lags[i] = s.lag
+		}
+		slices.Sort(lags)
+		threshold += healthyLagFactor * lags[len(lags)*9/10]
+		w0, w1 := warm[len(warm)/2], warm[len(warm)-1] // skip the start-up half
+		if dt := w1.at.Sub(w0.at).Seconds(); dt > 0 {
+			r.HealthyRate = float64(w1.copied-w0.copied) / dt
+		}
+	}
+	dips := map[string][]float64{}
+	for _, d := range done {
+		if d.Err == errSkipped.Error() {
+			continue
+		}
+		// Recovery: the first sample after the fault's end back under the
+		// healthy lag.
+		for _, s := range samples {
+			if s.at.After(d.End) && s.lag <= threshold {
+				if rec := s.at.Sub(d.End); rec > r.LongestRecovery {
+					r.LongestRecovery, r.LongestKind = rec, d.Kind+"/"+d.Target
+				}
+				break
+			}
+		}
+		if r.HealthyRate > 0 {
+			if rate, ok := rateBetween(samples, d.Start, d.End); ok {
+				dips[d.Kind] = append(dips[d.Kind], rate/r.HealthyRate)
+			}
+		}
+	}
+	for k, v := range dips {
+		sum := 0.0
+		for _, x := range v {
+			sum += x
+		}
+		r.Dip[k] = sum / float64(len(v))
+	}
+	return r
+}
+
+// rateBetween is the copy rate between the samples nearest to from and to.
+func rateBetween(samples []sample, from, to time.Time) (float64, bool) {
+	var a, b *sample
+	for i := range samples {
+		s := &samples[i]
+		if a == nil && !s.at.Before(from) {
+			a = s
+		}
+		if !s.at.After(to) {
+			b = s
+		}
+	}
+	if a == nil || b == nil || !b.at.After(a.at) {
+		return 0, false
+	}
+	return float64(b.copied-a.copied) / b.at.Sub(a.at).Seconds(), true
+}
+
+// Row is the run as a row of docs/reliability.md's soak table.
+func (r *Report) Row() string {
+	result := "pass"
+	if !r.OK() {
+		result = "**FAIL**"
+	}
+	res := r.Result
+	return fmt.Sprintf("| %d | %s | %s | %.0f | %d | %s | %d | %d | %d | %d | %s | %s |",
+		r.Seed, r.Delivery, r.Codec, r.Duration.Minutes(), r.faults(), r.kinds(), res.Produced,
+		res.Missing, res.Duplicates, res.Reordered, r.LongestRecovery.Round(time.Second), result)
+}
+
+// RowHeader heads Row's table.
+const RowHeader = "| seed | delivery | codec | minutes | faults | by kind | records | missing | duplicates | reordered | longest recovery | result |\n" +
+	"|---:|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|"
+
+func (r *Report) faults() int {
+	n := 0
+	for _, c := range r.ByKind {
+		n += c
+	}
+	return n
+}
+
+func (r *Report) kinds() string {
+	names := make([]string, 0, len(r.ByKind))
+	for k := range r.ByKind {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s %d", k, r.ByKind[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Summary is a few lines for people: the row's figures, the dips and what
+// went wrong.
+func (r *Report) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "soak seed=%d delivery=%s codec=%s minutes=%.1f faults=%d skipped=%d\n",
+		r.Seed, r.Delivery, r.Codec, r.Duration.Minutes(), r.faults(), r.Skipped)
+	fmt.Fprintf(&b, "%s\n", r.Result.Line())
+	fmt.Fprintf(&b, "caught up=%v longest recovery=%s (%s) healthy rate=%.0f rec/s producer errors=%d\n",
+		r.CaughtUp, r.LongestRecovery.Round(time.Second), r.LongestKind, r.HealthyRate, r.ProducerErrors)
+	kinds := make([]string, 0, len(r.Dip))
+	for k := range r.Dip {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(&b, "  copy rate during %s: %.0f%% of healthy\n", k, 100*r.Dip[k])
+	}
+	for _, d := range r.Faults {
+		if d.Err != "" && d.Err != errSkipped.Error() {
+			fmt.Fprintf(&b, "  fault %s/%s at %s: %s\n", d.Kind, d.Target, d.At, d.Err)
+		}
+	}
+	for _, p := range r.Processes {
+		fmt.Fprintf(&b, "  %s\n", p)
+	}
+	if len(r.Result.FirstDuplicates) > 0 {
+		fmt.Fprintf(&b, "  first duplicates: %+v\n", r.Result.FirstDuplicates)
+	}
+	return b.String()
+}

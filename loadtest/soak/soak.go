@@ -1,0 +1,421 @@
+// Package soak runs Ferry under a seeded random schedule of faults, alone
+// and overlapping, on real Apache Kafka source and target clusters with a
+// real Consul agent, two fetchers and two writers, while producers write
+// continuously; then it compares the target with the source record by
+// record.
+//
+// Every hop goes through a toxiproxy proxy, so the network faults reach
+// each one: fetcher↔source (the source broker's PROXIED listener),
+// fetcher↔writer (one proxy per writer, which the writer advertises in
+// Consul's catalog), writer↔target (the target's PROXIED listener) and
+// services↔Consul. The test's own clients (producers, progress sampler,
+// verifier) use the brokers' direct listeners, so a cut of a hop never
+// stops the load or blinds the measurement.
+//
+// The same seed gives the same schedule (fault kinds, targets, start
+// times, durations): a failing seed is replayed with SOAK_SEED.
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-replicator/ferry/loadtest/consulagent"
+	"github.com/ferry-replicator/ferry/loadtest/harness"
+	"github.com/ferry-replicator/ferry/loadtest/kafkabroker"
+	"github.com/ferry-replicator/ferry/loadtest/ports"
+	"github.com/ferry-replicator/ferry/loadtest/verify"
+)
+
+// Options configure a soak run.
+type Options struct {
+	// Duration is how long faults are injected (after a warm-up).
+	Duration time.Duration
+	// Seed chooses the schedule.
+	Seed uint64
+	// Delivery is the writers' link delivery: exactly_once or at_least_once.
+	Delivery string
+	// Codec is the fetchers' link.codec; empty: Ferry's default.
+	Codec string
+	// Dir holds every process's log and data; the caller keeps or removes it.
+	Dir string
+	// BinDir holds ferry-fetcher and ferry-writer.
+	BinDir string
+	// Rate is the records per second of the idempotent producer; the
+	// transactional one writes a quarter of it.
+	Rate int
+	// Log receives progress: faults as they start and end.
+	Log *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.Delivery == "" {
+		o.Delivery = "exactly_once"
+	}
+	if o.Rate <= 0 {
+		o.Rate = 800
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// The link and its topics.
+const (
+	link         = "soak"
+	topicIdem    = "soak.idem"
+	topicTxn     = "soak.txn"
+	partsIdem    = 6
+	partsTxn     = 4
+	targetPrefix = "src."
+	// Consul session TTL of the fetchers' leases (Consul's minimum).
+	leaseTTL = 10 * time.Second
+	// slots of each tier: two run, the third only while a tier is scaled.
+	slots = 3
+	// warmUp runs before the first fault, to measure the healthy lag.
+	warmUp = 20 * time.Second
+)
+
+// env is everything a run starts.
+type env struct {
+	opts   Options
+	log    *slog.Logger
+	src    *kafkabroker.Broker
+	dst    *kafkabroker.Broker
+	consul *consulagent.Agent
+	toxics *toxiproxy.ApiServer
+	// proxies by hop: "source", "target", "consul", and "writer-<i>".
+	proxies map[string]*toxiproxy.Proxy
+	// addresses Ferry uses: through the proxies.
+	srcProxy, dstProxy, consulProxy string
+	writers, fetchers               [slots]*member
+}
+
+type member struct {
+	name  string
+	admin string
+	cfg   map[string]any
+	proc  *harness.Process // nil until first started
+}
+
+// Run sets up, runs the schedule, heals, waits for the copy to catch up
+// and verifies. A setup error is returned; an anomaly is in the Report.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	opts.defaults()
+	e := &env{opts: opts, log: opts.Log, proxies: map[string]*toxiproxy.Proxy{}}
+	defer e.close()
+	if err := e.start(ctx); err != nil {
+		return nil, err
+	}
+	sched := Schedule(opts.Seed, opts.Duration)
+	prog := newProgress(e, opts.Rate+opts.Rate/4)
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); prog.run(runCtx) }()
+	prod := startProducers(runCtx, e.src.Addr(), opts, e.log)
+
+	start := time.Now()
+	if err := sleep(ctx, warmUp); err != nil {
+		return nil, err
+	}
+	done := e.inject(ctx, sched, start.Add(warmUp))
+	e.heal()
+	prod.stop()
+	caughtUp := prog.waitCaughtUp(ctx, 5*time.Minute)
+	stopRun()
+	wg.Wait()
+
+	res, err := e.verify(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep := newReport(opts, sched, done, prog, res, prod)
+	rep.CaughtUp = caughtUp
+	rep.Processes = e.processErrors()
+	return rep, nil
+}
+
+func (e *env) start(ctx context.Context) error {
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	e.toxics = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	free, err := ports.Free(3, false)
+	if err != nil {
+		return err
+	}
+	e.srcProxy, e.dstProxy, e.consulProxy = loopback(free[0]), loopback(free[1]), loopback(free[2])
+	e.src, err = kafkabroker.Start(startCtx, kafkabroker.Options{Name: "source", DataDir: filepath.Join(e.opts.Dir, "source"), ProxiedPort: free[0]})
+	if err != nil {
+		return err
+	}
+	e.dst, err = kafkabroker.Start(startCtx, kafkabroker.Options{Name: "target", DataDir: filepath.Join(e.opts.Dir, "target"), ProxiedPort: free[1]})
+	if err != nil {
+		return err
+	}
+	e.consul, err = consulagent.Start(startCtx, consulagent.Options{
+		Persistent: true, DataDir: filepath.Join(e.opts.Dir, "consul"), LogFile: filepath.Join(e.opts.Dir, "consul.log"),
+	})
+	if err != nil {
+		return fmt.Errorf("start consul: %w", err)
+	}
+	for name, hop := range map[string][2]string{
+		"source": {e.srcProxy, e.src.ProxiedAddr()},
+		"target": {e.dstProxy, e.dst.ProxiedAddr()},
+		"consul": {e.consulProxy, e.consul.HTTPAddr()},
+	} {
+		if err := e.proxy(name, hop[0], hop[1]); err != nil {
+			return err
+		}
+	}
+	if err := e.createTopics(startCtx); err != nil {
+		return err
+	}
+	for i := range slots {
+		if err := e.prepareWriter(i); err != nil {
+			return err
+		}
+		e.prepareFetcher(i)
+	}
+	for i := range 2 {
+		if err := e.startWriter(startCtx, i); err != nil {
+			return err
+		}
+	}
+	for i := range 2 {
+		if err := e.startFetcher(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+func (e *env) proxy(name, listen, upstream string) error {
+	p := toxiproxy.NewProxy(e.toxics, name, listen, upstream)
+	if err := p.Start(); err != nil {
+		return fmt.Errorf("proxy %s: %w", name, err)
+	}
+	e.proxies[name] = p
+	return nil
+}
+
+func (e *env) createTopics(ctx context.Context) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.src.Addr()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for topic, n := range map[string]int32{topicIdem: partsIdem, topicTxn: partsTxn} {
+		if _, err := adm.CreateTopic(ctx, n, 1, nil, topic); err != nil {
+			return fmt.Errorf("create %s: %w", topic, err)
+		}
+	}
+	return nil
+}
+
+func (e *env) prepareWriter(i int) error {
+	listen, err := harness.FreeAddr()
+	if err != nil {
+		return err
+	}
+	admin, err := harness.FreeAddr()
+	if err != nil {
+		return err
+	}
+	proxied, err := harness.FreeAddr()
+	if err != nil {
+		return err
+	}
+	name := fmt.Sprintf("writer-%d", i)
+	if err := e.proxy(name, proxied, listen); err != nil {
+		return err
+	}
+	l := map[string]any{"name": link, "naming": "prefix", "prefix": targetPrefix, "delivery": e.opts.Delivery}
+	cfg := harness.WriterConfig(name, listen, admin, []string{e.dstProxy}, l)
+	cfg["registration"] = map[string]any{"address": e.consulProxy, "advertise": proxied}
+	e.writers[i] = &member{name: name, admin: admin, cfg: cfg}
+	return nil
+}
+
+func (e *env) prepareFetcher(i int) {
+	name := fmt.Sprintf("fetcher-%d", i)
+	admin, _ := harness.FreeAddr()
+	cfg := harness.FetcherConfig(name, admin, link, []string{e.srcProxy}, nil, `soak\..*`)
+	cfg["writers"] = map[string]any{
+		"consul":      map[string]any{"address": e.consulProxy},
+		"min_backoff": "50ms", "max_backoff": "1s", "open_timeout": "2m",
+	}
+	cfg["lease"] = map[string]any{
+		"address": e.consulProxy, "session_ttl": leaseTTL.String(), "lock_delay": "1s", "balance_interval": "500ms",
+	}
+	if e.opts.Codec != "" {
+		cfg["link"].(map[string]any)["codec"] = e.opts.Codec
+	}
+	e.fetchers[i] = &member{name: name, admin: admin, cfg: cfg}
+}
+
+// startWriter starts (or restarts) writer i and waits until it is ready.
+func (e *env) startWriter(ctx context.Context, i int) error {
+	if err := e.launch(e.writers[i], "ferry-writer"); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := harness.WaitReady(wctx, e.writers[i].admin); err != nil {
+		return fmt.Errorf("%s not ready: %w (log %s)", e.writers[i].name, err, e.writers[i].proc.LogPath)
+	}
+	return nil
+}
+
+func (e *env) startFetcher(i int) error { return e.launch(e.fetchers[i], "ferry-fetcher") }
+
+func (e *env) launch(m *member, bin string) error {
+	if m.proc != nil {
+		return m.proc.Restart()
+	}
+	p, err := harness.Start(e.opts.Dir, filepath.Join(e.opts.BinDir, bin), m.name, m.cfg)
+	if err != nil {
+		return err
+	}
+	m.proc = p
+	return nil
+}
+
+// running reports whether m's process runs (it may be paused).
+func running(m *member) bool {
+	if m.proc == nil {
+		return false
+	}
+	select {
+	case <-m.proc.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// heal ends every fault a run may have left: toxics, stopped proxies,
+// paused processes, and brings the two-and-two baseline back.
+func (e *env) heal() {
+	for _, p := range e.proxies {
+		p.Toxics.ResetToxics(context.Background())
+		_ = p.Start() // an error means it is already listening
+	}
+	for i, m := range e.writers {
+		if m.proc != nil && running(m) {
+			_ = m.proc.Resume()
+		}
+		if i < 2 && !running(m) {
+			if err := e.startWriter(context.Background(), i); err != nil {
+				e.log.Error("heal: start writer", "writer", i, "err", err)
+			}
+		}
+	}
+	for i, m := range e.fetchers {
+		if m.proc != nil && running(m) {
+			_ = m.proc.Resume()
+		}
+		if i < 2 && !running(m) {
+			if err := e.startFetcher(i); err != nil {
+				e.log.Error("heal: start fetcher", "fetcher", i, "err", err)
+			}
+		}
+	}
+}
+
+// verify compares the target with the source; while records are missing
+// (the last commits still landing) it looks again for up to two minutes.
+func (e *env) verify(ctx context.Context) (verify.Result, error) {
+	pairs := []verify.Pair{{Source: topicIdem, Target: targetPrefix + topicIdem}, {Source: topicTxn, Target: targetPrefix + topicTxn}}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		vctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		res, err := verify.Compare(vctx, []string{e.src.Addr()}, []string{e.dst.Addr()}, pairs)
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("verify: %w", err)
+		}
+		if res.Missing == 0 || time.Now().After(deadline) || res.Duplicates+res.Reordered+res.Corrupt > 0 {
+			return res, nil
+		}
+		if err := sleep(ctx, 5*time.Second); err != nil {
+			return res, err
+		}
+	}
+}
+
+// processErrors lists the Ferry processes that exited on their own and
+// the race detector's reports.
+func (e *env) processErrors() []string {
+	var out []string
+	for _, m := range append(e.writers[:], e.fetchers[:]...) {
+		if m == nil || m.proc == nil {
+			continue
+		}
+		if r := m.proc.Races(); r != "" {
+			out = append(out, m.name+": race detector: "+firstLines(r, 30))
+		}
+	}
+	return out
+}
+
+func firstLines(s string, n int) string {
+	for i, c := 0, 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			if c++; c == n {
+				return s[:i]
+			}
+		}
+	}
+	return s
+}
+
+func (e *env) close() {
+	for _, m := range append(e.fetchers[:], e.writers[:]...) {
+		if m != nil && m.proc != nil && running(m) {
+			_ = m.proc.Stop(30 * time.Second)
+		}
+	}
+	for _, p := range e.proxies {
+		p.Stop()
+	}
+	if e.consul != nil {
+		_ = e.consul.Stop()
+	}
+	for _, b := range []*kafkabroker.Broker{e.src, e.dst} {
+		if b != nil {
+			_ = b.Stop()
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// errSkipped is a fault that could not act (its target was not running).
+var errSkipped = errors.New("skipped")
