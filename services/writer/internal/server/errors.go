@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/refusal"
 )
 
 // Domain errors of the writer. toStatus is the one place they become gRPC
@@ -52,6 +53,11 @@ func toStatus(err error) error {
 	}
 	if _, ok := status.FromError(err); ok {
 		return err
+	}
+	// A record the target can never take stops its partition at the
+	// fetcher; the refusal names it (package refusal).
+	if r, ok := refusal.From(err); ok {
+		return r.Status()
 	}
 	for _, e := range statusTable {
 		if errors.Is(err, e.err) {

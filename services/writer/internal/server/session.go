@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/refusal"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/fence"
@@ -39,6 +40,11 @@ type session struct {
 	// next is the lowest source offset the next batch of each partition may
 	// start at; it refuses overlaps and replays within the stream.
 	next map[topicPartition]int64
+	// maxRecord is the largest record (sarama's ByteSize) the shard's
+	// producer sends and its target topics take; maxRecordBy names the
+	// setting that sets it.
+	maxRecord   int
+	maxRecordBy string
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -104,10 +110,13 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 
 	var producer sarama.SyncProducer
 	err := func() error {
+		c := *s.opts.Producer
+		ss.maxRecord, ss.maxRecordBy = c.Producer.MaxMessageBytes, "the writer's producer.max_message_bytes"
 		for _, t := range ss.open.GetTopics() {
+			target := ss.link.Naming.Target(t.GetName())
 			err := step(log, "ensure target topic", func() error {
 				return s.topics.Ensure(topics.Spec{
-					Name:              ss.link.Naming.Target(t.GetName()),
+					Name:              target,
 					Partitions:        t.GetPartitionCount(),
 					ReplicationFactor: ss.link.ReplicationFactor,
 					Configs:           topics.FilterConfigs(t.GetConfigs(), ss.link.ConfigExclude),
@@ -116,8 +125,20 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 			if err != nil {
 				return err
 			}
+			// A target topic that takes smaller batches than the producer
+			// would send refuses them all, however small the records: the
+			// shard's producer sends no more than it takes, and a record
+			// above that stops its partition (oversized).
+			topicMax, err := s.topics.MaxMessageBytes(target)
+			if err != nil {
+				return err
+			}
+			if limit := topicMax - recordBatchOverhead; limit < ss.maxRecord {
+				ss.maxRecord, ss.maxRecordBy = limit, "target topic "+target+" max.message.bytes "+strconv.Itoa(topicMax)+" less the batch header"
+			}
 		}
-		pcfg := s.opts.Producer
+		c.Producer.MaxMessageBytes = ss.maxRecord
+		pcfg := &c
 		if ss.link.ExactlyOnce {
 			// One transactional id per shard. Abort fences every older
 			// producer of the shard, on this writer or any other, and ends
@@ -125,9 +146,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 			// (package fence says why a coordinator can leave one); the
 			// producer created next fences again and waits for that abort
 			// to complete, all before the checkpoints are read below.
-			c := *pcfg
 			c.Producer.Transaction.ID = transactionalID(ss.link.Name, ss.shard)
-			pcfg = &c
 			err := step(log, "abort open transactions", func() error {
 				return fence.Abort(ss.ctx, s.opts.Fence, c.Producer.Transaction.ID, c.Producer.Transaction.Timeout, ss.writable())
 			})
@@ -284,6 +303,9 @@ func reasonOf(err error) string {
 	case errors.Is(err, errOutOfOrder):
 		return "out_of_order"
 	}
+	if _, ok := refusal.From(err); ok {
+		return "record_too_large"
+	}
 	return "malformed"
 }
 
@@ -310,8 +332,12 @@ func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
 	if err != nil {
 		return work{}, fmt.Errorf("batch %d of %s/%d: %w", b.GetSequence(), tp.topic, tp.partition, err)
 	}
+	w := work{b: b, recs: recs}
+	if err := ss.oversized(w); err != nil {
+		return work{}, err
+	}
 	ss.next[tp] = b.GetLastOffset() + 1
-	return work{b: b, recs: recs}, nil
+	return w, nil
 }
 
 // produce writes batches to the target in rounds. Each round sends the
@@ -351,7 +377,7 @@ func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationServic
 		}
 		start := time.Now()
 		if err := producer.SendMessages(msgs); err != nil {
-			err = fmt.Errorf("produce to target: %w", err)
+			err = fmt.Errorf("produce to target: %w", ss.refusedBy(err))
 			ss.traceFailed(ctx, group, "ferry.produce", start, err)
 			ss.traceFailed(ctx, pending, "ferry.commit", start, err) // their checkpoints were in this round
 			return err
@@ -408,7 +434,7 @@ func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.Repli
 		msgs := ss.messages(group)
 		if err := producer.SendMessages(msgs); err != nil {
 			_ = producer.AbortTxn()
-			err = fmt.Errorf("produce in target transaction: %w", err)
+			err = fmt.Errorf("produce in target transaction: %w", ss.refusedBy(err))
 			ss.traceFailed(ctx, group, "ferry.produce", start, err)
 			return err
 		}
@@ -499,6 +525,7 @@ func (ss *session) messages(group []work) []*sarama.ProducerMessage {
 				Topic:     topic,
 				Partition: w.b.GetPartition(),
 				Timestamp: time.UnixMilli(r.Timestamp),
+				Metadata:  source{topic: w.b.GetTopic(), offset: r.Offset},
 			}
 			// A nil interface, not a nil slice in an encoder, keeps a null
 			// key or value null on the target.

@@ -74,6 +74,13 @@ func (w *testWriter) rejected(t *testing.T, link, reason string) float64 {
 
 func startWriter(t *testing.T, links []Link) *testWriter {
 	t.Helper()
+	return startWriterWith(t, links, func(*sarama.Config) {})
+}
+
+// startWriterWith is startWriter with the shard producers' configuration
+// edited.
+func startWriterWith(t *testing.T, links []Link, producer func(*sarama.Config)) *testWriter {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -104,6 +111,7 @@ func startWriter(t *testing.T, links []Link) *testWriter {
 	pcfg := *base
 	pcfg.Producer.Return.Successes = true
 	pcfg.Producer.Partitioner = sarama.NewManualPartitioner
+	producer(&pcfg)
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	srv := New(Options{ID: "w1", TargetAddrs: addrs, Producer: &pcfg, MaxBatchBytes: 1 << 20, MaxGroupBytes: 1 << 20},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strconv"
 	"sync"
 
 	"github.com/IBM/sarama"
@@ -101,4 +102,25 @@ func (e *Ensurer) Ensure(spec Spec) error {
 	}
 	e.known[spec.Name] = spec.Partitions
 	return nil
+}
+
+// MaxMessageBytes is the target topic's max.message.bytes: the largest
+// record batch its brokers accept.
+func (e *Ensurer) MaxMessageBytes(topic string) (int, error) {
+	entries, err := e.admin.DescribeConfig(sarama.ConfigResource{
+		Type: sarama.TopicResource, Name: topic, ConfigNames: []string{"max.message.bytes"},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("describe target topic %s: %w", topic, err)
+	}
+	for _, c := range entries {
+		if c.Name == "max.message.bytes" {
+			n, err := strconv.Atoi(c.Value)
+			if err != nil {
+				return 0, fmt.Errorf("target topic %s: max.message.bytes %q: %w", topic, c.Value, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("target topic %s: no max.message.bytes in its configuration", topic)
 }

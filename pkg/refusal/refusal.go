@@ -1,0 +1,95 @@
+// Package refusal carries, in a gRPC status, a writer's refusal of one
+// source partition: a record the target can never take (too large for it),
+// which no retry would cure. The fetcher stops that partition loudly, as it
+// does at a retention gap, and keeps the shard's other partitions flowing.
+//
+// The refusal rides as a google.rpc.ErrorInfo detail of a FailedPrecondition
+// status, so a fetcher that does not know it still sees a plain error.
+package refusal
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Reasons a writer refuses a partition.
+const (
+	// RecordTooLarge: a record above what the target accepts.
+	RecordTooLarge = "RECORD_TOO_LARGE"
+)
+
+const domain = "ferry-replicator.io"
+
+// Refusal is one refused source partition.
+type Refusal struct {
+	Reason    string
+	Topic     string // source topic
+	Partition int32
+	// Offset is the source offset of the record refused.
+	Offset int64
+	// Size is the record's size in bytes, Limit what it was above, and
+	// Setting the setting (or target config) that sets the limit.
+	Size, Limit int64
+	Setting     string
+}
+
+// Error is the refusal in words: what, where, how big, which limit.
+func (r Refusal) Error() string {
+	limit := ""
+	if r.Limit > 0 {
+		limit = fmt.Sprintf(" %d", r.Limit)
+	}
+	return fmt.Sprintf("record too large: %s/%d offset %d is %d bytes, above %s%s",
+		r.Topic, r.Partition, r.Offset, r.Size, r.Setting, limit)
+}
+
+// Status is the refusal as a gRPC status error.
+func (r Refusal) Status() error {
+	st := status.New(codes.FailedPrecondition, r.Error())
+	withInfo, err := st.WithDetails(&errdetails.ErrorInfo{
+		Reason: r.Reason, Domain: domain,
+		Metadata: map[string]string{
+			"topic": r.Topic, "partition": strconv.Itoa(int(r.Partition)), "offset": strconv.FormatInt(r.Offset, 10),
+			"size": strconv.FormatInt(r.Size, 10), "limit": strconv.FormatInt(r.Limit, 10), "setting": r.Setting,
+		},
+	})
+	if err != nil { // only for a detail that cannot marshal, which ErrorInfo always can
+		return st.Err()
+	}
+	return withInfo.Err()
+}
+
+// From finds a refusal in err: a status from Status, or an error wrapping a
+// Refusal.
+func From(err error) (Refusal, bool) {
+	var r Refusal
+	if errors.As(err, &r) {
+		return r, true
+	}
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.FailedPrecondition {
+		return Refusal{}, false
+	}
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok || info.GetDomain() != domain {
+			continue
+		}
+		m := info.GetMetadata()
+		p, perr := strconv.ParseInt(m["partition"], 10, 32)
+		off, oerr := strconv.ParseInt(m["offset"], 10, 64)
+		size, _ := strconv.ParseInt(m["size"], 10, 64)
+		limit, _ := strconv.ParseInt(m["limit"], 10, 64)
+		if perr != nil || oerr != nil || m["topic"] == "" {
+			continue
+		}
+		return Refusal{Reason: info.GetReason(), Topic: m["topic"], Partition: int32(p), Offset: off,
+			Size: size, Limit: limit, Setting: m["setting"]}, true
+	}
+	return Refusal{}, false
+}

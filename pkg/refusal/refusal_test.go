@@ -1,0 +1,30 @@
+package refusal
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestStatusRoundTrip(t *testing.T) {
+	r := Refusal{Reason: RecordTooLarge, Topic: "orders", Partition: 3, Offset: 1234, Size: 2 << 20, Limit: 1 << 20, Setting: "producer.max_message_bytes"}
+	err := r.Status()
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("code %v", status.Code(err))
+	}
+	got, ok := From(err)
+	if !ok || got != r {
+		t.Fatalf("From(Status()) = %+v, %v; want %+v", got, ok, r)
+	}
+	if got, ok := From(fmt.Errorf("session: %w", r)); !ok || got != r {
+		t.Fatalf("From(wrapped) = %+v, %v", got, ok)
+	}
+	for _, other := range []error{errors.New("x"), status.Error(codes.FailedPrecondition, "stale epoch"), status.Error(codes.Unavailable, r.Error())} {
+		if _, ok := From(other); ok {
+			t.Errorf("From(%v) found a refusal", other)
+		}
+	}
+}
