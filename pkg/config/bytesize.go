@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // ByteSize is a size in bytes that reads as 1048576, 1MiB, 512KiB or 1GB.
@@ -35,15 +37,13 @@ func ParseByteSize(s string) (ByteSize, error) {
 	return ByteSize(n * mult), nil
 }
 
-// UnmarshalYAML accepts a number or a string with a unit.
-func (b *ByteSize) UnmarshalYAML(unmarshal func(any) error) error {
-	var s string
-	if err := unmarshal(&s); err != nil {
-		return err
-	}
-	v, err := ParseByteSize(s)
-	if err != nil {
-		return err
+// UnmarshalYAML accepts a number or a string with a unit. Its error is a
+// yaml.TypeError with the line, as the library's own are, so the loader
+// can name the setting.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseByteSize(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: bad size %q: want bytes such as 1048576, 512KiB or 1MiB", n.Line, n.Value)}}
 	}
 	*b = v
 	return nil

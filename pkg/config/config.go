@@ -42,7 +42,7 @@ func Load(dst any, path string, env []string, envPrefix string, sets []string) e
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		if err := dec.Decode(dst); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file, all defaults
-			return fmt.Errorf("config file %s: %w", path, err)
+			return fileError(path, data, err)
 		}
 	}
 	paths := Keys(dst)

@@ -33,6 +33,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add("size: 99999999999GiB\n", "-5", "nums=1,2,x")
 	f.Add("", "", "items=1")
 	f.Add("count: [1]\n", "1e400", "ratio=NaN")
+	f.Add("inner:\n  addr: \"a\\.b\"\nitems:\n  - nam: x\n\t- y\n", "", "")
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, doc, envValue, set string) {
 		path := filepath.Join(dir, "c.yaml")

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -88,9 +90,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		creds = credentials.NewTLS(certs.ClientTLS())
 	}
-	// With tracing on, each stream has an otelgrpc client span, and its
-	// trace context crosses to the writer in the stream's metadata.
-	writers := shard.NewWriters(cfg.Writers.Addresses, int(cfg.Writers.MaxMessageBytes), creds, tracing.DialOptions(tp)...)
+	// A failed writer's connection is retried within the reconnect backoff
+	// bounds (gRPC's own default grows to two minutes), so its shards return
+	// to it soon after it recovers. With tracing on, each stream has an
+	// otelgrpc client span, and its trace context crosses to the writer in
+	// the stream's metadata.
+	dial := append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff: backoff.Config{BaseDelay: cfg.Writers.MinBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.Writers.MaxBackoff},
+		// gRPC's default, which a zero here would replace with the backoff.
+		MinConnectTimeout: 20 * time.Second,
+	})}, tracing.DialOptions(tp)...)
+	writers := shard.NewWriters(cfg.Writers.Addresses, int(cfg.Writers.MaxMessageBytes), creds, dial...)
 	defer writers.Close()
 
 	startFrom := sarama.OffsetOldest

@@ -21,6 +21,13 @@ import (
 // free shards up to its fair share, gives back (drain, then release) what is
 // above it, drops runners whose lease was lost, and restarts a shard whose
 // partitions changed.
+//
+// Only the supervisor's loop starts runners and asks them to drain. Drains
+// run concurrently, each in its runner's goroutine, which releases the
+// lease and removes the runner when it ends; s.mu guards only the state,
+// never a drain or a lease call, so /status and /readyz answer meanwhile.
+// A shard stays in running until its runner has ended, so it is never
+// started twice.
 type supervisor struct {
 	id       string
 	lister   discovery.Lister
@@ -33,21 +40,25 @@ type supervisor struct {
 	log      *slog.Logger
 	onOwned  func(n int)
 
+	wg    sync.WaitGroup // the runners' goroutines
+	ended chan struct{}  // a runner ended: balance again now (buffered 1)
+
 	mu      sync.Mutex
 	running map[int]*running
 	plan    *discovery.Plan
 }
 
 type running struct {
-	runner *shard.Runner
-	lease  ownership.Lease
-	stop   context.CancelFunc // asks the runner to drain
-	done   chan struct{}
+	runner   *shard.Runner
+	lease    ownership.Lease
+	stop     context.CancelFunc // asks the runner to drain
+	draining bool
 }
 
 func (s *supervisor) run(ctx context.Context) error {
 	discoverTick := time.NewTicker(s.discover)
 	defer discoverTick.Stop()
+	s.ended = make(chan struct{}, 1)
 	s.rediscover()
 	for {
 		s.reconcile(ctx)
@@ -60,6 +71,7 @@ func (s *supervisor) run(ctx context.Context) error {
 			return nil
 		case <-discoverTick.C:
 			s.rediscover()
+		case <-s.ended:
 		case <-time.After(wait):
 		}
 	}
@@ -87,34 +99,34 @@ func (s *supervisor) preference(shardNum int) uint64 {
 
 func (s *supervisor) reconcile(ctx context.Context) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.plan == nil {
+		s.mu.Unlock()
 		return
 	}
 	plan := *s.plan
 	for n, r := range s.running {
-		select {
-		case <-r.done: // the lease was lost and the runner stopped
-			s.owner.Release(n)
-			delete(s.running, n)
-			continue
-		default:
-		}
-		if want, ok := plan.Shards[n]; !ok || !slices.Equal(want, r.runner.Partitions()) {
+		if want, ok := plan.Shards[n]; !r.draining && (!ok || !slices.Equal(want, r.runner.Partitions())) {
 			s.log.Info("shard changed; draining it", "shard", n, "partitions", len(want))
-			s.stopLocked(n, r)
+			s.drainLocked(r)
 		}
 	}
+	// Draining shards count as held until released, so this fetcher never
+	// holds more than its share plus what it is giving back.
 	target := s.owner.Target(len(plan.Shards))
+	held := len(s.running)
 	var candidates []int
 	for n := range plan.Shards {
 		if _, ok := s.running[n]; !ok && s.owner.Wants(n) {
 			candidates = append(candidates, n)
 		}
 	}
+	s.mu.Unlock()
+
+	// Only this loop adds runners, so the candidates stay free of them
+	// while the lease store is asked, without the lock.
 	sort.Slice(candidates, func(i, j int) bool { return s.preference(candidates[i]) > s.preference(candidates[j]) })
 	for _, n := range candidates {
-		if len(s.running) >= target {
+		if held >= target {
 			break
 		}
 		lease, ok, err := s.owner.Acquire(ctx, n)
@@ -123,16 +135,25 @@ func (s *supervisor) reconcile(ctx context.Context) {
 			break // the lease store is in trouble; try again next round
 		}
 		if ok {
-			s.startLocked(lease, plan)
+			s.start(lease, plan)
+			held++
 		}
 	}
-	if surplus := len(s.running) - target; surplus > 0 {
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	active := 0
+	for _, r := range s.running {
+		if !r.draining {
+			active++
+		}
+	}
+	if surplus := active - target; surplus > 0 {
 		s.shedLocked(surplus)
 	}
-	s.onOwned(len(s.running))
 }
 
-func (s *supervisor) startLocked(lease ownership.Lease, plan discovery.Plan) {
+func (s *supervisor) start(lease ownership.Lease, plan discovery.Plan) {
 	n := lease.Shard
 	parts := plan.Shards[n]
 	var topics []discovery.Topic
@@ -144,12 +165,26 @@ func (s *supervisor) startLocked(lease ownership.Lease, plan discovery.Plan) {
 		}
 	}
 	rctx, stop := context.WithCancel(context.Background())
-	r := &running{runner: s.newRun(lease, topics, parts), lease: lease, stop: stop, done: make(chan struct{})}
+	r := &running{runner: s.newRun(lease, topics, parts), lease: lease, stop: stop}
+	s.mu.Lock()
 	s.running[n] = r
+	s.onOwned(len(s.running))
+	s.mu.Unlock()
 	s.log.Info("shard acquired", "shard", n, "epoch", lease.Epoch, "partitions", len(parts))
+	s.wg.Add(1)
 	go func() {
-		defer close(r.done)
-		r.runner.Run(rctx)
+		defer s.wg.Done()
+		r.runner.Run(rctx) // until drained, or the lease is lost
+		stop()
+		s.owner.Release(n) // a lost lease is no longer held: a no-op
+		s.mu.Lock()
+		delete(s.running, n)
+		s.onOwned(len(s.running))
+		s.mu.Unlock()
+		select {
+		case s.ended <- struct{}{}:
+		default:
+		}
 	}()
 }
 
@@ -157,51 +192,52 @@ func (s *supervisor) startLocked(lease ownership.Lease, plan discovery.Plan) {
 // a time: other fetchers pick them up as they balance.
 func (s *supervisor) shedLocked(n int) {
 	held := make([]int, 0, len(s.running))
-	for k := range s.running {
-		held = append(held, k)
+	for k, r := range s.running {
+		if !r.draining {
+			held = append(held, k)
+		}
 	}
 	sort.Slice(held, func(i, j int) bool { return s.preference(held[i]) < s.preference(held[j]) })
 	for _, k := range held[:n] {
 		s.log.Info("giving back shard above fair share", "shard", k)
-		s.stopLocked(k, s.running[k])
+		s.drainLocked(s.running[k])
 	}
 }
 
-// stopLocked drains a runner and releases its lease; s.mu is held, which
-// keeps the shard from being restarted before its drain ends.
-func (s *supervisor) stopLocked(n int, r *running) {
+// drainLocked asks a runner to drain and returns at once; the runner's
+// goroutine releases the lease when the drain ends.
+func (s *supervisor) drainLocked(r *running) {
+	r.draining = true
 	r.stop()
-	<-r.done
-	s.owner.Release(n)
-	delete(s.running, n)
 }
 
-// stopAll drains every runner at once and releases their leases.
+// stopAll drains every runner at once and waits for them, which releases
+// their leases.
 func (s *supervisor) stopAll() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, r := range s.running {
-		r.stop()
+		s.drainLocked(r)
 	}
-	for n, r := range s.running {
-		<-r.done
-		s.owner.Release(n)
-		delete(s.running, n)
-	}
-	s.onOwned(0)
+	s.mu.Unlock()
+	s.wg.Wait()
 }
 
 func (s *supervisor) status() []shard.Status {
+	type entry struct {
+		runner   *shard.Runner
+		draining bool
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]shard.Status, 0, len(s.running))
+	es := make([]entry, 0, len(s.running))
 	for _, r := range s.running {
-		select {
-		case <-r.done: // stopped after a lost lease; not owned any more
-			continue
-		default:
-		}
-		out = append(out, r.runner.Status())
+		es = append(es, entry{r.runner, r.draining})
+	}
+	s.mu.Unlock()
+	out := make([]shard.Status, 0, len(es))
+	for _, e := range es {
+		st := e.runner.Status()
+		st.Draining = e.draining
+		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Shard < out[j].Shard })
 	return out

@@ -37,6 +37,9 @@ func Watch(ctx context.Context, cfg Config, update func([]string), log *slog.Log
 	if err != nil {
 		return fmt.Errorf("consul client: %w", err)
 	}
+	// The client's pooled transport is this watch's own: its idle
+	// connections, and their goroutines, end with it.
+	defer acfg.Transport.CloseIdleConnections()
 	var index uint64
 	var last []string
 	for ctx.Err() == nil {

@@ -126,6 +126,8 @@ func Defaults() Config {
 	c.Lease = ownership.DefaultConsulConfig()
 	c.Writers.Consul.Service = "ferry-writer"
 	c.Writers.TLS = tlsconfig.Defaults()
+	// A writer (server) setting: the fetcher refuses it, so it is unset.
+	c.Writers.TLS.MaxConnectionAge = 0
 	c.Tracing = tracing.DefaultConfig()
 	c.Link.Topics.Include = []string{".*"}
 	c.Link.Topics.Exclude = DefaultExclude
@@ -217,7 +219,16 @@ func (c *Config) Validate() error {
 	if len(c.Writers.Addresses) > 0 {
 		first = c.Writers.Addresses[0]
 	}
-	c.Writers.TLS.Validate("writers.tls", first, &p)
+	// max_connection_age is the gRPC server's keepalive MaxConnectionAge,
+	// which the writer applies to recycle connections; a client has nothing
+	// to apply it to, and the writer's setting already recycles the
+	// fetcher's connections.
+	if c.Writers.TLS.MaxConnectionAge != 0 {
+		p.Addf("writers.tls.max_connection_age", "only a writer setting (server side); remove it")
+	}
+	tls := c.Writers.TLS
+	tls.MaxConnectionAge = tlsconfig.Defaults().MaxConnectionAge // refused above, not the shared check's business
+	tls.Validate("writers.tls", first, &p)
 	if c.Writers.TLS.Insecure {
 		for _, a := range c.Writers.Addresses {
 			if !tlsconfig.IsLoopback(a) {
@@ -265,7 +276,58 @@ func (c *Config) Validate() error {
 			p.Addf("link.owned_shards", "cannot be combined with lease.address: Consul leases decide ownership")
 		}
 	}
+	c.refuseInert(&p)
 	return p.Err()
+}
+
+// setting is a key and whether the configuration changes it from its
+// default.
+type setting struct {
+	key string
+	set bool
+}
+
+// refuseInert refuses settings that would be accepted and then ignored,
+// because the setting that turns their part on is off: a forgotten switch
+// must not pass for a setting in force.
+func (c *Config) refuseInert(p *config.Problems) {
+	d := Defaults()
+	refuse := func(why string, settings ...setting) {
+		for _, s := range settings {
+			if s.set {
+				p.Addf(s.key, "%s", why)
+			}
+		}
+	}
+	if c.Lease.Address == "" {
+		l, dl := c.Lease, d.Lease
+		refuse("has no effect without lease.address (no leases: this fetcher owns every shard it is given); set lease.address or remove it",
+			setting{"lease.datacenter", l.Datacenter != dl.Datacenter},
+			setting{"lease.key_prefix", l.KeyPrefix != dl.KeyPrefix},
+			setting{"lease.session_ttl", l.SessionTTL != dl.SessionTTL},
+			setting{"lease.lock_delay", l.LockDelay != dl.LockDelay},
+			setting{"lease.balance_interval", l.BalanceInterval != dl.BalanceInterval})
+	}
+	if c.Writers.Consul.Address == "" {
+		w, dw := c.Writers.Consul, d.Writers.Consul
+		refuse("has no effect without writers.consul.address; set it or remove this",
+			setting{"writers.consul.datacenter", w.Datacenter != dw.Datacenter},
+			setting{"writers.consul.service", w.Service != dw.Service})
+	}
+	if t := c.Writers.TLS; t.Insecure {
+		refuse("has no effect with writers.tls.insecure (plaintext); remove it, or turn insecure off",
+			setting{"writers.tls.cert_file", t.CertFile != ""},
+			setting{"writers.tls.key_file", t.KeyFile != ""},
+			setting{"writers.tls.ca_file", t.CAFile != ""},
+			setting{"writers.tls.allowed_ids", len(t.AllowedIDs) > 0},
+			setting{"writers.tls.reload_interval", t.ReloadInterval != d.Writers.TLS.ReloadInterval})
+	}
+	if t, dt := c.Tracing, d.Tracing; !t.Enabled() {
+		refuse("has no effect without tracing.endpoint (tracing is off); set the endpoint or remove this",
+			setting{"tracing.insecure", t.Insecure != dt.Insecure},
+			setting{"tracing.sampling_ratio", t.SamplingRatio != dt.SamplingRatio},
+			setting{"tracing.resource_attributes", len(t.ResourceAttributes) > 0})
+	}
 }
 
 // Logging returns the log settings.

@@ -50,6 +50,19 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "tls required by default", yaml: "source: {bootstrap_servers: [k:9092]}\nlink: {name: a}\nwriters: {addresses: [\"w:7400\"]}\n", want: "writers.tls.cert_file: required"},
 		{name: "plaintext to a remote writer refused", yaml: "source: {bootstrap_servers: [k:9092]}\nlink: {name: a}\nwriters: {addresses: [\"10.1.2.3:7400\"], tls: {insecure: true}}\n", want: "writers.tls.insecure"},
 		{name: "unknown --set key", yaml: valid, sets: []string{"link.nme=x"}, want: `no such setting "link.nme"`},
+		{name: "unknown nested key names its path", yaml: "link:\n  name: a\n  nme: x\n", want: "link.nme (line 3): field nme not found"},
+		{
+			name: "regular expression in double quotes",
+			yaml: "source: {bootstrap_servers: [\"127.0.0.1:9092\"]}\nlink:\n  name: a\n  topics:\n    include: [\"orders\\..*\"]\n",
+			want: "link.topics.include (line 5): found unknown escape character: in double quotes a backslash starts an escape",
+		},
+		// Accepted and then ignored would mislead: each is refused.
+		{name: "max connection age is the writer's", yaml: valid, sets: []string{"writers.tls.max_connection_age=1h"}, want: "writers.tls.max_connection_age: only a writer setting (server side); remove it"},
+		{name: "lease setting without leases", yaml: valid, sets: []string{"lease.session_ttl=30s"}, want: "lease.session_ttl: has no effect without lease.address"},
+		{name: "writer discovery setting without discovery", yaml: valid, sets: []string{"writers.consul.service=w"}, want: "writers.consul.service: has no effect without writers.consul.address"},
+		{name: "certificate in plaintext", yaml: valid, sets: []string{"writers.tls.cert_file=/x.pem"}, want: "writers.tls.cert_file: has no effect with writers.tls.insecure"},
+		{name: "sampling without tracing", yaml: valid, sets: []string{"tracing.sampling_ratio=0.5"}, want: "tracing.sampling_ratio: has no effect without tracing.endpoint"},
+		{name: "lease settings with leases", yaml: valid, sets: []string{"lease.address=127.0.0.1:8500", "lease.session_ttl=30s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -82,8 +82,12 @@ type Consul struct {
 	id      string
 	kv      *api.KV
 	session *api.Session
+	http    *http.Client
 	metrics *Metrics
 	log     *slog.Logger
+	// bg tracks the expiry timer's callback, from arming to its end: Run
+	// waits for it, and for the session Destroy it makes.
+	bg sync.WaitGroup
 
 	mu       sync.Mutex
 	sid      string // current session, "" while none
@@ -101,14 +105,17 @@ func NewConsul(cfg ConsulConfig, link, fetcherID string, m *Metrics, log *slog.L
 	acfg := api.DefaultConfig()
 	acfg.Address = cfg.Address
 	acfg.Datacenter = cfg.Datacenter
-	// Bounded calls: a hung request must not outlive a renewal period.
-	acfg.HttpClient = &http.Client{Timeout: cfg.SessionTTL / 3}
+	// Bounded calls: a hung request must not outlive a renewal period. The
+	// transport is this backend's own, so Run can close its idle
+	// connections when it ends.
+	hc := &http.Client{Timeout: cfg.SessionTTL / 3, Transport: acfg.Transport}
+	acfg.HttpClient = hc
 	client, err := api.NewClient(acfg)
 	if err != nil {
 		return nil, fmt.Errorf("consul client: %w", err)
 	}
 	return &Consul{
-		cfg: cfg, link: link, id: fetcherID, kv: client.KV(), session: client.Session(),
+		cfg: cfg, link: link, id: fetcherID, kv: client.KV(), session: client.Session(), http: hc,
 		metrics: m, log: log.With("component", "lease"), held: map[int]chan struct{}{}, waiting: map[int]time.Time{},
 	}, nil
 }
@@ -120,7 +127,8 @@ func (c *Consul) shardKey(shard int) string {
 func (c *Consul) memberPrefix() string { return c.cfg.KeyPrefix + "/" + c.link + "/fetchers/" }
 
 // Run keeps the session alive until ctx ends, then gives every lease back
-// and destroys the session, so a clean stop frees shards at once.
+// and destroys the session, so a clean stop frees shards at once. It
+// returns once nothing it started runs any more.
 func (c *Consul) Run(ctx context.Context) error {
 	tick := time.NewTicker(c.cfg.SessionTTL / 3)
 	defer tick.Stop()
@@ -129,6 +137,8 @@ func (c *Consul) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			c.leave()
+			c.bg.Wait()
+			c.http.CloseIdleConnections()
 			return nil
 		case <-tick.C:
 		}
@@ -165,7 +175,7 @@ func (c *Consul) maintain(ctx context.Context) {
 		case err != nil:
 			c.log.Warn("renew lease session", "err", err, "deadline_in", time.Until(c.deadlineNow()).Round(time.Millisecond))
 			return
-		case entry == nil: // Consul says the session is gone: so are the locks
+		case entry == nil: // Consul says the session is gone: so are the locks, nothing to destroy
 			c.expire(sid, "session no longer exists")
 			return
 		}
@@ -215,19 +225,35 @@ func (c *Consul) deadlineNow() time.Time {
 func (c *Consul) extendLocked(start time.Time) {
 	c.deadline = start.Add(c.cfg.SessionTTL)
 	sid := c.sid
-	if c.expiry != nil {
-		c.expiry.Stop()
-	}
-	c.expiry = time.AfterFunc(time.Until(c.deadline), func() { c.expire(sid, "session not renewed within its TTL") })
+	c.disarmLocked()
+	c.bg.Add(1)
+	c.expiry = time.AfterFunc(time.Until(c.deadline), func() {
+		defer c.bg.Done()
+		if c.expire(sid, "session not renewed within its TTL") {
+			// Best effort: if Consul is reachable, free the old locks now
+			// rather than after the TTL (the lock delay still applies).
+			_, _ = c.session.Destroy(sid, nil)
+		}
+	})
 }
 
-// expire declares every lease of session sid lost. The timer fires on the
+// disarmLocked stops the expiry timer; a callback already running ends on
+// its own (and Run waits for it).
+func (c *Consul) disarmLocked() {
+	if c.expiry != nil && c.expiry.Stop() {
+		c.bg.Done()
+	}
+	c.expiry = nil
+}
+
+// expire declares every lease of session sid lost, and reports whether it
+// did (false: that session was already over). The timer fires on the
 // fetcher's own clock, even while a Consul call hangs.
-func (c *Consul) expire(sid, why string) {
+func (c *Consul) expire(sid, why string) bool {
 	c.mu.Lock()
 	if c.sid != sid || sid == "" {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	c.sid = ""
 	lost := c.held
@@ -238,9 +264,7 @@ func (c *Consul) expire(sid, why string) {
 	}
 	c.metrics.Lost.Add(float64(len(lost)))
 	c.log.Error("lease session lost: stopped every shard", "why", why, "shards", len(lost))
-	// Best effort: if Consul is reachable, free the old locks now rather
-	// than after the TTL (the lock delay still applies).
-	go func() { _, _ = c.session.Destroy(sid, nil) }()
+	return true
 }
 
 // Wants is true for every shard: Target bounds how many are held.
@@ -342,9 +366,7 @@ func (c *Consul) leave() {
 	}
 	c.mu.Lock()
 	c.sid = ""
-	if c.expiry != nil {
-		c.expiry.Stop()
-	}
+	c.disarmLocked()
 	c.mu.Unlock()
 	if sid != "" {
 		if _, err := c.session.Destroy(sid, nil); err != nil {

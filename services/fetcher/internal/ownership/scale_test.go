@@ -18,9 +18,9 @@ import (
 	"github.com/ferry-replicator/ferry/loadtest/consulagent"
 )
 
-// countingTransport counts the HTTP requests the lease backends send.
+// countingTransport counts, in n, the HTTP requests a lease backend sends.
 type countingTransport struct {
-	n    atomic.Int64
+	n    *atomic.Int64
 	next http.RoundTripper
 }
 
@@ -87,9 +87,7 @@ func BenchmarkLeaseScale(b *testing.B) {
 		b.Fatalf("start Consul: %v", err)
 	}
 	defer agent.Stop()
-	counter := &countingTransport{next: http.DefaultTransport}
-	http.DefaultTransport = counter // the backends' clients use it
-	defer func() { http.DefaultTransport = counter.next }()
+	var requests atomic.Int64
 
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := DefaultConsulConfig()
@@ -104,6 +102,7 @@ func BenchmarkLeaseScale(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		owner.http.Transport = &countingTransport{n: &requests, next: owner.http.Transport}
 		rctx, stop := context.WithCancel(ctx)
 		stops[i] = stop
 		wg.Add(1)
@@ -147,7 +146,7 @@ func BenchmarkLeaseScale(b *testing.B) {
 	assign := rounds(fs, full(fs))
 	b.StopTimer()
 
-	before := counter.n.Load()
+	before := requests.Load()
 	steady := 10 * time.Second
 	deadline := time.Now().Add(steady)
 	for time.Now().Before(deadline) {
@@ -156,7 +155,7 @@ func BenchmarkLeaseScale(b *testing.B) {
 		}
 		time.Sleep(2 * time.Second)
 	}
-	rate := float64(counter.n.Load()-before) / steady.Seconds()
+	rate := float64(requests.Load()-before) / steady.Seconds()
 
 	// One fetcher leaves cleanly: the lease Run's end releases its shards.
 	stops[0]()

@@ -42,6 +42,9 @@ type Settings struct {
 	MinBackoff   time.Duration
 	MaxBackoff   time.Duration
 	DrainTimeout time.Duration
+	// LagInterval is how often the source's high watermarks are read for
+	// the lag gauge (DefaultLagInterval when zero).
+	LagInterval time.Duration
 	// SkipOnDataLoss lets a partition go on past an anomaly (counted and
 	// logged) instead of stopping: link.on_data_loss: skip.
 	SkipOnDataLoss bool
@@ -77,12 +80,16 @@ type Runner struct {
 
 // Status is a shard's line in the fetcher's /status.
 type Status struct {
-	Shard      int                        `json:"shard"`
-	Epoch      uint64                     `json:"epoch"`
-	Writer     string                     `json:"writer"`
-	Connected  bool                       `json:"connected"`
-	LastError  string                     `json:"last_error,omitempty"`
-	Restarts   int                        `json:"restarts"`
+	Shard     int    `json:"shard"`
+	Epoch     uint64 `json:"epoch"`
+	Writer    string `json:"writer"`
+	Connected bool   `json:"connected"`
+	LastError string `json:"last_error,omitempty"`
+	Restarts  int    `json:"restarts"`
+	// Draining is set while the shard is being given back (or restarted
+	// with new partitions): it stops reading and waits for the last
+	// acknowledgements.
+	Draining   bool                       `json:"draining,omitempty"`
 	Partitions map[string]PartitionStatus `json:"partitions"`
 }
 
@@ -133,8 +140,21 @@ func (r *Runner) update(fn func(*Status)) {
 
 // Run replicates until ctx ends, then drains: it stops reading, waits (up to
 // DrainTimeout) for the writer to acknowledge what was sent, and closes the
-// stream, so the next owner starts exactly where this one stopped.
+// stream, so the next owner starts exactly where this one stopped. When it
+// returns the shard's gauges are gone.
 func (r *Runner) Run(ctx context.Context) {
+	hwCtx, stopHW := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.watchHighWater(hwCtx)
+	}()
+	defer func() {
+		stopHW()
+		wg.Wait()
+		r.forgetGauges()
+	}()
 	backoff := r.set.MinBackoff
 	attempt := 0
 	for {
@@ -142,10 +162,16 @@ func (r *Runner) Run(ctx context.Context) {
 		if ctx.Err() != nil || r.isLost() {
 			return
 		}
+		r.update(func(s *Status) { s.Connected = false })
+		if errors.Is(err, errRepin) { // drained on purpose: no failure, no wait
+			attempt, backoff = 0, r.set.MinBackoff
+			continue
+		}
 		r.deps.Metrics.StreamRestarts.WithLabelValues(r.set.Link, restartReason(err)).Inc()
-		r.update(func(s *Status) { s.Connected, s.LastError, s.Restarts = false, errString(err), s.Restarts+1 })
+		r.update(func(s *Status) { s.LastError, s.Restarts = errString(err), s.Restarts+1 })
 		if progressed {
-			backoff = r.set.MinBackoff
+			// Back to the preferred writer, which the healthy set decides.
+			attempt, backoff = 0, r.set.MinBackoff
 		} else {
 			attempt++ // try the next writer in this shard's order
 			backoff = min(2*backoff, r.set.MaxBackoff)

@@ -20,7 +20,12 @@ import (
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 )
 
-var errLeaseLost = errors.New("shard lease lost")
+var (
+	errLeaseLost = errors.New("shard lease lost")
+	// errRepin ends a session drained to move its shard to the writer it
+	// prefers now.
+	errRepin = errors.New("shard moved to its preferred writer")
+)
 
 // session is one stream's life.
 type session struct {
@@ -32,6 +37,9 @@ type session struct {
 	// streamSpan is the stream's otelgrpc client span, when sampled: the
 	// batches' send spans link to it.
 	streamSpan trace.SpanContext
+
+	recvDone chan struct{} // closed when receive returns
+	recvErr  error         // receive's result, set before recvDone closes
 
 	mu       sync.Mutex
 	seq      uint64
@@ -54,6 +62,7 @@ type queued struct {
 // session runs one stream. progressed reports whether the writer
 // acknowledged anything, which resets the reconnect backoff.
 func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err error) {
+	changed := r.deps.Writers.Changed() // before Pick: a change after it is seen
 	addr, conn, err := r.deps.Writers.Pick(r.set.Link, r.shard, attempt)
 	if err != nil {
 		return false, err
@@ -76,9 +85,10 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 
 	s := &session{
 		r: r, stream: stream, streamSpan: r.traceStream(stream),
-		out:    make(chan queued, 8),
-		credit: semaphore.NewWeighted(int64(r.set.MaxInflightBytes)),
-		pcs:    map[discovery.Partition]sarama.PartitionConsumer{},
+		out:      make(chan queued, 8),
+		credit:   semaphore.NewWeighted(int64(r.set.MaxInflightBytes)),
+		pcs:      map[discovery.Partition]sarama.PartitionConsumer{},
+		recvDone: make(chan struct{}),
 	}
 	defer func() { progressed = s.progressed() }()
 	readCtx, stopReading := context.WithCancel(sctx)
@@ -105,32 +115,57 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	g.Go(func() error { return s.send(gctx) })
 	sendDone := make(chan error, 1)
 	go func() { sendDone <- g.Wait() }()
-	recvDone := make(chan error, 1)
-	go func() { recvDone <- s.receive() }()
+	// Every return waits for the receiver (the stream's cancellation ends
+	// it), so no acknowledgement lands after the session is over.
+	go func() {
+		defer close(s.recvDone)
+		s.recvErr = s.receive()
+	}()
+	defer func() {
+		hardStop()
+		<-s.recvDone
+		s.forgetInflight()
+	}()
 
-	select {
-	case <-r.lost:
-		// No drain: the lease is gone, so nothing more may be sent, and
-		// what is in flight is the writer's to commit or drop.
-		hardStop()
-		<-sendDone
-		r.log.Error("shard lease lost: stream stopped")
-		return false, errLeaseLost
-	case <-ctx.Done():
-		stopReading()
-		<-sendDone
-		return false, s.drain(recvDone)
-	case err := <-recvDone:
-		hardStop()
-		<-sendDone
-		if err == nil {
-			err = errors.New("writer ended the stream")
+	for {
+		select {
+		case <-r.lost:
+			// No drain: the lease is gone, so nothing more may be sent, and
+			// what is in flight is the writer's to commit or drop.
+			hardStop()
+			<-sendDone
+			r.log.Error("shard lease lost: stream stopped")
+			return false, errLeaseLost
+		case <-ctx.Done():
+			stopReading()
+			<-sendDone
+			return false, s.drain()
+		case <-changed:
+			changed = r.deps.Writers.Changed()
+			want := r.deps.Writers.Preferred(r.set.Link, r.shard)
+			if want == "" || want == addr {
+				continue
+			}
+			// The shard belongs on another writer now (its preferred one is
+			// back, or joined): move it gently, as a drain does, so the
+			// next stream starts exactly where this one ends.
+			r.log.Info("writers changed: moving the shard to its preferred writer", "from", addr, "to", want)
+			stopReading()
+			<-sendDone
+			if err := s.drain(); err != nil {
+				return false, err
+			}
+			return false, errRepin
+		case <-s.recvDone:
+			hardStop()
+			<-sendDone
+			if s.recvErr == nil {
+				return false, errors.New("writer ended the stream")
+			}
+			return false, s.recvErr
+		case err := <-sendDone:
+			return false, err // the deferred stop ends the receiver
 		}
-		return false, err
-	case err := <-sendDone:
-		hardStop()
-		<-recvDone
-		return false, err
 	}
 }
 
@@ -341,7 +376,6 @@ func (s *session) send(ctx context.Context) error {
 		if err := s.credit.Acquire(ctx, w); err != nil {
 			return nil // ctx ended
 		}
-		s.r.deps.Metrics.InflightBytes.Add(float64(w))
 		if s.r.isLost() {
 			return errLeaseLost
 		}
@@ -350,6 +384,7 @@ func (s *session) send(ctx context.Context) error {
 		b.Sequence = s.seq
 		s.inflight = append(s.inflight, sent{seq: s.seq, weight: w})
 		s.mu.Unlock()
+		s.r.deps.Metrics.InflightBytes.Add(float64(w))
 		err := s.stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}})
 		endSend(q, sendSpan, err)
 		if err != nil {
@@ -410,16 +445,33 @@ func (s *session) unacked() int {
 	return len(s.inflight)
 }
 
+// forgetInflight takes what the writer never acknowledged out of the
+// inflight gauge once the session is over: the next session sends it again
+// and counts it then.
+func (s *session) forgetInflight() {
+	s.mu.Lock()
+	var left int64
+	for _, b := range s.inflight {
+		left += b.weight
+	}
+	s.inflight = nil
+	s.mu.Unlock()
+	s.r.deps.Metrics.InflightBytes.Sub(float64(left))
+}
+
 // drain waits for the writer to acknowledge everything sent, then closes the
 // stream and waits for the writer to end it.
-func (s *session) drain(recvDone <-chan error) error {
+func (s *session) drain() error {
 	deadline := time.After(s.r.set.DrainTimeout)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for s.unacked() > 0 {
 		select {
-		case err := <-recvDone:
-			return fmt.Errorf("stream ended during drain: %w", err)
+		case <-s.recvDone:
+			if s.recvErr == nil {
+				return fmt.Errorf("writer ended the stream during drain, %d batches unacknowledged", s.unacked())
+			}
+			return fmt.Errorf("stream ended during drain: %w", s.recvErr)
 		case <-deadline:
 			return fmt.Errorf("drain: %d batches unacknowledged after %v", s.unacked(), s.r.set.DrainTimeout)
 		case <-tick.C:
@@ -429,32 +481,12 @@ func (s *session) drain(recvDone <-chan error) error {
 		return fmt.Errorf("close stream: %w", err)
 	}
 	select {
-	case err := <-recvDone:
-		if err == nil {
+	case <-s.recvDone:
+		if s.recvErr == nil {
 			s.r.log.Info("shard drained")
 		}
-		return err
+		return s.recvErr
 	case <-deadline:
 		return errors.New("drain: writer did not end the stream")
 	}
-}
-
-func (r *Runner) setCommitted(p discovery.Partition, next int64) {
-	r.deps.Metrics.Committed.WithLabelValues(r.set.Link, p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(next))
-	r.update(func(s *Status) {
-		ps := s.Partitions[partKey(p)]
-		ps.Committed = next
-		s.Partitions[partKey(p)] = ps
-	})
-}
-
-func (r *Runner) setHighWater(p discovery.Partition, hw int64) {
-	r.update(func(s *Status) {
-		ps := s.Partitions[partKey(p)]
-		ps.HighWater = hw
-		if ps.Committed >= 0 && hw >= ps.Committed {
-			r.deps.Metrics.LagRecords.WithLabelValues(r.set.Link, p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(hw - ps.Committed))
-		}
-		s.Partitions[partKey(p)] = ps
-	})
 }

@@ -1,0 +1,131 @@
+package shard
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// go-metrics, which sarama uses, starts a process-wide meter ticker.
+		goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
+	)
+}
+
+const testLink = "l"
+
+// source is a kfake cluster with the fetcher's clients on it.
+type source struct {
+	client   sarama.Client
+	consumer sarama.Consumer
+	producer *kgo.Client
+}
+
+func newSource(t *testing.T, topics ...string) *source {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	sc.Consumer.IsolationLevel = sarama.ReadCommitted
+	sc.Consumer.Return.Errors = true
+	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
+	client, err := sarama.NewClient(c.ListenAddrs(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { consumer.Close() })
+	producer, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(producer.Close)
+	return &source{client: client, consumer: consumer, producer: producer}
+}
+
+// produce appends n records to partition 0 of topic.
+func (s *source) produce(t *testing.T, topic string, n int) {
+	t.Helper()
+	for i := range n {
+		r := &kgo.Record{Topic: topic, Value: []byte("v" + strconv.Itoa(i))}
+		if err := s.producer.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func testLog() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// newWriters connects to test writers in plaintext, reconnecting quickly
+// so that a writer coming back is seen within the test's patience.
+func newWriters(t *testing.T, addrs ...string) *Writers {
+	t.Helper()
+	w := NewWriters(addrs, 1<<20, insecure.NewCredentials(),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
+			MinConnectTimeout: 5 * time.Second,
+		}))
+	t.Cleanup(w.Close)
+	return w
+}
+
+// startRunner runs shard 0 over partition 0 of topic until the test ends,
+// or until the returned stop is called.
+func startRunner(t *testing.T, src *source, w *Writers, m *metrics.Metrics, topic string) (stop func()) {
+	t.Helper()
+	codecs, err := batch.NewCodecs(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(codecs.Close)
+	set := Settings{
+		Link: testLink, FetcherID: "f", Codec: ferryv1.Codec_CODEC_NONE,
+		BatchMaxBytes: 64 << 10, Linger: 5 * time.Millisecond, MaxInflightBytes: 1 << 20,
+		StartFrom: sarama.OffsetOldest, OpenTimeout: 5 * time.Second,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		DrainTimeout: 10 * time.Second, LagInterval: 20 * time.Millisecond,
+	}
+	deps := Deps{Consumer: src.consumer, Client: src.client, Writers: w, Codecs: codecs, Metrics: m, Log: testLog()}
+	r := NewRunner(set, deps, 0, 1, make(chan struct{}), []discovery.Topic{{Name: topic, Partitions: 1}},
+		[]discovery.Partition{{Topic: topic, Partition: 0}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx)
+	}()
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
+}

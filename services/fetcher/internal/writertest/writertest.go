@@ -1,0 +1,201 @@
+// Package writertest is a writer for the fetcher's in-process tests: it
+// speaks the replication protocol over real gRPC on a loopback port
+// (answers an Open with the shard's resume positions, acknowledges each
+// batch with its partition's next offset) and keeps the committed offsets
+// in a Checkpoints shared by every writer of a test, as the target cluster
+// is shared by real writers.
+//
+// It is not the writer: that lives in services/writer/internal, which the
+// compiler keeps the fetcher from importing. It produces nothing; the
+// end-to-end tests in loadtest/e2e run both real tiers against Kafka.
+package writertest
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+)
+
+// Checkpoints are the next offsets committed, by topic and partition.
+type Checkpoints struct {
+	mu   sync.Mutex
+	next map[string]map[int32]int64
+}
+
+// NewCheckpoints returns an empty store.
+func NewCheckpoints() *Checkpoints { return &Checkpoints{next: map[string]map[int32]int64{}} }
+
+// Next returns the next offset committed for the partition, and whether
+// any was.
+func (c *Checkpoints) Next(topic string, partition int32) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.next[topic][partition]
+	return n, ok
+}
+
+func (c *Checkpoints) commit(topic string, partition int32, next int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next[topic] == nil {
+		c.next[topic] = map[int32]int64{}
+	}
+	c.next[topic][partition] = next
+}
+
+// Writer is one running test writer.
+type Writer struct {
+	ferryv1.UnimplementedReplicationServiceServer
+	addr string
+	cps  *Checkpoints
+	srv  *grpc.Server
+	done chan struct{}
+
+	mu      sync.Mutex
+	opens   int
+	batches int
+	closed  int           // streams the fetcher ended (CloseSend)
+	hold    chan struct{} // non-nil: acknowledgements wait until it closes
+}
+
+// Start serves on addr ("127.0.0.1:0" for a free port, or the address of
+// a stopped writer to bring it back). The test's cleanup stops it.
+func Start(t testing.TB, addr string, cps *Checkpoints) *Writer {
+	t.Helper()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("writer listen: %v", err)
+	}
+	w := &Writer{addr: lis.Addr().String(), cps: cps, srv: grpc.NewServer(), done: make(chan struct{})}
+	ferryv1.RegisterReplicationServiceServer(w.srv, w)
+	go func() {
+		defer close(w.done)
+		_ = w.srv.Serve(lis)
+	}()
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// Addr is the writer's host:port.
+func (w *Writer) Addr() string { return w.addr }
+
+// Stop ends every stream at once, as a killed writer would (held batches
+// stay unacknowledged), and waits for the server to end.
+func (w *Writer) Stop() {
+	w.srv.Stop()
+	<-w.done
+}
+
+// HoldAcks makes the writer keep every batch unacknowledged until
+// ReleaseAcks.
+func (w *Writer) HoldAcks() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.hold == nil {
+		w.hold = make(chan struct{})
+	}
+}
+
+// ReleaseAcks acknowledges what was held and what comes.
+func (w *Writer) ReleaseAcks() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.hold != nil {
+		close(w.hold)
+		w.hold = nil
+	}
+}
+
+// Opens counts the streams opened on this writer.
+func (w *Writer) Opens() int { return w.count(&w.opens) }
+
+// Batches counts the batches received.
+func (w *Writer) Batches() int { return w.count(&w.batches) }
+
+// Closed counts the streams the fetcher ended itself, after a drain.
+func (w *Writer) Closed() int { return w.count(&w.closed) }
+
+func (w *Writer) count(n *int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return *n
+}
+
+// Replicate serves one shard stream.
+func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) error {
+	req, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	open := req.GetOpen()
+	if open == nil {
+		return errors.New("first message is not an open")
+	}
+	opened := &ferryv1.Opened{Writer: w.addr}
+	for _, tp := range open.GetPartitions() {
+		next, ok := w.cps.Next(tp.GetTopic(), tp.GetPartition())
+		opened.Resume = append(opened.Resume, &ferryv1.PartitionPosition{
+			Topic: tp.GetTopic(), Partition: tp.GetPartition(), NextOffset: next, HasCheckpoint: ok,
+		})
+	}
+	if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Opened{Opened: opened}}); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.opens++
+	w.mu.Unlock()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			w.mu.Lock()
+			w.closed++
+			w.mu.Unlock()
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		b := req.GetBatch()
+		if b == nil {
+			return errors.New("expected a batch")
+		}
+		w.mu.Lock()
+		w.batches++
+		hold := w.hold
+		w.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-stream.Context().Done():
+				return stream.Context().Err()
+			}
+		}
+		next := b.GetLastOffset() + 1
+		w.cps.commit(b.GetTopic(), b.GetPartition(), next)
+		ack := &ferryv1.Ack{Sequence: b.GetSequence(), Committed: []*ferryv1.PartitionPosition{
+			{Topic: b.GetTopic(), Partition: b.GetPartition(), NextOffset: next, HasCheckpoint: true},
+		}}
+		if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Ack{Ack: ack}}); err != nil {
+			return err
+		}
+	}
+}
+
+// WaitFor fails the test unless cond holds within timeout, polling it.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
