@@ -113,6 +113,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		MaxInflightBytes: int(cfg.Link.MaxInflightBytes), StartFrom: startFrom,
 		OpenTimeout: cfg.Writers.OpenTimeout, MinBackoff: cfg.Writers.MinBackoff, MaxBackoff: cfg.Writers.MaxBackoff,
 		DrainTimeout: cfg.ShutdownTimeout, SkipOnDataLoss: cfg.Link.OnDataLoss == "skip",
+		MaxMessageBytes: int(cfg.Writers.MaxMessageBytes),
 	}
 	deps := shard.Deps{Consumer: consumer, Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name),
 		Tracer: tracing.Tracer(tp, "github.com/ferry-replicator/ferry/fetcher")}

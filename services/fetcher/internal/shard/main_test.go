@@ -72,8 +72,18 @@ func newSource(t *testing.T, topics ...string) *source {
 // produce appends n records to partition 0 of topic.
 func (s *source) produce(t *testing.T, topic string, n int) {
 	t.Helper()
+	s.produceSized(t, topic, n, 0)
+}
+
+// produceSized appends n records of size bytes (0: a few) to partition 0.
+func (s *source) produceSized(t *testing.T, topic string, n, size int) {
+	t.Helper()
 	for i := range n {
-		r := &kgo.Record{Topic: topic, Value: []byte("v" + strconv.Itoa(i))}
+		v := []byte("v" + strconv.Itoa(i))
+		if size > 0 {
+			v = append(v, make([]byte, size)...)
+		}
+		r := &kgo.Record{Topic: topic, Value: v}
 		if err := s.producer.ProduceSync(context.Background(), r).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
@@ -104,6 +114,14 @@ func newWriters(t *testing.T, addrs ...string) *Writers {
 // or until the returned stop is called.
 func startRunner(t *testing.T, src *source, w *Writers, m *metrics.Metrics, topic string) (stop func()) {
 	t.Helper()
+	_, stop = startRunnerOn(t, src, w, m, func(*Settings) {}, topic)
+	return stop
+}
+
+// startRunnerOn runs shard 0 over partition 0 of each topic, with the
+// settings edited, and returns the runner too.
+func startRunnerOn(t *testing.T, src *source, w *Writers, m *metrics.Metrics, edit func(*Settings), topics ...string) (r *Runner, stop func()) {
+	t.Helper()
 	codecs, err := batch.NewCodecs(1 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -116,9 +134,15 @@ func startRunner(t *testing.T, src *source, w *Writers, m *metrics.Metrics, topi
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		DrainTimeout: 10 * time.Second, LagInterval: 20 * time.Millisecond,
 	}
+	edit(&set)
 	deps := Deps{Consumer: src.consumer, Client: src.client, Writers: w, Codecs: codecs, Metrics: m, Log: testLog()}
-	r := NewRunner(set, deps, 0, 1, make(chan struct{}), []discovery.Topic{{Name: topic, Partitions: 1}},
-		[]discovery.Partition{{Topic: topic, Partition: 0}})
+	var ts []discovery.Topic
+	var ps []discovery.Partition
+	for _, topic := range topics {
+		ts = append(ts, discovery.Topic{Name: topic, Partitions: 1})
+		ps = append(ps, discovery.Partition{Topic: topic, Partition: 0})
+	}
+	r = NewRunner(set, deps, 0, 1, make(chan struct{}), ts, ps)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -127,5 +151,5 @@ func startRunner(t *testing.T, src *source, w *Writers, m *metrics.Metrics, topi
 	}()
 	stop = func() { cancel(); <-done }
 	t.Cleanup(stop)
-	return stop
+	return r, stop
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/refusal"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
@@ -48,6 +50,10 @@ type Settings struct {
 	// SkipOnDataLoss lets a partition go on past an anomaly (counted and
 	// logged) instead of stopping: link.on_data_loss: skip.
 	SkipOnDataLoss bool
+	// MaxMessageBytes is the largest batch a writer takes
+	// (writers.max_message_bytes): a record that alone is larger stops its
+	// partition. Zero: no limit.
+	MaxMessageBytes int
 }
 
 // Deps are the shared clients a shard uses.
@@ -167,6 +173,13 @@ func (r *Runner) Run(ctx context.Context) {
 			attempt, backoff = 0, r.set.MinBackoff
 			continue
 		}
+		// A record the target can never take stops its partition; the
+		// shard's other partitions go on at once (the writer is fine).
+		if ref, ok := refusal.From(err); ok && r.stopRefused(ref) {
+			r.deps.Metrics.StreamRestarts.WithLabelValues(r.set.Link, restartReason(err)).Inc()
+			attempt, backoff = 0, r.set.MinBackoff
+			continue
+		}
 		r.deps.Metrics.StreamRestarts.WithLabelValues(r.set.Link, restartReason(err)).Inc()
 		r.update(func(s *Status) { s.LastError, s.Restarts = errString(err), s.Restarts+1 })
 		if progressed {
@@ -235,7 +248,30 @@ const (
 	ReasonOutOfRange      = "offset_out_of_range"
 	ReasonCheckpointAhead = "checkpoint_ahead"
 	ReasonTopicRecreated  = "topic_recreated"
+	// ReasonRecordTooLarge: a record above what the writer or the target
+	// takes (writers.max_message_bytes, the writer's
+	// producer.max_message_bytes, the target topic's max.message.bytes).
+	ReasonRecordTooLarge = "record_too_large"
 )
+
+// stopRefused stops the partition a writer refused, if it is one of the
+// shard's; it reports whether it was.
+func (r *Runner) stopRefused(ref refusal.Refusal) bool {
+	p := discovery.Partition{Topic: ref.Topic, Partition: ref.Partition}
+	if !slices.Contains(r.parts, p) {
+		return false
+	}
+	r.stopPartition(p, &StopError{Reason: ReasonRecordTooLarge, Err: ref})
+	return true
+}
+
+// stopped reports whether p has been stopped (stopPartition): it is not
+// read again by this runner.
+func (r *Runner) stopped(p discovery.Partition) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status.Partitions[partKey(p)].Stopped != ""
+}
 
 // StopError marks a partition that cannot go on without losing or skipping
 // data; the operator must act.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,4 +111,56 @@ func TestShardReturnsToRecoveredWriter(t *testing.T) {
 	writertest.WaitFor(t, 10*time.Second, "15 records committed on the preferred writer", func() bool {
 		return committed() == 15 && back.Batches() > 0
 	})
+}
+
+// A record no writer or target takes stops its partition loudly (metric,
+// /status naming topic, partition, offset and size), and the shard's other
+// partition keeps flowing: whether the writer refuses it (its target's
+// limit) or the fetcher finds it above writers.max_message_bytes itself.
+func TestRecordTooLargeStopsOnlyItsPartition(t *testing.T) {
+	tests := []struct {
+		name            string
+		writerLimit     int // the test writer refuses batches above this
+		maxMessageBytes int // Settings.MaxMessageBytes
+		wantSetting     string
+	}{
+		{"refused by the writer", 5_000, 0, "the test writer's limit"},
+		{"above writers.max_message_bytes", 0, 5_000, "writers.max_message_bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := newSource(t, "ok", "big")
+			m := metrics.New(prometheus.NewRegistry())
+			committed := func(topic string) float64 { return testutil.ToFloat64(m.Committed.WithLabelValues(testLink, topic, "0")) }
+			writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
+			writer.RefuseBatchesAbove(tt.writerLimit)
+			r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) { s.MaxMessageBytes = tt.maxMessageBytes }, "ok", "big")
+
+			src.produce(t, "big", 3)
+			writertest.WaitFor(t, 10*time.Second, "3 small records of big committed", func() bool { return committed("big") == 3 })
+			src.produceSized(t, "big", 1, 20_000) // offset 3
+			src.produce(t, "big", 2)
+			writertest.WaitFor(t, 10*time.Second, "big/0 stopped", func() bool {
+				return testutil.ToFloat64(m.PartitionStops.WithLabelValues(testLink, "big", "0", ReasonRecordTooLarge)) == 1
+			})
+			stopped := r.Status().Partitions["big/0"].Stopped
+			for _, want := range []string{"record_too_large", "big/0 offset 3", "20", tt.wantSetting} {
+				if !strings.Contains(stopped, want) {
+					t.Errorf("/status says %q, want it to name %q", stopped, want)
+				}
+			}
+			// The other partition flows, and the stopped one stays where it
+			// stopped: nothing past the record is copied, nothing skipped.
+			src.produce(t, "ok", 20)
+			writertest.WaitFor(t, 10*time.Second, "20 records of ok committed", func() bool { return committed("ok") == 20 })
+			src.produce(t, "ok", 5)
+			writertest.WaitFor(t, 10*time.Second, "25 records of ok committed", func() bool { return committed("ok") == 25 })
+			if got := committed("big"); got != 3 {
+				t.Fatalf("big/0 committed to %v, want 3 (stopped before the large record at offset 3)", got)
+			}
+			if n := testutil.ToFloat64(m.PartitionStops.WithLabelValues(testLink, "big", "0", ReasonRecordTooLarge)); n != 1 {
+				t.Errorf("big/0 stopped %v times, want once", n)
+			}
+		})
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/refusal"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 )
@@ -94,6 +95,9 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	readCtx, stopReading := context.WithCancel(sctx)
 	defer stopReading()
 	for _, p := range r.parts {
+		if r.stopped(p) { // stays stopped until an operator acts
+			continue
+		}
 		pc, err := r.consume(p, resume[p])
 		var stop *StopError
 		if errors.As(err, &stop) {
@@ -331,6 +335,18 @@ func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.Par
 					return
 				}
 			}
+			if size := recordBytes(m); r.set.MaxMessageBytes > 0 && size > r.set.MaxMessageBytes {
+				// No writer would take it. What is in hand is sent first, so
+				// the partition stops exactly before this record.
+				if enc.Count() > 0 && !flush() {
+					return
+				}
+				r.stopPartition(p, &StopError{Reason: ReasonRecordTooLarge, Err: refusal.Refusal{
+					Reason: refusal.RecordTooLarge, Topic: p.Topic, Partition: p.Partition, Offset: m.Offset,
+					Size: int64(size), Limit: int64(r.set.MaxMessageBytes), Setting: "the fetcher's writers.max_message_bytes",
+				}})
+				return
+			}
 			tr.record(ctx, m)
 			enc.Begin(m.Offset, m.Timestamp.UnixMilli(), m.Key, m.Value, len(m.Headers))
 			for _, h := range m.Headers {
@@ -357,6 +373,16 @@ func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.Par
 			r.log.Warn("source read error; sarama retries", "topic", p.Topic, "partition", p.Partition, "err", err)
 		}
 	}
+}
+
+// recordBytes is a record's size in a batch: what it adds to the encoder,
+// to within a few varint bytes.
+func recordBytes(m *sarama.ConsumerMessage) int {
+	n := 32 + len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += 8 + len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 // send numbers batches and sends them, holding at most MaxInflightBytes of

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/refusal"
 )
 
 // Checkpoints are the next offsets committed, by topic and partition.
@@ -63,6 +64,18 @@ type Writer struct {
 	batches int
 	closed  int           // streams the fetcher ended (CloseSend)
 	hold    chan struct{} // non-nil: acknowledgements wait until it closes
+	// refuseAbove: a batch larger than this (uncompressed) ends its stream
+	// with a refusal of its partition, as a writer refuses a record its
+	// target cannot take. Zero: none refused.
+	refuseAbove int
+}
+
+// RefuseBatchesAbove makes the writer refuse, as record too large, every
+// batch above n bytes uncompressed, naming the batch's first offset.
+func (w *Writer) RefuseBatchesAbove(n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refuseAbove = n
 }
 
 // Start serves on addr ("127.0.0.1:0" for a free port, or the address of
@@ -168,8 +181,12 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 		}
 		w.mu.Lock()
 		w.batches++
-		hold := w.hold
+		hold, refuseAbove := w.hold, w.refuseAbove
 		w.mu.Unlock()
+		if refuseAbove > 0 && int(b.GetUncompressedSize()) > refuseAbove {
+			return refusal.Refusal{Reason: refusal.RecordTooLarge, Topic: b.GetTopic(), Partition: b.GetPartition(),
+				Offset: b.GetFirstOffset(), Size: int64(b.GetUncompressedSize()), Limit: int64(refuseAbove), Setting: "the test writer's limit"}.Status()
+		}
 		if hold != nil {
 			select {
 			case <-hold:
