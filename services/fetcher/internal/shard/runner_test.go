@@ -131,7 +131,9 @@ func TestRecordTooLargeStopsOnlyItsPartition(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			src := newSource(t, "ok", "big")
 			m := metrics.New(prometheus.NewRegistry())
-			committed := func(topic string) float64 { return testutil.ToFloat64(m.Committed.WithLabelValues(testLink, topic, "0")) }
+			committed := func(topic string) float64 {
+				return testutil.ToFloat64(m.Committed.WithLabelValues(testLink, topic, "0"))
+			}
 			writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 			writer.RefuseBatchesAbove(tt.writerLimit)
 			r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) { s.MaxMessageBytes = tt.maxMessageBytes }, "ok", "big")

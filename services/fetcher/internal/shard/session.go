@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
-	"github.com/ferry-replicator/ferry/pkg/refusal"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/refusal"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 )
 
