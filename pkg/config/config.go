@@ -226,6 +226,24 @@ func (p *Problems) Addf(key, format string, args ...any) {
 	*p = append(*p, key+": "+fmt.Sprintf(format, args...))
 }
 
+// Setting is a key and whether a configuration changes it from its default.
+type Setting struct {
+	Key string
+	Set bool
+}
+
+// RefuseInert records each of settings that is set as a problem: a setting
+// whose part is turned off by another would be accepted and then ignored,
+// and a forgotten switch must not pass for a setting in force. why says
+// what turns the part on.
+func (p *Problems) RefuseInert(why string, settings ...Setting) {
+	for _, s := range settings {
+		if s.Set {
+			p.Addf(s.Key, "%s", why)
+		}
+	}
+}
+
 // Err returns nil without problems, else one error listing them all.
 func (p Problems) Err() error {
 	if len(p) == 0 {

@@ -280,53 +280,39 @@ func (c *Config) Validate() error {
 	return p.Err()
 }
 
-// setting is a key and whether the configuration changes it from its
-// default.
-type setting struct {
-	key string
-	set bool
-}
-
 // refuseInert refuses settings that would be accepted and then ignored,
-// because the setting that turns their part on is off: a forgotten switch
-// must not pass for a setting in force.
+// because the setting that turns their part on is off.
 func (c *Config) refuseInert(p *config.Problems) {
 	d := Defaults()
-	refuse := func(why string, settings ...setting) {
-		for _, s := range settings {
-			if s.set {
-				p.Addf(s.key, "%s", why)
-			}
-		}
-	}
+	refuse := p.RefuseInert
 	if c.Lease.Address == "" {
 		l, dl := c.Lease, d.Lease
 		refuse("has no effect without lease.address (no leases: this fetcher owns every shard it is given); set lease.address or remove it",
-			setting{"lease.datacenter", l.Datacenter != dl.Datacenter},
-			setting{"lease.key_prefix", l.KeyPrefix != dl.KeyPrefix},
-			setting{"lease.session_ttl", l.SessionTTL != dl.SessionTTL},
-			setting{"lease.lock_delay", l.LockDelay != dl.LockDelay},
-			setting{"lease.balance_interval", l.BalanceInterval != dl.BalanceInterval})
+			config.Setting{Key: "lease.datacenter", Set: l.Datacenter != dl.Datacenter},
+			config.Setting{Key: "lease.key_prefix", Set: l.KeyPrefix != dl.KeyPrefix},
+			config.Setting{Key: "lease.session_ttl", Set: l.SessionTTL != dl.SessionTTL},
+			config.Setting{Key: "lease.lock_delay", Set: l.LockDelay != dl.LockDelay},
+			config.Setting{Key: "lease.balance_interval", Set: l.BalanceInterval != dl.BalanceInterval})
 	}
 	if c.Writers.Consul.Address == "" {
 		w, dw := c.Writers.Consul, d.Writers.Consul
 		refuse("has no effect without writers.consul.address; set it or remove this",
-			setting{"writers.consul.datacenter", w.Datacenter != dw.Datacenter},
-			setting{"writers.consul.service", w.Service != dw.Service})
+			config.Setting{Key: "writers.consul.datacenter", Set: w.Datacenter != dw.Datacenter},
+			config.Setting{Key: "writers.consul.service", Set: w.Service != dw.Service})
 	}
 	if t := c.Writers.TLS; t.Insecure {
 		refuse("has no effect with writers.tls.insecure (plaintext); remove it, or turn insecure off",
-			setting{"writers.tls.cert_file", t.CertFile != ""},
-			setting{"writers.tls.key_file", t.KeyFile != ""},
-			setting{"writers.tls.ca_file", t.CAFile != ""},
-			setting{"writers.tls.allowed_ids", len(t.AllowedIDs) > 0},
-			setting{"writers.tls.reload_interval", t.ReloadInterval != d.Writers.TLS.ReloadInterval})
+			config.Setting{Key: "writers.tls.cert_file", Set: t.CertFile != ""},
+			config.Setting{Key: "writers.tls.key_file", Set: t.KeyFile != ""},
+			config.Setting{Key: "writers.tls.ca_file", Set: t.CAFile != ""},
+			config.Setting{Key: "writers.tls.allowed_ids", Set: len(t.AllowedIDs) > 0},
+			config.Setting{Key: "writers.tls.reload_interval", Set: t.ReloadInterval != d.Writers.TLS.ReloadInterval})
 	}
 	if t, dt := c.Tracing, d.Tracing; !t.Enabled() {
 		refuse("has no effect without tracing.endpoint (tracing is off); set the endpoint or remove this",
-			setting{"tracing.insecure", t.Insecure != dt.Insecure},
-			setting{"tracing.sampling_ratio", t.SamplingRatio != dt.SamplingRatio},
-			setting{"tracing.resource_attributes", len(t.ResourceAttributes) > 0})
+			config.Setting{Key: "tracing.insecure", Set: t.Insecure != dt.Insecure},
+			config.Setting{Key: "tracing.sampling_ratio", Set: t.SamplingRatio != dt.SamplingRatio},
+			config.Setting{Key: "tracing.resource_attributes", Set: len(t.ResourceAttributes) > 0})
 	}
 }
 

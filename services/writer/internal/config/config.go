@@ -218,6 +218,7 @@ func (c *Config) Validate() error {
 	if c.Registration.Address != "" && c.Registration.Service == "" {
 		p.Addf("registration.service", "required with registration.address")
 	}
+	c.refuseInert(&p)
 	if len(c.Links) == 0 {
 		p.Addf("links", "required: at least one link")
 	}
@@ -270,3 +271,30 @@ func (c *Config) Validate() error {
 
 // Logging returns the log settings.
 func (c *Config) Logging() telemetry.LogConfig { return c.Log }
+
+// refuseInert refuses settings that would be accepted and then ignored,
+// because the setting that turns their part on is off.
+func (c *Config) refuseInert(p *config.Problems) {
+	d := Defaults()
+	if r, dr := c.Registration, d.Registration; r.Address == "" {
+		p.RefuseInert("has no effect without registration.address (the writer is not in Consul's catalog); set it or remove this",
+			config.Setting{Key: "registration.datacenter", Set: r.Datacenter != dr.Datacenter},
+			config.Setting{Key: "registration.service", Set: r.Service != dr.Service},
+			config.Setting{Key: "registration.advertise", Set: r.Advertise != dr.Advertise})
+	}
+	if t, dt := c.TLS, d.TLS; t.Insecure {
+		p.RefuseInert("has no effect with tls.insecure (plaintext); remove it, or turn insecure off",
+			config.Setting{Key: "tls.cert_file", Set: t.CertFile != ""},
+			config.Setting{Key: "tls.key_file", Set: t.KeyFile != ""},
+			config.Setting{Key: "tls.ca_file", Set: t.CAFile != ""},
+			config.Setting{Key: "tls.allowed_ids", Set: len(t.AllowedIDs) > 0},
+			config.Setting{Key: "tls.max_connection_age", Set: t.MaxConnectionAge != dt.MaxConnectionAge},
+			config.Setting{Key: "tls.reload_interval", Set: t.ReloadInterval != dt.ReloadInterval})
+	}
+	if t, dt := c.Tracing, d.Tracing; !t.Enabled() {
+		p.RefuseInert("has no effect without tracing.endpoint (tracing is off); set the endpoint or remove this",
+			config.Setting{Key: "tracing.insecure", Set: t.Insecure != dt.Insecure},
+			config.Setting{Key: "tracing.sampling_ratio", Set: t.SamplingRatio != dt.SamplingRatio},
+			config.Setting{Key: "tracing.resource_attributes", Set: len(t.ResourceAttributes) > 0})
+	}
+}

@@ -30,6 +30,12 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		{"bad topic include", base + "links: [{name: a, topics: {include: ['ok', '(']}}]\n", "links[0].topics.include[1]"},
 		{"bad topic exclude", base + "links: [{name: a, topics: {exclude: ['a)(?:b']}}]\n", "links[0].topics.exclude[0]"},
 		{"empty topic include", base + "links: [{name: a, topics: {include: []}}]\n", "links[0].topics.include: required"},
+		// Settings whose part is off are refused, not ignored.
+		{"certificate with insecure", "target: {bootstrap_servers: [\"127.0.0.1:9092\"]}\ntls: {insecure: true, cert_file: w.pem}\nlinks: [{name: a}]\n", "tls.cert_file: has no effect with tls.insecure"},
+		{"connection age with insecure", "target: {bootstrap_servers: [\"127.0.0.1:9092\"]}\ntls: {insecure: true, max_connection_age: 7h}\nlinks: [{name: a}]\n", "tls.max_connection_age: has no effect"},
+		{"advertise without registration", base + "registration: {advertise: 'w:7400'}\nlinks: [{name: a}]\n", "registration.advertise: has no effect without registration.address"},
+		{"registration with its address", base + "registration: {address: '127.0.0.1:8500', advertise: 'w:7400'}\nlinks: [{name: a}]\n", ""},
+		{"sampling without tracing", base + "tracing: {sampling_ratio: 0.5}\nlinks: [{name: a}]\n", "tracing.sampling_ratio: has no effect without tracing.endpoint"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
