@@ -58,19 +58,7 @@ func TestRecordTooLargeForTheTargetIsRefusedByName(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			stream, err := w.client.Replicate(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			open := &ferryv1.Open{Link: "east", Shard: 1, Epoch: 1, Fetcher: "f1",
-				Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
-				Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
-			if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
-				t.Fatal(err)
-			}
-			if resp, err := stream.Recv(); err != nil || resp.GetOpened() == nil {
-				t.Fatalf("open answered %v, %v; want Opened", resp, err)
-			}
+			stream := w.openOrders(ctx, t, "east")
 			if tt.lowerAfterOpen {
 				res, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "max.message.bytes", Value: &limit}}, "orders")
 				if err == nil {

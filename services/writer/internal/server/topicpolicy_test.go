@@ -176,6 +176,26 @@ func (w *testWriter) open(t *testing.T, link string, topicNames ...string) (*fer
 	return resp.GetOpened(), nil
 }
 
+// openOrders opens shard 1 of link over partition 0 of topic orders and
+// waits for the writer's Opened.
+func (w *testWriter) openOrders(ctx context.Context, t *testing.T, link string) ferryv1.ReplicationService_ReplicateClient {
+	t.Helper()
+	stream, err := w.client.Replicate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := &ferryv1.Open{Link: link, Shard: 1, Epoch: 1, Fetcher: "f1",
+		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
+		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || resp.GetOpened() == nil {
+		t.Fatalf("open answered %v, %v; want Opened", resp, err)
+	}
+	return stream
+}
+
 func mustFilter(t *testing.T, include, exclude []string) topicfilter.Filter {
 	t.Helper()
 	f, err := topicfilter.Parse(include, exclude)
@@ -280,19 +300,7 @@ func TestBatchOfATopicOutsideTheOpenIsRefused(t *testing.T) {
 	w := startWriter(t, []Link{{Name: "east", Topics: mustFilter(t, topicfilter.DefaultInclude, topicfilter.DefaultExclude)}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stream, err := w.client.Replicate(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := &ferryv1.Open{Link: "east", Shard: 1, Epoch: 1, Fetcher: "f1",
-		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
-		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
-	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
-		t.Fatal(err)
-	}
-	if resp, err := stream.Recv(); err != nil || resp.GetOpened() == nil {
-		t.Fatalf("open answered %v, %v; want Opened", resp, err)
-	}
+	stream := w.openOrders(ctx, t, "east")
 	cpHW := w.cluster.PartitionInfo(cpTopic, 0).HighWatermark
 	b := &ferryv1.Batch{Sequence: 1, Epoch: 1, Topic: cpTopic, Partition: 0, FirstOffset: 0, LastOffset: 0}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
