@@ -78,6 +78,9 @@ scenarios: build kafka consul jaeger
 # Consul and toxiproxy, then compares target and source record by record
 # (docs/reliability.md). make test runs a two-minute one (TestSoak).
 # SOAK_SEED=0 picks a seed; SOAK_OUT appends each report as a JSON line.
+# SOAK_SYSTEM=mm2-eos runs the same schedule against MirrorMaker 2
+# exactly-once instead of Ferry.
+SOAK_SYSTEM   ?= ferry
 SOAK_MINUTES  ?= 5
 SOAK_SEED     ?= 0
 SOAK_DELIVERY ?= exactly_once
@@ -85,7 +88,7 @@ SOAK_CODEC    ?=
 SOAK_OUT      ?= loadtest/results/soak/runs.jsonl
 soak: build kafka consul
 	@mkdir -p $(dir $(SOAK_OUT))
-	$(GO) run ./loadtest/cmd/ferry-soak --bin $(BIN) --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) \
+	$(GO) run ./loadtest/cmd/ferry-soak --system $(SOAK_SYSTEM) --bin $(BIN) --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) \
 		--delivery $(SOAK_DELIVERY) --codec '$(SOAK_CODEC)' --out $(SOAK_OUT)
 
 # fuzz runs each fuzz target for a bounded time (FUZZTIME, default 30s).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -103,29 +102,16 @@ type replicator interface {
 // the kafkabroker helper's defaults (see docs/real-kafka.md): none of those
 // changes the data path (they turn off the reverse flow's heartbeat herder,
 // the plugin classpath scan and ACL sync, and shorten the topic refresh), so
-// "default" here is stock MM2 on the data path.
+// "default" here is stock MM2 on the data path. Tuned and exactly-once are
+// kafkabroker's, which the fault soak's mm2-eos shares.
 func mm2Props(sys System, partitions int) map[string]string {
 	switch sys {
 	case MM2Default:
 		return map[string]string{}
-	case MM2Tuned, MM2EOS:
-		p := map[string]string{
-			"tasks.max": strconv.Itoa(partitions),
-			// Like the source topic and Ferry's writer.
-			targetAlias + ".producer.compression.type": "lz4",
-			// Like Ferry's link.batch.max_bytes and link.batch.linger.
-			targetAlias + ".producer.batch.size":       "1048576",
-			targetAlias + ".producer.linger.ms":        "20",
-			targetAlias + ".producer.max.request.size": "4194304",
-			targetAlias + ".producer.buffer.memory":    "67108864",
-			// Like Ferry's link.fetch_max_bytes (1 MiB per partition).
-			sourceAlias + ".consumer.max.partition.fetch.bytes": "1048576",
-			sourceAlias + ".consumer.fetch.max.bytes":           "67108864",
-		}
-		if sys == MM2EOS {
-			p[targetAlias+".exactly.once.source.support"] = "enabled"
-		}
-		return p
+	case MM2Tuned:
+		return kafkabroker.MM2TunedProps(sourceAlias, targetAlias, partitions)
+	case MM2EOS:
+		return kafkabroker.MM2ExactlyOnceProps(sourceAlias, targetAlias, partitions)
 	}
 	return nil
 }

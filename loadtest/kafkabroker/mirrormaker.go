@@ -2,10 +2,12 @@ package kafkabroker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/ferry-replicator/ferry/loadtest/procgroup"
@@ -26,8 +28,8 @@ type MM2Options struct {
 	// Keys are top-level ("tasks.max"), per cluster ("<alias>.producer.linger.ms",
 	// "<alias>.consumer.fetch.max.bytes") or per flow
 	// ("<src>-><dst>.emit.checkpoints.enabled"). Exactly-once delivery:
-	// "<TargetAlias>.exactly.once.source.support"="enabled" (checked to work
-	// with one MM2 node; the brokers support transactions).
+	// MM2ExactlyOnceProps (checked to work with one MM2 node; the brokers
+	// support transactions).
 	Props map[string]string
 	// Dir receives mm2.properties and mm2.log. Empty: a new temporary
 	// directory, removed by Stop.
@@ -42,6 +44,7 @@ type MM2Options struct {
 // for concurrent use.
 type MirrorMaker struct {
 	opts    MM2Options
+	libs    string
 	ownDir  bool
 	logPath string
 	proc    *procgroup.Proc
@@ -115,8 +118,8 @@ func StartMirrorMaker(ctx context.Context, opts MM2Options) (*MirrorMaker, error
 	if err != nil {
 		return nil, fmt.Errorf("start mirrormaker: %w", err)
 	}
-	m := &MirrorMaker{opts: opts}
-	if err := m.launch(libs); err != nil {
+	m := &MirrorMaker{opts: opts, libs: libs}
+	if err := m.launch(); err != nil {
 		if m.ownDir {
 			os.RemoveAll(m.opts.Dir)
 		}
@@ -125,7 +128,7 @@ func StartMirrorMaker(ctx context.Context, opts MM2Options) (*MirrorMaker, error
 	return m, nil
 }
 
-func (m *MirrorMaker) launch(libs string) error {
+func (m *MirrorMaker) launch() error {
 	if m.opts.Dir == "" {
 		dir, err := os.MkdirTemp("", "ferry-mm2-")
 		if err != nil {
@@ -142,7 +145,7 @@ func (m *MirrorMaker) launch(libs string) error {
 	if err := writeProps(propsPath, "Written by loadtest/kafkabroker", props); err != nil {
 		return err
 	}
-	args := javaArgs(libs, m.opts.Heap, m.opts.JVMArgs, "org.apache.kafka.connect.mirror.MirrorMaker", propsPath)
+	args := javaArgs(m.libs, m.opts.Heap, m.opts.JVMArgs, "org.apache.kafka.connect.mirror.MirrorMaker", propsPath)
 	p, err := procgroup.Start("java", args, m.logPath)
 	if err != nil {
 		return err
@@ -177,7 +180,9 @@ func (m *MirrorMaker) Stop() error {
 		if rmErr := os.RemoveAll(m.opts.Dir); rmErr != nil && err == nil {
 			err = rmErr
 		}
-		m.ownDir = false
+		// A Restart makes a new temporary directory rather than one that
+		// nothing would remove.
+		m.opts.Dir, m.ownDir = "", false
 	}
 	if err != nil {
 		return fmt.Errorf("stop mirrormaker: %w", err)
@@ -188,3 +193,59 @@ func (m *MirrorMaker) Stop() error {
 // Kill ends MM2 at once with SIGKILL. Its directory is kept; call Stop
 // afterwards to remove a temporary one.
 func (m *MirrorMaker) Kill() { m.proc.Kill() }
+
+// Pause freezes MM2 with SIGSTOP (every JVM thread stopped when it returns),
+// as a long GC pause or a frozen VM would; Resume undoes it.
+func (m *MirrorMaker) Pause() error { return m.proc.Pause() }
+
+// Resume continues a paused MM2 with SIGCONT.
+func (m *MirrorMaker) Resume() error { return m.proc.Resume() }
+
+// Restart starts MM2 again, with the same properties, once it has ended
+// (Kill, Stop or a crash); its log continues in the same file (in a new
+// directory if Stop removed a temporary one). It resumes
+// from the source offsets it committed to the target cluster and, like
+// StartMirrorMaker, returns as soon as the JVM runs.
+func (m *MirrorMaker) Restart() error {
+	if !m.proc.Exited() {
+		return errors.New("restart mirrormaker: still running")
+	}
+	if err := m.launch(); err != nil {
+		return fmt.Errorf("restart mirrormaker: %w", err)
+	}
+	return nil
+}
+
+// MM2TunedProps are MM2 settings sized like Ferry's defaults, so a
+// comparison with Ferry sets like against like: tasks tasks (one per source
+// partition, say), lz4 and 1 MiB batches lingering 20 ms on the target
+// producer (Ferry's writer, link.batch.max_bytes and link.batch.linger),
+// 1 MiB per partition per fetch on the source consumer
+// (link.fetch_max_bytes). source and target are the cluster aliases.
+func MM2TunedProps(source, target string, tasks int) map[string]string {
+	return map[string]string{
+		"tasks.max":                                    strconv.Itoa(tasks),
+		target + ".producer.compression.type":          "lz4",
+		target + ".producer.batch.size":                "1048576",
+		target + ".producer.linger.ms":                 "20",
+		target + ".producer.max.request.size":          "4194304",
+		target + ".producer.buffer.memory":             "67108864",
+		source + ".consumer.max.partition.fetch.bytes": "1048576",
+		source + ".consumer.fetch.max.bytes":           "67108864",
+	}
+}
+
+// MM2ExactlyOnceProps are MM2TunedProps with exactly-once delivery: the
+// target's Connect worker runs exactly-once source tasks (transactional
+// producers, the source offsets committed in the same transactions as the
+// records), and the source consumer reads committed records only.
+// MirrorSourceConnector declares exactly-once support only with
+// read_committed (otherwise it answers UNSUPPORTED, which the connector's
+// default exactly.once.support=requested lets pass): it would copy the
+// records of aborted source transactions, and commit them on the target.
+func MM2ExactlyOnceProps(source, target string, tasks int) map[string]string {
+	p := MM2TunedProps(source, target, tasks)
+	p[target+".exactly.once.source.support"] = "enabled"
+	p[source+".consumer.isolation.level"] = "read_committed"
+	return p
+}

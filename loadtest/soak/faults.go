@@ -87,6 +87,41 @@ func resources(f Fault) []string {
 	return nil
 }
 
+// applies reports whether a fault has a counterpart in the system. MM2
+// shares the brokers and the source and target hops with Ferry, and its
+// one process stands in for the writers and the fetchers; it has no
+// fetcher↔writer hop, no Consul and no tiers to scale.
+func applies(system string, f Fault) bool {
+	if system != SystemMM2EOS {
+		return true
+	}
+	switch f.Kind {
+	case "consul-restart", "scale-fetchers", "scale-writers":
+		return false
+	case "net-cut", "net-stall", "net-latency":
+		return f.Target == "source" || f.Target == "target"
+	}
+	return true
+}
+
+// resourcesFor are the resources a fault holds in the system while it
+// acts. The schedule keeps Ferry's resources apart; MM2's writer and
+// fetcher faults all act on its one process, so they hold "mm2" and one
+// waits for another instead of acting at once.
+func resourcesFor(system string, f Fault) []string {
+	if system != SystemMM2EOS {
+		return resources(f)
+	}
+	if !applies(system, f) {
+		return nil
+	}
+	switch f.Kind {
+	case "writer-kill", "writer-pause", "writer-restart", "fetcher-kill", "fetcher-pause", "fetcher-restart":
+		return []string{"mm2"}
+	}
+	return resources(f)
+}
+
 // Schedule draws the faults of a run from seed: a new fault every 6 to 16
 // seconds, so with the longer ones several overlap, each on resources no
 // other fault holds until it has settled.
@@ -135,8 +170,9 @@ func (e *env) inject(ctx context.Context, sched []Fault, t0 time.Time) []Done {
 		wg   sync.WaitGroup
 		held = map[string]*sync.Mutex{}
 	)
+	system := e.opts.System
 	for _, f := range sched {
-		for _, r := range resources(f) {
+		for _, r := range resourcesFor(system, f) {
 			if held[r] == nil {
 				held[r] = &sync.Mutex{}
 			}
@@ -146,12 +182,21 @@ func (e *env) inject(ctx context.Context, sched []Fault, t0 time.Time) []Done {
 		if err := sleep(ctx, time.Until(t0.Add(f.At))); err != nil {
 			break
 		}
+		if !applies(system, f) {
+			e.log.Info("fault not applicable", "system", system, "kind", f.Kind, "target", f.Target)
+			now := time.Now()
+			mu.Lock()
+			out[i] = Done{Fault: f, Start: now, End: now, Err: errNotApplicable.Error()}
+			mu.Unlock()
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			// The schedule keeps resources apart; a fault that ran long
-			// makes the next one on its resources wait, in sorted order.
-			res := resources(f)
+			// (or, for MM2, one on the same process) makes the next one on
+			// its resources wait, in sorted order.
+			res := resourcesFor(system, f)
 			slices.Sort(res)
 			for _, r := range res {
 				held[r].Lock()
@@ -196,8 +241,14 @@ func (e *env) apply(ctx context.Context, f Fault) error {
 		defer cancel()
 		return b.Restart(rctx) // a clean stop (SIGTERM) first when it runs
 	case "writer-kill", "writer-pause", "writer-restart":
+		if e.mm2 != nil {
+			return e.mm2Fault(ctx, f)
+		}
 		return e.processFault(ctx, f, e.writers[f.Target[0]-'0'], true)
 	case "fetcher-kill", "fetcher-pause", "fetcher-restart":
+		if e.mm2 != nil {
+			return e.mm2Fault(ctx, f)
+		}
 		return e.processFault(ctx, f, e.fetchers[f.Target[0]-'0'], false)
 	case "net-cut", "net-stall", "net-latency":
 		return e.netFault(ctx, f)
@@ -259,6 +310,38 @@ func (e *env) restart(ctx context.Context, m *member, writer bool) error {
 		return fmt.Errorf("%s not ready after restart: %w", m.name, err)
 	}
 	return nil
+}
+
+// mm2Fault is a writer or fetcher fault on MirrorMaker 2's one process:
+// SIGKILL then a start after For, SIGSTOP for For then SIGCONT, or a clean
+// stop then a start after For.
+func (e *env) mm2Fault(ctx context.Context, f Fault) error {
+	m := e.mm2
+	if !m.Running() {
+		return errSkipped
+	}
+	switch {
+	case strings.HasSuffix(f.Kind, "-kill"):
+		m.Kill()
+	case strings.HasSuffix(f.Kind, "-pause"):
+		if err := m.Pause(); err != nil {
+			_ = m.Resume() // some threads may have stopped
+			return err
+		}
+		err := sleep(ctx, f.For)
+		if rerr := m.Resume(); rerr != nil {
+			return rerr
+		}
+		return err
+	default: // graceful restart
+		if err := m.Stop(); err != nil {
+			e.log.Warn("graceful stop", "process", "mirrormaker", "err", err)
+		}
+	}
+	if err := sleep(ctx, f.For); err != nil {
+		return err
+	}
+	return m.Restart()
 }
 
 // netFault acts on every proxy of a hop.

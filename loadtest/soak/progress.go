@@ -3,6 +3,7 @@ package soak
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -18,20 +19,48 @@ import (
 )
 
 // sample is the copy's progress at one moment, from the durable truth:
-// the committed checkpoints in the target (next source offset of each
-// partition) against the source's end offsets.
+// the source positions committed in the target (next source offset of each
+// partition) against the source's end offsets. Exactly-once, both systems
+// commit their positions in the same transactions as the records: Ferry
+// its checkpoints in __ferry_checkpoints, MM2 its source offsets in its
+// Connect offsets topic. So the lag means the same for both: what the
+// source holds that the target has not committed. (The target's own end
+// offsets would not do: they count transaction markers, and their rate
+// cannot tell a copy held back from producers held back by a source
+// restart.)
 type sample struct {
 	at time.Time
-	// copied is the sum of the checkpoints' next source offsets.
+	// copied is the sum of the positions' next source offsets.
 	copied int64
-	// lag is the sum over partitions of source end minus checkpoint.
+	// lag is the sum over partitions of source end minus position.
 	lag int64
+	// idemLag is lag over the idempotent topic only, which has no
+	// transactions, so it is 0 once everything has been copied.
+	idemLag int64
+}
+
+// positionFunc reads one record of a system's positions topic: the source
+// partition ("topic/partition") and the next source offset to copy.
+type positionFunc func(r *kgo.Record) (tp string, next int64, ok bool)
+
+// positions returns the topic holding the system's committed source
+// positions, in the target cluster, and how to read it.
+func positions(system string) (string, positionFunc) {
+	if system == SystemMM2EOS {
+		// MirrorMakerConfig names the offsets topic of the flow's herder
+		// after the source alias.
+		return "mm2-offsets." + mm2Source + ".internal", mm2Position
+	}
+	return "__ferry_checkpoints", ferryPosition
 }
 
 // progress samples the copy once a second.
 type progress struct {
 	e    *env
 	rate int // records per second the producers aim at, both together
+	// topic and position: where and how the system commits its positions.
+	topic    string
+	position positionFunc
 
 	mu      sync.Mutex
 	samples []sample
@@ -39,16 +68,17 @@ type progress struct {
 }
 
 func newProgress(e *env, rate int) *progress {
-	return &progress{e: e, rate: rate, next: map[string]int64{}}
+	topic, position := positions(e.opts.System)
+	return &progress{e: e, rate: rate, topic: topic, position: position, next: map[string]int64{}}
 }
 
-// run tails the checkpoint topic and samples until ctx ends.
+// run tails the positions topic and samples until ctx ends.
 func (p *progress) run(ctx context.Context) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(p.e.dst.Addr()),
-		kgo.ConsumeTopics("__ferry_checkpoints"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ConsumeTopics(p.topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
-		p.e.log.Error("progress: checkpoint client", "err", err)
+		p.e.log.Error("progress: positions client", "err", err)
 		return
 	}
 	defer cl.Close()
@@ -89,27 +119,72 @@ func (p *progress) run(ctx context.Context) {
 			n := p.next[o.Topic+"/"+strconv.Itoa(int(o.Partition))]
 			s.copied += n
 			s.lag += max(0, o.Offset-n)
+			if o.Topic == topicIdem {
+				s.idemLag += max(0, o.Offset-n)
+			}
 		})
 		p.samples = append(p.samples, s)
 		p.mu.Unlock()
 	}
 }
 
-// apply reads one checkpoint record: key link/topic/partition, JSON value.
+// apply reads one record of the positions topic.
 func (p *progress) apply(r *kgo.Record) {
+	tp, next, ok := p.position(r)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	p.next[tp] = next
+	p.mu.Unlock()
+}
+
+// ferryPosition reads one of Ferry's checkpoints: key
+// link/topic/partition, JSON value with the next source offset.
+func ferryPosition(r *kgo.Record) (string, int64, bool) {
 	parts := strings.Split(string(r.Key), "/")
 	if len(parts) != 3 || parts[0] != link || r.Value == nil {
-		return
+		return "", 0, false
 	}
 	var cp struct {
 		Next int64 `json:"next_source_offset"`
 	}
 	if json.Unmarshal(r.Value, &cp) != nil {
-		return
+		return "", 0, false
 	}
-	p.mu.Lock()
-	p.next[parts[1]+"/"+parts[2]] = cp.Next
-	p.mu.Unlock()
+	return parts[1] + "/" + parts[2], cp.Next, true
+}
+
+// mm2Position reads one record of MM2's Connect offsets topic (JSON,
+// schemas off): key [connector name, source partition], value the source
+// offset of the last record copied, so the next is one more. The
+// checkpoint and heartbeat connectors keep their offsets there too, under
+// their own names.
+//
+//	key   ["MirrorSourceConnector",{"cluster":"src","partition":0,"topic":"soak.idem"}]
+//	value {"offset":41}
+func mm2Position(r *kgo.Record) (string, int64, bool) {
+	var key []json.RawMessage
+	if r.Value == nil || json.Unmarshal(r.Key, &key) != nil || len(key) != 2 {
+		return "", 0, false
+	}
+	var connector string
+	var part struct {
+		Cluster   string `json:"cluster"`
+		Topic     string `json:"topic"`
+		Partition *int32 `json:"partition"`
+	}
+	if json.Unmarshal(key[0], &connector) != nil || connector != "MirrorSourceConnector" ||
+		json.Unmarshal(key[1], &part) != nil || part.Cluster != mm2Source || part.Topic == "" || part.Partition == nil {
+		return "", 0, false
+	}
+	var off struct {
+		Offset *int64 `json:"offset"`
+	}
+	if json.Unmarshal(r.Value, &off) != nil || off.Offset == nil {
+		return "", 0, false
+	}
+	return part.Topic + "/" + strconv.Itoa(int(*part.Partition)), *off.Offset + 1, true
 }
 
 func (p *progress) all() []sample {
@@ -118,18 +193,39 @@ func (p *progress) all() []sample {
 	return slices.Clone(p.samples)
 }
 
+// waitMoving waits until the copy has committed a position, and returns an
+// error if it has not within limit.
+func (p *progress) waitMoving(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		if s := p.all(); len(s) > 0 && s[len(s)-1].copied > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no copy progress in %s: no positions in the target's %s", limit, p.topic)
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+}
+
 // waitCaughtUp waits, once the producers have stopped, until the copy has
-// stopped moving: the checkpoints unchanged for ten samples. The lag need
-// not reach zero: a partition whose last records were an aborted
-// transaction keeps its checkpoint before them (nothing more is sent), so
-// the verifier, not the lag, says whether everything arrived. It reports
-// whether the copy settled within limit.
+// stopped moving: the positions unchanged for ten samples, and the
+// idempotent topic copied to its end. The lag of the transactional topic
+// need not reach zero: a partition whose last records were an aborted
+// transaction keeps its position before them (nothing more is sent), so
+// the verifier, not that lag, says whether everything arrived. The
+// idempotent topic's lag tells a copy that has finished from one that has
+// not started again yet (MM2 restarted by the last fault, or by heal,
+// copies nothing for 10 to 40 s). It reports whether the copy settled
+// within limit.
 func (p *progress) waitCaughtUp(ctx context.Context, limit time.Duration) bool {
 	const settled = 10
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		s := p.all()
-		if n := len(s); n >= settled && s[n-1].copied > 0 && s[n-1].copied == s[n-settled].copied {
+		if n := len(s); n >= settled && s[n-1].copied > 0 && s[n-1].idemLag == 0 && s[n-1].copied == s[n-settled].copied {
 			return true
 		}
 		if sleep(ctx, time.Second) != nil {

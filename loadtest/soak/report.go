@@ -12,7 +12,9 @@ import (
 
 // Report is what a run found.
 type Report struct {
-	Seed     uint64        `json:"seed"`
+	Seed uint64 `json:"seed"`
+	// System is what copied: ferry or mm2-eos.
+	System   string        `json:"system"`
 	Delivery string        `json:"delivery"`
 	Codec    string        `json:"codec"`
 	Duration time.Duration `json:"duration"`
@@ -20,8 +22,12 @@ type Report struct {
 	// ByKind counts the faults that acted, by kind.
 	ByKind map[string]int `json:"by_kind"`
 	// Skipped counts faults whose target was not running.
-	Skipped int           `json:"skipped"`
-	Result  verify.Result `json:"result"`
+	Skipped int `json:"skipped"`
+	// NotApplicable counts faults the system has no counterpart for (for
+	// mm2-eos: Consul, the fetcher↔writer hop, scaling); Faults has them
+	// with Err "not applicable".
+	NotApplicable int           `json:"not_applicable"`
+	Result        verify.Result `json:"result"`
 	// LongestRecovery is the longest time from a fault's end until the lag
 	// was back at its healthy level; LongestKind names that fault.
 	LongestRecovery time.Duration `json:"longest_recovery"`
@@ -41,6 +47,8 @@ type Report struct {
 
 // OK applies the delivery's promise: exactly once, nothing missing,
 // duplicated, reordered or corrupt; at least once, duplicates allowed.
+// mm2-eos is held to exactly once like Ferry: its failing run is a finding
+// about MM2.
 func (r *Report) OK() bool {
 	res := r.Result
 	if !r.CaughtUp || len(r.Processes) > 0 || res.Missing != 0 || res.Reordered != 0 || res.Corrupt != 0 {
@@ -54,20 +62,29 @@ func (r *Report) OK() bool {
 // production, for a lag too small to scale).
 const healthyLagFactor = 2
 
-func newReport(opts Options, sched []Fault, done []Done, prog *progress, res verify.Result, prod *producers) *Report {
+// newReport sums up a run; the warm-up's samples, from warmFrom until the
+// first fault, give the healthy lag and rate.
+func newReport(opts Options, sched []Fault, done []Done, prog *progress, warmFrom time.Time, res verify.Result, prod *producers) *Report {
 	r := &Report{
-		Seed: opts.Seed, Delivery: opts.Delivery, Codec: opts.Codec, Duration: opts.Duration,
+		Seed: opts.Seed, System: opts.System, Delivery: opts.Delivery, Codec: opts.Codec, Duration: opts.Duration,
 		Faults: done, ByKind: map[string]int{}, Dip: map[string]float64{}, Result: res,
 		ProducerErrors: prod.errors.Load(),
 	}
-	if r.Codec == "" {
+	switch {
+	case opts.System == SystemMM2EOS:
+		r.Codec = "-"
+	case r.Codec == "":
 		r.Codec = "default"
 	}
 	samples := prog.all()
 	var first time.Time
 	for _, d := range done {
-		if d.Err == errSkipped.Error() {
+		switch d.Err {
+		case errSkipped.Error():
 			r.Skipped++
+			continue
+		case errNotApplicable.Error():
+			r.NotApplicable++
 			continue
 		}
 		r.ByKind[d.Kind]++
@@ -78,7 +95,7 @@ func newReport(opts Options, sched []Fault, done []Done, prog *progress, res ver
 	// The warm-up: healthy lag and copy rate.
 	var warm []sample
 	for _, s := range samples {
-		if !first.IsZero() && s.at.Before(first) {
+		if !first.IsZero() && !s.at.Before(warmFrom) && s.at.Before(first) {
 			warm = append(warm, s)
 		}
 	}
@@ -97,7 +114,7 @@ func newReport(opts Options, sched []Fault, done []Done, prog *progress, res ver
 	}
 	dips := map[string][]float64{}
 	for _, d := range done {
-		if d.Err == errSkipped.Error() {
+		if !acted(d) {
 			continue
 		}
 		// Recovery: the first sample after the fault's end back under the
@@ -126,6 +143,9 @@ func newReport(opts Options, sched []Fault, done []Done, prog *progress, res ver
 	return r
 }
 
+// acted reports whether a fault acted: neither skipped nor not applicable.
+func acted(d Done) bool { return d.Err != errSkipped.Error() && d.Err != errNotApplicable.Error() }
+
 // rateBetween is the copy rate between the samples nearest to from and to.
 func rateBetween(samples []sample, from, to time.Time) (float64, bool) {
 	var a, b *sample
@@ -151,14 +171,14 @@ func (r *Report) Row() string {
 		result = "**FAIL**"
 	}
 	res := r.Result
-	return fmt.Sprintf("| %d | %s | %s | %.0f | %d | %s | %d | %d | %d | %d | %s | %s |",
-		r.Seed, r.Delivery, r.Codec, r.Duration.Minutes(), r.faults(), r.kinds(), res.Produced,
+	return fmt.Sprintf("| %d | %s | %s | %s | %.0f | %d | %s | %d | %d | %d | %d | %s | %s |",
+		r.Seed, r.System, r.Delivery, r.Codec, r.Duration.Minutes(), r.faults(), r.kinds(), res.Produced,
 		res.Missing, res.Duplicates, res.Reordered, r.LongestRecovery.Round(time.Second), result)
 }
 
 // RowHeader heads Row's table.
-const RowHeader = "| seed | delivery | codec | minutes | faults | by kind | records | missing | duplicates | reordered | longest recovery | result |\n" +
-	"|---:|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|"
+const RowHeader = "| seed | system | delivery | codec | minutes | faults | by kind | records | missing | duplicates | reordered | longest recovery | result |\n" +
+	"|---:|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|"
 
 func (r *Report) faults() int {
 	n := 0
@@ -168,25 +188,45 @@ func (r *Report) faults() int {
 	return n
 }
 
-func (r *Report) kinds() string {
-	names := make([]string, 0, len(r.ByKind))
-	for k := range r.ByKind {
+func (r *Report) kinds() string { return joinCounts(r.ByKind) }
+
+// joinCounts lists counts by name, sorted: "net-cut 2, writer-kill 1".
+func joinCounts(counts map[string]int) string {
+	names := make([]string, 0, len(counts))
+	for k := range counts {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	parts := make([]string, len(names))
 	for i, k := range names {
-		parts[i] = fmt.Sprintf("%s %d", k, r.ByKind[k])
+		parts[i] = fmt.Sprintf("%s %d", k, counts[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// notApplicable counts the faults that did not apply by kind/target, for
+// people: "consul-restart 2, net-cut/writers 1".
+func (r *Report) notApplicable() string {
+	counts := map[string]int{}
+	for _, d := range r.Faults {
+		if d.Err != errNotApplicable.Error() {
+			continue
+		}
+		name := d.Kind
+		if strings.HasPrefix(d.Kind, "net-") {
+			name += "/" + d.Target
+		}
+		counts[name]++
+	}
+	return joinCounts(counts)
 }
 
 // Summary is a few lines for people: the row's figures, the dips and what
 // went wrong.
 func (r *Report) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "soak seed=%d delivery=%s codec=%s minutes=%.1f faults=%d skipped=%d\n",
-		r.Seed, r.Delivery, r.Codec, r.Duration.Minutes(), r.faults(), r.Skipped)
+	fmt.Fprintf(&b, "soak seed=%d system=%s delivery=%s codec=%s minutes=%.1f faults=%d skipped=%d not applicable=%d\n",
+		r.Seed, r.System, r.Delivery, r.Codec, r.Duration.Minutes(), r.faults(), r.Skipped, r.NotApplicable)
 	fmt.Fprintf(&b, "%s\n", r.Result.Line())
 	fmt.Fprintf(&b, "caught up=%v longest recovery=%s (%s) healthy rate=%.0f rec/s producer errors=%d\n",
 		r.CaughtUp, r.LongestRecovery.Round(time.Second), r.LongestKind, r.HealthyRate, r.ProducerErrors)
@@ -198,8 +238,11 @@ func (r *Report) Summary() string {
 	for _, k := range kinds {
 		fmt.Fprintf(&b, "  copy rate during %s: %.0f%% of healthy\n", k, 100*r.Dip[k])
 	}
+	if na := r.notApplicable(); na != "" {
+		fmt.Fprintf(&b, "  not applicable to %s: %s\n", r.System, na)
+	}
 	for _, d := range r.Faults {
-		if d.Err != "" && d.Err != errSkipped.Error() {
+		if d.Err != "" && acted(d) {
 			fmt.Fprintf(&b, "  fault %s/%s at %s: %s\n", d.Kind, d.Target, d.At, d.Err)
 		}
 	}

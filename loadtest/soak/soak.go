@@ -2,7 +2,9 @@
 // and overlapping, on real Apache Kafka source and target clusters with a
 // real Consul agent, two fetchers and two writers, while producers write
 // continuously; then it compares the target with the source record by
-// record.
+// record. The same schedule also runs against MirrorMaker 2 exactly-once
+// (System mm2-eos), one MM2 process in place of Ferry's four, so the two
+// are compared under faults and not only on speed.
 //
 // Every hop goes through a toxiproxy proxy, so the network faults reach
 // each one: fetcher↔source (the source broker's PROXIED listener),
@@ -13,7 +15,9 @@
 // stops the load or blinds the measurement.
 //
 // The same seed gives the same schedule (fault kinds, targets, start
-// times, durations): a failing seed is replayed with SOAK_SEED.
+// times, durations), whichever the system: a failing seed is replayed with
+// SOAK_SEED. Faults without an MM2 counterpart are recorded as not
+// applicable for mm2-eos (faults.go, applies).
 package soak
 
 import (
@@ -40,19 +44,31 @@ import (
 	"github.com/ferry-replicator/ferry/loadtest/verify"
 )
 
+// The systems a run can put under faults.
+const (
+	// SystemFerry is two fetchers and two writers with Consul.
+	SystemFerry = "ferry"
+	// SystemMM2EOS is one MirrorMaker 2 in dedicated mode with exactly-once
+	// delivery, configured as the benchmark's mm2-eos.
+	SystemMM2EOS = "mm2-eos"
+)
+
 // Options configure a soak run.
 type Options struct {
+	// System is what copies: SystemFerry (default) or SystemMM2EOS.
+	System string
 	// Duration is how long faults are injected (after a warm-up).
 	Duration time.Duration
 	// Seed chooses the schedule.
 	Seed uint64
 	// Delivery is the writers' link delivery: exactly_once or at_least_once.
+	// mm2-eos is exactly_once only.
 	Delivery string
-	// Codec is the fetchers' link.codec; empty: Ferry's default.
+	// Codec is the fetchers' link.codec; empty: Ferry's default. Ferry only.
 	Codec string
 	// Dir holds every process's log and data; the caller keeps or removes it.
 	Dir string
-	// BinDir holds ferry-fetcher and ferry-writer.
+	// BinDir holds ferry-fetcher and ferry-writer. Ferry only.
 	BinDir string
 	// Rate is the records per second of the idempotent producer; the
 	// transactional one writes a quarter of it.
@@ -62,6 +78,9 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
+	if o.System == "" {
+		o.System = SystemFerry
+	}
 	if o.Delivery == "" {
 		o.Delivery = "exactly_once"
 	}
@@ -71,6 +90,29 @@ func (o *Options) defaults() {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+}
+
+// Validate returns every problem of the options, by name, once defaults
+// are applied (as Run applies them).
+func (o Options) Validate() error {
+	o.defaults()
+	var errs []error
+	switch o.System {
+	case SystemFerry:
+		if o.Delivery != "exactly_once" && o.Delivery != "at_least_once" {
+			errs = append(errs, fmt.Errorf("delivery %q: want exactly_once or at_least_once", o.Delivery))
+		}
+	case SystemMM2EOS:
+		if o.Delivery != "exactly_once" {
+			errs = append(errs, fmt.Errorf("delivery %q: %s is exactly_once only", o.Delivery, o.System))
+		}
+		if o.Codec != "" {
+			errs = append(errs, fmt.Errorf("codec %q: a Ferry link setting, not %s's", o.Codec, o.System))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("system %q: want %s or %s", o.System, SystemFerry, SystemMM2EOS))
+	}
+	return errors.Join(errs...)
 }
 
 // The link and its topics.
@@ -87,6 +129,10 @@ const (
 	slots = 3
 	// warmUp runs before the first fault, to measure the healthy lag.
 	warmUp = 20 * time.Second
+	// MM2's cluster aliases; the source's names the target topics
+	// (targetPrefix) and its offsets topic.
+	mm2Source = "src"
+	mm2Target = "dst"
 )
 
 // env is everything a run starts.
@@ -99,9 +145,12 @@ type env struct {
 	toxics *toxiproxy.ApiServer
 	// proxies by hop: "source", "target", "consul", and "writer-<i>".
 	proxies map[string]*toxiproxy.Proxy
-	// addresses Ferry uses: through the proxies.
+	// addresses the system under test uses: through the proxies.
 	srcProxy, dstProxy, consulProxy string
-	writers, fetchers               [slots]*member
+	// Ferry's processes; nil for mm2-eos.
+	writers, fetchers [slots]*member
+	// mm2 is the MirrorMaker 2 of mm2-eos; nil for Ferry.
+	mm2 *kafkabroker.MirrorMaker
 }
 
 type member struct {
@@ -114,6 +163,9 @@ type member struct {
 // Run sets up, runs the schedule, heals, waits for the copy to catch up
 // and verifies. A setup error is returned; an anomaly is in the Report.
 func Run(ctx context.Context, opts Options) (*Report, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("soak options: %w", err)
+	}
 	opts.defaults()
 	e := &env{opts: opts, log: opts.Log, proxies: map[string]*toxiproxy.Proxy{}}
 	defer e.close()
@@ -123,17 +175,28 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	sched := Schedule(opts.Seed, opts.Duration)
 	prog := newProgress(e, opts.Rate+opts.Rate/4)
 	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); prog.run(runCtx) }()
 	prod := startProducers(runCtx, e.src.Addr(), opts, e.log)
+	// However the run ends, the sampler and the producers end before the
+	// brokers stop (e.close, deferred first, runs last).
+	defer func() {
+		stopRun()
+		prod.stop()
+		wg.Wait()
+	}()
 
-	start := time.Now()
+	// The warm-up measures a copy that runs: MM2 takes 10 to 40 s from its
+	// start to its first copied record.
+	if err := prog.waitMoving(ctx, 3*time.Minute); err != nil {
+		return nil, fmt.Errorf("%w%s", err, e.systemLog())
+	}
+	warmFrom := time.Now()
 	if err := sleep(ctx, warmUp); err != nil {
 		return nil, err
 	}
-	done := e.inject(ctx, sched, start.Add(warmUp))
+	done := e.inject(ctx, sched, warmFrom.Add(warmUp))
 	e.heal()
 	prod.stop()
 	caughtUp := prog.waitCaughtUp(ctx, 5*time.Minute)
@@ -144,7 +207,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := newReport(opts, sched, done, prog, res, prod)
+	rep := newReport(opts, sched, done, prog, warmFrom, res, prod)
 	rep.CaughtUp = caughtUp
 	rep.Processes = e.processErrors()
 	return rep, nil
@@ -167,23 +230,29 @@ func (e *env) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.consul, err = consulagent.Start(startCtx, consulagent.Options{
-		Persistent: true, DataDir: filepath.Join(e.opts.Dir, "consul"), LogFile: filepath.Join(e.opts.Dir, "consul.log"),
-	})
-	if err != nil {
-		return fmt.Errorf("start consul: %w", err)
-	}
-	for name, hop := range map[string][2]string{
+	hops := map[string][2]string{
 		"source": {e.srcProxy, e.src.ProxiedAddr()},
 		"target": {e.dstProxy, e.dst.ProxiedAddr()},
-		"consul": {e.consulProxy, e.consul.HTTPAddr()},
-	} {
+	}
+	if e.opts.System == SystemFerry {
+		e.consul, err = consulagent.Start(startCtx, consulagent.Options{
+			Persistent: true, DataDir: filepath.Join(e.opts.Dir, "consul"), LogFile: filepath.Join(e.opts.Dir, "consul.log"),
+		})
+		if err != nil {
+			return fmt.Errorf("start consul: %w", err)
+		}
+		hops["consul"] = [2]string{e.consulProxy, e.consul.HTTPAddr()}
+	}
+	for name, hop := range hops {
 		if err := e.proxy(name, hop[0], hop[1]); err != nil {
 			return err
 		}
 	}
 	if err := e.createTopics(startCtx); err != nil {
 		return err
+	}
+	if e.opts.System == SystemMM2EOS {
+		return e.startMM2(startCtx)
 	}
 	for i := range slots {
 		if err := e.prepareWriter(i); err != nil {
@@ -202,6 +271,62 @@ func (e *env) start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// startMM2 starts MirrorMaker 2 exactly-once through the source and target
+// proxies, as Ferry's services connect, and waits until it has created the
+// target topics: MM2 has no readiness signal, and its connector creates them
+// just before its tasks start copying.
+func (e *env) startMM2(ctx context.Context) error {
+	m, err := kafkabroker.StartMirrorMaker(ctx, kafkabroker.MM2Options{
+		SourceAlias: mm2Source, TargetAlias: mm2Target,
+		SourceAddr: e.srcProxy, TargetAddr: e.dstProxy,
+		// No backslash: mm2.properties is a Java properties file, where
+		// "\." reads as ".".
+		Topics: `soak[.].*`,
+		Props:  kafkabroker.MM2ExactlyOnceProps(mm2Source, mm2Target, partsIdem+partsTxn),
+		Dir:    filepath.Join(e.opts.Dir, "mm2"),
+	})
+	if err != nil {
+		return err
+	}
+	e.mm2 = m
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.dst.Addr()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	want := map[string]int{targetPrefix + topicIdem: partsIdem, targetPrefix + topicTxn: partsTxn}
+	for {
+		if err := m.ExitError(); err != nil {
+			return fmt.Errorf("mirrormaker: %w", err)
+		}
+		tds, err := adm.ListTopics(ctx, targetPrefix+topicIdem, targetPrefix+topicTxn)
+		if err == nil {
+			ready := 0
+			for name, n := range want {
+				if td, ok := tds[name]; ok && td.Err == nil && len(td.Partitions) == n {
+					ready++
+				}
+			}
+			if ready == len(want) {
+				return nil
+			}
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return fmt.Errorf("mirrormaker created no target topics (log %s): %w", m.LogPath(), err)
+		}
+	}
+}
+
+// systemLog names the log that says why the copy does not move, for a
+// setup error.
+func (e *env) systemLog() string {
+	if e.mm2 != nil {
+		return " (log " + e.mm2.LogPath() + ")"
+	}
+	return " (logs in " + e.opts.Dir + ")"
 }
 
 func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
@@ -312,11 +437,19 @@ func running(m *member) bool {
 }
 
 // heal ends every fault a run may have left: toxics, stopped proxies,
-// paused processes, and brings the two-and-two baseline back.
+// paused processes, and brings the two-and-two baseline (or MM2) back.
 func (e *env) heal() {
 	for _, p := range e.proxies {
 		p.Toxics.ResetToxics(context.Background())
 		_ = p.Start() // an error means it is already listening
+	}
+	if e.mm2 != nil {
+		if e.mm2.Running() {
+			_ = e.mm2.Resume()
+		} else if err := e.mm2.Restart(); err != nil {
+			e.log.Error("heal: start mirrormaker", "err", err)
+		}
+		return
 	}
 	for i, m := range e.writers {
 		if m.proc != nil && running(m) {
@@ -361,8 +494,8 @@ func (e *env) verify(ctx context.Context) (verify.Result, error) {
 	}
 }
 
-// processErrors lists the Ferry processes that exited on their own and
-// the race detector's reports.
+// processErrors lists the race detector's reports of Ferry's processes
+// (none for mm2-eos).
 func (e *env) processErrors() []string {
 	var out []string
 	for _, m := range append(e.writers[:], e.fetchers[:]...) {
@@ -393,6 +526,9 @@ func (e *env) close() {
 			_ = m.proc.Stop(30 * time.Second)
 		}
 	}
+	if e.mm2 != nil {
+		_ = e.mm2.Stop()
+	}
 	for _, p := range e.proxies {
 		p.Stop()
 	}
@@ -419,3 +555,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // errSkipped is a fault that could not act (its target was not running).
 var errSkipped = errors.New("skipped")
+
+// errNotApplicable is a fault the system has no counterpart for (applies).
+var errNotApplicable = errors.New("not applicable")

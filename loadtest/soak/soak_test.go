@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ferry-replicator/ferry/loadtest/harness"
+	"github.com/ferry-replicator/ferry/loadtest/verify"
 )
 
 // TestSoak runs the fault soak for SOAK_MINUTES (default 2) with seed
@@ -99,6 +103,131 @@ func TestScheduleIsSeededAndKeepsResourcesApart(t *testing.T) {
 			t.Errorf("no seed of 20 drew %s", k.name)
 		}
 	}
+}
+
+// TestMM2Mapping checks how the schedule's faults act on MM2, how its
+// progress is read and how the report counts what did not apply.
+func TestMM2Mapping(t *testing.T) {
+	t.Run("faults", func(t *testing.T) {
+		notApplicable := map[string]bool{
+			"consul-restart": true, "scale-fetchers": true, "scale-writers": true,
+			"net-cut/writers": true, "net-stall/writers": true, "net-latency/writers": true,
+			"net-cut/consul": true, "net-stall/consul": true, "net-latency/consul": true,
+		}
+		process := map[string]bool{
+			"writer-kill": true, "writer-pause": true, "writer-restart": true,
+			"fetcher-kill": true, "fetcher-pause": true, "fetcher-restart": true,
+		}
+		seen := 0
+		for _, k := range kinds {
+			targets := k.targets
+			if len(targets) == 0 {
+				targets = []string{""}
+			}
+			for _, target := range targets {
+				f := Fault{Kind: k.name, Target: target}
+				name := k.name
+				if strings.HasPrefix(name, "net-") {
+					name += "/" + target
+				}
+				if !applies(SystemFerry, f) || !slices.Equal(resourcesFor(SystemFerry, f), resources(f)) {
+					t.Errorf("%s: Ferry's mapping changed", name)
+				}
+				if got := !applies(SystemMM2EOS, f); got != notApplicable[name] {
+					t.Errorf("%s: not applicable to mm2-eos = %v, want %v", name, got, notApplicable[name])
+				}
+				if notApplicable[name] {
+					seen++
+					if res := resourcesFor(SystemMM2EOS, f); res != nil {
+						t.Errorf("%s: not applicable but holds %v", name, res)
+					}
+					continue
+				}
+				want := resources(f)
+				if process[k.name] {
+					want = []string{"mm2"}
+				}
+				if got := resourcesFor(SystemMM2EOS, f); !slices.Equal(got, want) {
+					t.Errorf("%s: mm2-eos resources %v, want %v", name, got, want)
+				}
+			}
+		}
+		if seen != len(notApplicable) {
+			t.Errorf("%d of the %d not applicable faults exist in kinds", seen, len(notApplicable))
+		}
+	})
+
+	t.Run("positions", func(t *testing.T) {
+		rec := func(key, value string) *kgo.Record {
+			r := &kgo.Record{Key: []byte(key)}
+			if value != "" {
+				r.Value = []byte(value)
+			}
+			return r
+		}
+		for _, c := range []struct {
+			name string
+			read positionFunc
+			r    *kgo.Record
+			tp   string
+			next int64
+		}{
+			{"mm2 source offset", mm2Position, rec(`["MirrorSourceConnector",{"cluster":"src","partition":3,"topic":"soak.txn"}]`, `{"offset":41}`), "soak.txn/3", 42},
+			{"mm2 partition 0", mm2Position, rec(`["MirrorSourceConnector",{"topic":"soak.idem","partition":0,"cluster":"src"}]`, `{"offset":0}`), "soak.idem/0", 1},
+			{"mm2 checkpoint connector", mm2Position, rec(`["MirrorCheckpointConnector",{"group":"g","partition":0,"topic":"soak.idem"}]`, `{"offset":5}`), "", 0},
+			{"mm2 heartbeat connector", mm2Position, rec(`["MirrorHeartbeatConnector",{"sourceClusterAlias":"src","targetClusterAlias":"dst"}]`, `{"offset":0}`), "", 0},
+			{"mm2 other cluster", mm2Position, rec(`["MirrorSourceConnector",{"cluster":"dst","partition":0,"topic":"soak.idem"}]`, `{"offset":5}`), "", 0},
+			{"mm2 tombstone", mm2Position, rec(`["MirrorSourceConnector",{"cluster":"src","partition":0,"topic":"soak.idem"}]`, ""), "", 0},
+			{"ferry checkpoint", ferryPosition, rec("soak/soak.idem/2", `{"next_source_offset":7,"target_offset":9}`), "soak.idem/2", 7},
+			{"ferry other link", ferryPosition, rec("other/soak.idem/2", `{"next_source_offset":7}`), "", 0},
+			{"ferry barrier", ferryPosition, rec("barrier/writer-0/1", `{}`), "", 0},
+		} {
+			tp, next, ok := c.read(c.r)
+			if ok != (c.tp != "") || tp != c.tp || next != c.next {
+				t.Errorf("%s: got %q %d %v, want %q %d", c.name, tp, next, ok, c.tp, c.next)
+			}
+		}
+	})
+
+	t.Run("report", func(t *testing.T) {
+		t0 := time.Now()
+		done := []Done{
+			{Fault: Fault{Kind: "writer-kill", Target: "0"}, Start: t0, End: t0.Add(time.Second)},
+			{Fault: Fault{Kind: "consul-restart"}, Start: t0, End: t0, Err: errNotApplicable.Error()},
+			{Fault: Fault{Kind: "net-cut", Target: "writers"}, Start: t0, End: t0, Err: errNotApplicable.Error()},
+			{Fault: Fault{Kind: "fetcher-pause", Target: "1"}, Start: t0, End: t0, Err: errSkipped.Error()},
+		}
+		opts := Options{System: SystemMM2EOS, Seed: 1}
+		opts.defaults()
+		r := newReport(opts, nil, done, &progress{}, t0, verify.Result{}, &producers{})
+		if r.NotApplicable != 2 || r.Skipped != 1 || !maps.Equal(r.ByKind, map[string]int{"writer-kill": 1}) {
+			t.Errorf("not applicable %d, skipped %d, by kind %v", r.NotApplicable, r.Skipped, r.ByKind)
+		}
+		if !strings.Contains(r.Row(), "| mm2-eos | exactly_once | - |") || strings.Count(RowHeader, "|")/2 != strings.Count(r.Row(), "|") {
+			t.Errorf("row %q does not fit header %q", r.Row(), RowHeader)
+		}
+		if sum := r.Summary(); !strings.Contains(sum, "not applicable to mm2-eos: consul-restart 1, net-cut/writers 1") {
+			t.Errorf("summary does not list the faults that did not apply:\n%s", sum)
+		}
+	})
+
+	t.Run("options", func(t *testing.T) {
+		for _, c := range []struct {
+			opts Options
+			ok   bool
+		}{
+			{Options{}, true},
+			{Options{System: SystemMM2EOS}, true},
+			{Options{Delivery: "at_least_once", Codec: "zstd"}, true},
+			{Options{System: SystemMM2EOS, Delivery: "at_least_once"}, false},
+			{Options{System: SystemMM2EOS, Codec: "zstd"}, false},
+			{Options{System: "mm2"}, false},
+		} {
+			if err := c.opts.Validate(); (err == nil) != c.ok {
+				t.Errorf("%+v: %v", c.opts, err)
+			}
+		}
+	})
 }
 
 func kindOf(name string) kind {
