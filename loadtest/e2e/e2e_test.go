@@ -68,21 +68,26 @@ type env struct {
 	// srcOpts and dstOpts are added to the test's own Kafka clients of each
 	// cluster: TLS for brokers requiring client certificates.
 	srcOpts, dstOpts []kgo.Opt
+	// dstCluster is the in-process target (newEnv), for injecting a broker
+	// fault at the exact request with ControlKey; nil on real Kafka.
+	dstCluster *kfake.Cluster
 }
 
 // newEnv runs the link between two in-process kfake clusters.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	var addrs [][]string
+	var clusters []*kfake.Cluster
 	for range 2 {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(c.Close)
-		addrs = append(addrs, c.ListenAddrs())
+		clusters = append(clusters, c)
 	}
-	return newEnvOn(t, addrs[0], addrs[1])
+	e := newEnvOn(t, clusters[0].ListenAddrs(), clusters[1].ListenAddrs())
+	e.dstCluster = clusters[1]
+	return e
 }
 
 // newEnvOn runs the link between two running clusters.
@@ -254,6 +259,59 @@ func (e *env) targetCount(ctx context.Context, topic string) int64 {
 			n += o.Offset
 		}
 	})
+	return n
+}
+
+// targetRecords counts the records a topic of the target holds, aborted
+// ones included (read_uncommitted), transaction markers not: the end
+// offsets count markers, which every exactly-once open writes (an abort of
+// what earlier producers of the shard left open).
+func (e *env) targetRecords(ctx context.Context, topic string) int64 {
+	e.t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.dst...)}, e.dstOpts...)...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	cl.Close()
+	if err != nil {
+		e.t.Fatalf("end offsets of %s: %v", topic, err)
+	}
+	want := map[int32]kgo.Offset{}
+	remaining := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset > 0 {
+			want[o.Partition] = kgo.NewOffset().AtStart()
+			remaining[o.Partition] = o.Offset
+		}
+	})
+	if len(want) == 0 {
+		return 0
+	}
+	rc, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.dst...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted())}, e.dstOpts...)...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rc.Close()
+	var n int64
+	// Done when a partition's last record is read, or it stays quiet (its
+	// end is a marker no record reaches).
+	for quiet := 0; len(remaining) > 0 && quiet < 4; {
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		fs := rc.PollFetches(pctx)
+		cancel()
+		if fs.NumRecords() == 0 {
+			quiet++
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			if r.Offset+1 >= remaining[r.Partition] {
+				delete(remaining, r.Partition)
+			}
+		})
+	}
 	return n
 }
 

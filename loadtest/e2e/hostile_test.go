@@ -134,7 +134,7 @@ func TestWriterRefusesBadInput(t *testing.T) {
 			}
 		})
 	}
-	if n := e.targetCount(ctx, "src.t.hostile"); n != 0 {
+	if n := e.targetRecords(ctx, "src.t.hostile"); n != 0 {
 		t.Fatalf("refused input wrote %d records to the target", n)
 	}
 }
@@ -211,7 +211,7 @@ func TestWriterRefusesClientsWithoutTheFetcherIdentity(t *testing.T) {
 	t.Cleanup(func() { e.stop(f) })
 	e.waitMetric(`ferry_fetcher_stream_restarts_total{link="test",reason="permission_denied"}`, 2)
 
-	if n := e.targetCount(ctx, "src.t.hostile"); n != 0 {
+	if n := e.targetRecords(ctx, "src.t.hostile"); n != 0 {
 		t.Fatalf("refused clients wrote %d records", n)
 	}
 }

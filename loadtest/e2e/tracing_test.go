@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/loadtest/jaegeragent"
@@ -450,11 +453,13 @@ func TestFailedRoundIsTraced(t *testing.T) {
 			e := newEnv(t)
 			e.delivery = delivery
 			e.writerExtra = tracingConfig(agent, 1)
-			e.writerExtra["producer"] = map[string]any{"max_message_bytes": 1024}
 			e.fetcherExtra = tracingConfig(agent, 1)
 			topic := "t.refused-" + strings.ReplaceAll(delivery, "_", "-")
+			// The target refuses every produce to the topic, at the exact
+			// request, with an error no retry cures: each round fails.
+			failProduce(e, "src."+topic, kerr.InvalidRecord)
 			e.createTopic(topic, 1, nil)
-			e.produce(ctx, workload.Options{Topic: topic, Partitions: 1, Records: 5, ValueBytes: 4000, Seed: 9})
+			e.produce(ctx, workload.Options{Topic: topic, Partitions: 1, Records: 5, ValueBytes: 400, Seed: 9})
 			e.startWriter()
 			e.startFetcher(nil)
 
@@ -474,11 +479,35 @@ func TestFailedRoundIsTraced(t *testing.T) {
 				case <-time.After(500 * time.Millisecond):
 				}
 			}
-			if n := e.targetCount(ctx, "src."+topic); n != 0 {
+			if n := e.targetRecords(ctx, "src."+topic); n != 0 {
 				t.Fatalf("the refused round wrote %d records", n)
 			}
 		})
 	}
+}
+
+// failProduce makes the in-process target answer every produce request
+// that writes topic with code on each of the request's partitions.
+func failProduce(e *env, topic string, code *kerr.Error) {
+	e.dstCluster.ControlKey(kmsg.Produce.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		e.dstCluster.KeepControl()
+		req := kreq.(*kmsg.ProduceRequest)
+		if !slices.ContainsFunc(req.Topics, func(t kmsg.ProduceRequestTopic) bool { return t.Topic == topic }) {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, code.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
 }
 
 // checkFailedProduce reports whether one of traces holds an error
