@@ -14,11 +14,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ferry-replicator/ferry/loadtest/ports"
 	"github.com/ferry-replicator/ferry/loadtest/procgroup"
 )
 
@@ -79,29 +79,16 @@ func (p *Process) Races() string {
 	return string(data[i:min(len(data), i+8000)])
 }
 
-var (
-	addrMu sync.Mutex
-	given  = map[string]bool{}
-)
-
-// FreeAddr returns a loopback host:port that was free a moment ago and that
-// this process has not handed out before: the kernel reuses a released
-// port quickly, and two components of one test must not get the same one.
+// FreeAddr returns a loopback host:port for a server a test starts (a
+// writer's listener, its admin port, a proxy): below the ephemeral range
+// and reserved for this process (package ports), so it is still free when
+// the server binds it again after a kill or a restart.
 func FreeAddr() (string, error) {
-	addrMu.Lock()
-	defer addrMu.Unlock()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		if !given[addr] {
-			given[addr] = true
-			return addr, nil
-		}
+	p, err := ports.Free(1, false)
+	if err != nil {
+		return "", err
 	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p[0])), nil
 }
 
 // Process is a running Ferry binary.

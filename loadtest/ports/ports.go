@@ -7,7 +7,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"sync"
+	"syscall"
 )
 
 // Ports are drawn from below Linux's ephemeral range (32768-60999 by
@@ -20,10 +24,14 @@ const (
 )
 
 // Free returns n distinct loopback ports that were free a moment ago, for
-// TCP and, when udp is set, for UDP as well (Consul's Serf uses both). The
-// listeners stay open until all n are chosen, so the ports differ; another
-// process may still take one before the server binds it, which the callers
-// handle by trying again.
+// TCP and, when udp is set, for UDP as well (Consul's Serf uses both), and
+// reserves them for the life of this process: each is locked in a file
+// that every Ferry test process consults (reserve), so a port stays this
+// process's while its server is down for a restart, when another test
+// binary running beside it (go test runs packages in parallel) would
+// otherwise take it. A process that does not use this package may still
+// take one before the server binds it, which the callers handle by trying
+// again.
 func Free(n int, udp bool) ([]int, error) {
 	var closers []io.Closer
 	defer func() {
@@ -42,6 +50,9 @@ func Free(n int, udp bool) ([]int, error) {
 			continue // taken, or already chosen: try another
 		}
 		closers = append(closers, l)
+		if !reserve(l.Addr().(*net.TCPAddr).Port) {
+			continue // another Ferry test process holds it
+		}
 		if udp {
 			u, err := net.ListenPacket("udp", addr)
 			if err != nil {
@@ -52,4 +63,31 @@ func Free(n int, udp bool) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+var (
+	reservedMu sync.Mutex
+	reserved   []*os.File // held open, and so locked, until the process exits
+)
+
+// reserve locks the port's file under the temporary folder without
+// waiting; it reports whether this process now holds it. The lock is the
+// open file's, so it ends with the process, however it ends.
+func reserve(port int) bool {
+	dir := filepath.Join(os.TempDir(), "ferry-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true // no shared folder: fall back to the bind check alone
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return false
+	}
+	reservedMu.Lock()
+	reserved = append(reserved, f)
+	reservedMu.Unlock()
+	return true
 }

@@ -40,3 +40,25 @@ func TestFree(t *testing.T) {
 		t.Fatalf("got %d ports, want 6", len(got))
 	}
 }
+
+// A port this process holds is not handed out again, here or to another
+// process consulting the same reservations (the lock is per open file, so
+// a second open in this process stands for another process).
+func TestFreeReservesAcrossProcesses(t *testing.T) {
+	got, err := Free(1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reserve(got[0]) {
+		t.Fatalf("port %d reserved twice", got[0])
+	}
+	for range 200 {
+		more, err := Free(1, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if more[0] == got[0] {
+			t.Fatalf("port %d handed out again while reserved", got[0])
+		}
+	}
+}

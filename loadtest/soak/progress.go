@@ -249,6 +249,9 @@ type producers struct {
 
 func startProducers(ctx context.Context, addr string, opts Options, log *slog.Logger) *producers {
 	p := &producers{}
+	// A chunk that cannot finish (the source down for good) is given up
+	// a minute after the stop, so a broken run ends instead of hanging.
+	ctx, giveUp := context.WithCancel(ctx)
 	// Stopping lets each producer finish its chunk (ten seconds of
 	// records), so no source transaction is left open to hold back the
 	// source's last stable offset.
@@ -278,6 +281,18 @@ func startProducers(ctx context.Context, addr string, opts Options, log *slog.Lo
 	go run(workload.Options{Topic: topicIdem, Partitions: partsIdem, ValueBytes: 300, Rate: opts.Rate, NullValueEvery: 37})
 	go run(workload.Options{Topic: topicTxn, Partitions: partsTxn, ValueBytes: 300, Rate: max(1, opts.Rate/4),
 		Transactional: true, TxnRecords: 20, AbortEvery: 4, NullValueEvery: 41})
-	p.stop = func() { stopping.Store(true); p.wg.Wait() }
+	p.stop = func() {
+		stopping.Store(true)
+		done := make(chan struct{})
+		go func() { p.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			log.Warn("producers did not finish their chunks within a minute of the stop; giving up")
+			giveUp()
+			<-done
+		}
+		giveUp()
+	}
 	return p
 }

@@ -199,6 +199,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	done := e.inject(ctx, sched, warmFrom.Add(warmUp))
 	e.heal()
 	prod.stop()
+	if err := brokenEnvironment(done); err != nil {
+		return nil, err
+	}
 	caughtUp := prog.waitCaughtUp(ctx, 5*time.Minute)
 	stopRun()
 	wg.Wait()
@@ -443,6 +446,17 @@ func (e *env) heal() {
 		p.Toxics.ResetToxics(context.Background())
 		_ = p.Start() // an error means it is already listening
 	}
+	// A broker a failed restart left down comes back (the run still
+	// fails: brokenEnvironment).
+	for _, b := range []*kafkabroker.Broker{e.src, e.dst} {
+		if !b.Running() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			if err := b.Restart(ctx); err != nil {
+				e.log.Error("heal: start broker", "broker", b, "err", err)
+			}
+			cancel()
+		}
+	}
 	if e.mm2 != nil {
 		if e.mm2.Running() {
 			_ = e.mm2.Resume()
@@ -558,3 +572,18 @@ var errSkipped = errors.New("skipped")
 
 // errNotApplicable is a fault the system has no counterpart for (applies).
 var errNotApplicable = errors.New("not applicable")
+
+// brokenEnvironment is the first fault that could not bring back what it
+// stopped (a broker or Consul that did not start again): the run measured
+// the harness, not the system, and must fail as such.
+func brokenEnvironment(done []Done) error {
+	for _, d := range done {
+		switch d.Kind {
+		case "target-restart", "source-restart", "consul-restart":
+			if d.Err != "" && d.Err != errSkipped.Error() && d.Err != errNotApplicable.Error() {
+				return fmt.Errorf("fault %s/%s at %s did not recover: %s", d.Kind, d.Target, d.At, d.Err)
+			}
+		}
+	}
+	return nil
+}
