@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,7 +41,11 @@ func run() error {
 	rate := flag.Int("rate", 800, "records per second of the idempotent producer (the transactional one writes a quarter)")
 	work := flag.String("work", "", "working folder (default: a new one in the temporary folder, kept when the run fails)")
 	out := flag.String("out", "", "append the report as a JSON line to this file")
+	table := flag.String("table", "", "run nothing: print the soak table of the reports in this file (written by -out)")
 	flag.Parse()
+	if *table != "" {
+		return printTable(*table)
+	}
 	if *seed == 0 {
 		*seed = rand.Uint64N(1 << 32)
 	}
@@ -100,6 +105,27 @@ func run() error {
 	}
 	if *work == "" {
 		os.RemoveAll(dir)
+	}
+	return nil
+}
+
+// printTable prints the table of docs/reliability.md from reports, one
+// JSON line each.
+func printTable(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	fmt.Println(soak.RowHeader)
+	for i, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		var rep soak.Report
+		if err := json.Unmarshal(line, &rep); err != nil {
+			return fmt.Errorf("%s line %d: %w", path, i+1, err)
+		}
+		if rep.System == "" { // reports from before systems
+			rep.System = soak.SystemFerry
+		}
+		fmt.Println(rep.Row())
 	}
 	return nil
 }
