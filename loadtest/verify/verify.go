@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -224,26 +225,56 @@ func readAll(ctx context.Context, addrs []string, opts []kgo.Opt, topic string, 
 		})
 		if got {
 			quiet = now
-		} else if now.Sub(quiet) > quietLimit(want, last) {
-			// Only partitions whose committed end is a transaction marker or
-			// aborted records remain: no record will reach their end.
-			break
+			continue
 		}
+		limit, done := quietLimit(want, last)
+		if now.Sub(quiet) <= limit {
+			continue
+		}
+		if !done {
+			// A partition far from its end went quiet: the read stalled
+			// (a loaded machine, a slow broker). Counting what was read
+			// would report every later target record as corrupt.
+			return nil, fmt.Errorf("reading stalled for %v short of the committed end: %s", limit, gaps(want, last))
+		}
+		// Only partitions whose committed end is a transaction marker or
+		// a few aborted records remain: no record will reach their end.
+		break
 	}
 	return out, nil
 }
 
-// quietLimit is how long reading may see nothing before the remaining
-// partitions count as done: short once each has yielded records (its end is
-// a marker), long while one has yielded none (a busy machine can take
-// seconds to answer the first fetch).
-func quietLimit(want map[int32]int64, last map[int32]int64) time.Duration {
-	for p := range want {
-		if _, ok := last[p]; !ok {
-			return time.Minute
+// tailGap is the most offsets between a partition's last record and its
+// committed end that markers and aborted records explain: a few
+// transactions' worth. A larger gap is records not read yet.
+const tailGap = 200
+
+// quietLimit is how long reading may see nothing before it ends, and
+// whether the remaining partitions then count as done: short once each has
+// yielded records and is within tailGap of its end (its end is a marker or
+// aborted records), long otherwise (a busy machine can take seconds to
+// answer a fetch), after which the read failed.
+func quietLimit(want map[int32]int64, last map[int32]int64) (time.Duration, bool) {
+	for p, end := range want {
+		l, ok := last[p]
+		if !ok || end-(l+1) > tailGap {
+			return 2 * time.Minute, false
 		}
 	}
-	return 10 * time.Second
+	return 10 * time.Second, true
+}
+
+// gaps names the partitions not read to their end.
+func gaps(want map[int32]int64, last map[int32]int64) string {
+	var b strings.Builder
+	for p, end := range want {
+		l, ok := last[p]
+		if !ok {
+			l = -1
+		}
+		fmt.Fprintf(&b, " partition %d read to %d of %d;", p, l+1, end)
+	}
+	return strings.TrimSuffix(strings.TrimSpace(b.String()), ";")
 }
 
 func startOffsets(parts map[int32]int64) map[int32]kgo.Offset {
