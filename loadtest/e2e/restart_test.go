@@ -29,7 +29,17 @@ func restartMidStreamIn(t *testing.T, delivery, which string, kill bool, times i
 		prodDone <- e.produce(ctx, workload.Options{Topic: "t.live", Partitions: 4, Records: records, ValueBytes: 200, Rate: 1000, Seed: 9})
 	}()
 	proc := map[string]*harness.Process{"writer": e.writer, "fetcher": e.fetcher}[which]
+	admin := map[string]string{"writer": e.writerAdmin, "fetcher": e.fetcherAdmin}[which]
 	for i := range times {
+		// The process must be up before it is stopped again: a stop that
+		// comes first tests nothing (seen: the second stop came before the
+		// restarted race-detector binary had started).
+		hctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := harness.WaitHealthy(hctx, admin)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s not up: %v", which, err)
+		}
 		e.waitFor(ctx, "src.t.live", int64(records*(i+1)/(times+2)))
 		if kill {
 			proc.Kill()

@@ -48,9 +48,17 @@ func scrape(ctx context.Context, adminAddr string) (map[string]float64, error) {
 }
 
 // WaitReady polls http://adminAddr/readyz until it answers 200 or ctx ends.
-func WaitReady(ctx context.Context, adminAddr string) error {
+func WaitReady(ctx context.Context, adminAddr string) error { return waitOK(ctx, adminAddr, "/readyz") }
+
+// WaitHealthy polls http://adminAddr/healthz until it answers 200 (the
+// process runs and serves) or ctx ends.
+func WaitHealthy(ctx context.Context, adminAddr string) error {
+	return waitOK(ctx, adminAddr, "/healthz")
+}
+
+func waitOK(ctx context.Context, adminAddr, path string) error {
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+adminAddr+"/readyz", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+adminAddr+path, nil)
 		if err != nil {
 			return err
 		}
@@ -62,7 +70,7 @@ func WaitReady(ctx context.Context, adminAddr string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready: %w", adminAddr, ctx.Err())
+			return fmt.Errorf("%s%s: %w", adminAddr, path, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -34,6 +34,10 @@ type Config interface {
 // 2 for bad flags or configuration.
 func Main[C Config](name, envPrefix, summary string, cfg C, args []string, env []string, stderr io.Writer,
 	run func(ctx context.Context, cfg C, log *slog.Logger) error) int {
+	// First, so a stop signal during start-up ends the process cleanly
+	// (run sees ctx done) instead of killing it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "YAML configuration file")
@@ -77,8 +81,10 @@ func Main[C Config](name, envPrefix, summary string, cfg C, args []string, env [
 		return 2
 	}
 	telemetry.BridgeSarama(log)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	if ctx.Err() != nil {
+		log.Info(name + " stopped before it started")
+		return 0
+	}
 	if err := run(ctx, cfg, log); err != nil {
 		log.Error(name+" failed", "err", err)
 		return 1
