@@ -72,18 +72,19 @@ func (r *Runner) refreshHighWater() {
 
 func (r *Runner) setCommitted(p discovery.Partition, next int64) {
 	r.deps.Metrics.Committed.WithLabelValues(r.set.Link, p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(next))
-	r.update(func(s *Status) {
-		ps := s.Partitions[partKey(p)]
-		ps.Committed = next
-		s.Partitions[partKey(p)] = ps
-		r.setLagLocked(p, ps)
-	})
+	r.updatePartition(p, func(ps *PartitionStatus) { ps.Committed = next })
 }
 
 func (r *Runner) setHighWater(p discovery.Partition, hw int64) {
+	r.updatePartition(p, func(ps *PartitionStatus) { ps.HighWater = hw })
+}
+
+// updatePartition changes p's line of the status and, under the same
+// lock, its lag gauge.
+func (r *Runner) updatePartition(p discovery.Partition, fn func(*PartitionStatus)) {
 	r.update(func(s *Status) {
 		ps := s.Partitions[partKey(p)]
-		ps.HighWater = hw
+		fn(&ps)
 		s.Partitions[partKey(p)] = ps
 		r.setLagLocked(p, ps)
 	})

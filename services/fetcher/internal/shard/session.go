@@ -284,11 +284,7 @@ func (r *Runner) topicID(topic string) []byte {
 func (r *Runner) stopPartition(p discovery.Partition, err *StopError) {
 	r.deps.Metrics.PartitionStops.WithLabelValues(r.set.Link, p.Topic, strconv.Itoa(int(p.Partition)), err.Reason).Inc()
 	r.log.Error("partition stopped: replicating on would lose data", "topic", p.Topic, "partition", p.Partition, "reason", err.Reason, "err", err.Err)
-	r.update(func(s *Status) {
-		ps := s.Partitions[partKey(p)]
-		ps.Stopped = err.Error()
-		s.Partitions[partKey(p)] = ps
-	})
+	r.updatePartition(p, func(ps *PartitionStatus) { ps.Stopped = err.Error() })
 }
 
 // read turns a partition's records into batches, cut at BatchMaxBytes or

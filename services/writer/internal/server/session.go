@@ -377,7 +377,7 @@ func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationServic
 		}
 		start := time.Now()
 		if err := producer.SendMessages(msgs); err != nil {
-			err = fmt.Errorf("produce to target: %w", ss.refusedBy(err))
+			err = fmt.Errorf("produce to target: %w", ss.refusedBy(err, group, msgs))
 			ss.traceFailed(ctx, group, "ferry.produce", start, err)
 			ss.traceFailed(ctx, pending, "ferry.commit", start, err) // their checkpoints were in this round
 			return err
@@ -434,7 +434,7 @@ func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.Repli
 		msgs := ss.messages(group)
 		if err := producer.SendMessages(msgs); err != nil {
 			_ = producer.AbortTxn()
-			err = fmt.Errorf("produce in target transaction: %w", ss.refusedBy(err))
+			err = fmt.Errorf("produce in target transaction: %w", ss.refusedBy(err, group, msgs))
 			ss.traceFailed(ctx, group, "ferry.produce", start, err)
 			return err
 		}
@@ -525,7 +525,6 @@ func (ss *session) messages(group []work) []*sarama.ProducerMessage {
 				Topic:     topic,
 				Partition: w.b.GetPartition(),
 				Timestamp: time.UnixMilli(r.Timestamp),
-				Metadata:  source{topic: w.b.GetTopic(), offset: r.Offset},
 			}
 			// A nil interface, not a nil slice in an encoder, keeps a null
 			// key or value null on the target.

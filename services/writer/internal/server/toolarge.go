@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/IBM/sarama"
 
@@ -45,19 +46,19 @@ func (ss *session) oversized(w work) error {
 	return nil
 }
 
-// refusedBy finds, in a failed produce, a record the target refused as too
-// large (the target topic's max.message.bytes, or the broker's
-// message.max.bytes): its refusal, counted, or err unchanged. Each message
-// carries its source record in Metadata (messages).
-func (ss *session) refusedBy(err error) error {
-	if r, ok := refusedRecord(err); ok {
+// refusedBy finds, in a failed produce of group's records (msgs, in
+// order, then any checkpoints), a record the target refused as too large
+// (the target topic's max.message.bytes, or the broker's
+// message.max.bytes): its refusal, counted, or err unchanged.
+func (ss *session) refusedBy(err error, group []work, msgs []*sarama.ProducerMessage) error {
+	if r, ok := refusedRecord(err, group, msgs); ok {
 		ss.s.metrics.Rejected.WithLabelValues(ss.link.Name, "record_too_large").Inc()
 		return r
 	}
 	return err
 }
 
-func refusedRecord(err error) (refusal.Refusal, bool) {
+func refusedRecord(err error, group []work, msgs []*sarama.ProducerMessage) (refusal.Refusal, bool) {
 	var perrs sarama.ProducerErrors
 	if !errors.As(err, &perrs) {
 		return refusal.Refusal{}, false
@@ -67,28 +68,30 @@ func refusedRecord(err error) (refusal.Refusal, bool) {
 	// batches no larger than the topic takes, so a refusal means a record
 	// alone is too large, as the broker's message.max.bytes below the
 	// topic's can make it).
-	var largest *sarama.ProducerError
+	var largest *sarama.ProducerMessage
 	for _, pe := range perrs {
-		if _, ok := pe.Msg.Metadata.(source); !ok || !errors.Is(pe.Err, sarama.ErrMessageSizeTooLarge) {
-			continue
-		}
-		if largest == nil || pe.Msg.ByteSize(2) > largest.Msg.ByteSize(2) {
-			largest = pe
+		if errors.Is(pe.Err, sarama.ErrMessageSizeTooLarge) && (largest == nil || pe.Msg.ByteSize(2) > largest.ByteSize(2)) {
+			largest = pe.Msg
 		}
 	}
 	if largest == nil {
 		return refusal.Refusal{}, false
 	}
-	src := largest.Msg.Metadata.(source)
-	return refusal.Refusal{
-		Reason: refusal.RecordTooLarge, Topic: src.topic, Partition: largest.Msg.Partition, Offset: src.offset,
-		Size:    int64(largest.Msg.ByteSize(2)),
-		Setting: "what the target accepts (topic " + largest.Msg.Topic + " max.message.bytes, or the brokers' message.max.bytes)",
-	}, true
-}
-
-// source is the source record of a target message: ProducerMessage.Metadata.
-type source struct {
-	topic  string
-	offset int64
+	// Its source record: msgs follow group's records one for one. Found
+	// only on this failure path, so the record path carries nothing extra.
+	i := slices.Index(msgs, largest)
+	for _, w := range group {
+		if i < 0 {
+			break
+		}
+		if i < len(w.recs) {
+			return refusal.Refusal{
+				Reason: refusal.RecordTooLarge, Topic: w.b.GetTopic(), Partition: w.b.GetPartition(), Offset: w.recs[i].Offset,
+				Size:    int64(largest.ByteSize(2)),
+				Setting: "what the target accepts (topic " + largest.Topic + " max.message.bytes, or the brokers' message.max.bytes)",
+			}, true
+		}
+		i -= len(w.recs)
+	}
+	return refusal.Refusal{}, false // a checkpoint record: not the source's
 }
