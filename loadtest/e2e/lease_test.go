@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -166,6 +167,57 @@ func expectedShards() int {
 
 // owned reads a fetcher's /status: shard -> epoch. ok is false when the
 // fetcher does not answer (stopped, paused, dead).
+// goroutineDump saves a member's goroutine stacks (pprof) beside its log and
+// returns the file's path, so a runner that does not end shows where it waits.
+func goroutineDump(m *member, dir string) string {
+	cl := http.Client{Timeout: 10 * time.Second}
+	resp, err := cl.Get("http://" + m.admin + "/debug/pprof/goroutine?debug=2")
+	if err != nil {
+		return "unavailable: " + err.Error()
+	}
+	defer resp.Body.Close()
+	path := filepath.Join(dir, m.name+".goroutines.txt")
+	out, err := os.Create(path)
+	if err != nil {
+		return "unavailable: " + err.Error()
+	}
+	defer out.Close()
+	if _, err := io.Copy(out, resp.Body); err != nil {
+		return "unavailable: " + err.Error()
+	}
+	return path
+}
+
+type shardState struct {
+	Epoch     uint64 `json:"epoch"`
+	LeaseLost bool   `json:"lease_lost"`
+}
+
+// shardStatus is a fetcher's /status shards by number.
+func shardStatus(t *testing.T, admin string) map[int]shardState {
+	t.Helper()
+	cl := http.Client{Timeout: 10 * time.Second}
+	resp, err := cl.Get("http://" + admin + "/status")
+	if err != nil {
+		t.Fatalf("fetcher status: %v", err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Shards []struct {
+			Shard int `json:"shard"`
+			shardState
+		} `json:"shards"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("fetcher status: %v", err)
+	}
+	out := map[int]shardState{}
+	for _, s := range st.Shards {
+		out[s.Shard] = s.shardState
+	}
+	return out
+}
+
 func owned(admin string) (map[int]uint64, bool) {
 	cl := http.Client{Timeout: time.Second}
 	resp, err := cl.Get("http://" + admin + "/status")
@@ -329,24 +381,33 @@ func TestLeasesFenceAPausedFetcher(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// Its stopped runners leave its status within moments; none of its old
-	// shards may stay with it under the old epoch.
+	// At once, none of its old shards may show as running under the old
+	// epoch: each is gone, or marked lease_lost (sending nothing, stopping).
 	var stale []string
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		stale = nil
-		now, _ := owned(paused.admin)
-		for s, epoch := range now {
-			if old, ok := before[s]; ok && epoch <= old {
-				stale = append(stale, fmt.Sprintf("shard %d epoch %d (had %d)", s, epoch, old))
-			}
+	for s, st := range shardStatus(t, paused.admin) {
+		if old, ok := before[s]; ok && st.Epoch <= old && !st.LeaseLost {
+			stale = append(stale, fmt.Sprintf("shard %d epoch %d (had %d)", s, st.Epoch, old))
 		}
-		if len(stale) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	if len(stale) > 0 {
 		t.Errorf("the resumed fetcher still runs its old shards with their old epochs: %v", stale)
+	}
+	// The stopped runners then leave its status (log: "shard stopped after
+	// its lease was lost", with how long stopping took).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var stopping []int
+		for s, st := range shardStatus(t, paused.admin) {
+			if old, ok := before[s]; ok && st.Epoch <= old {
+				stopping = append(stopping, s)
+			}
+		}
+		if len(stopping) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shards %v whose leases were lost have not stopped within 30s (goroutines: %s)", stopping, goroutineDump(paused, f.dir))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	f.waitBalanced(f.fetchers, time.Minute)
 	f.finish(wait(), false, took)

@@ -122,6 +122,14 @@ func startRunner(t *testing.T, src *source, w *Writers, m *metrics.Metrics, topi
 // settings edited, and returns the runner too.
 func startRunnerOn(t *testing.T, src *source, w *Writers, m *metrics.Metrics, edit func(*Settings), topics ...string) (r *Runner, stop func()) {
 	t.Helper()
+	r, stop, _ = startLeasedRunner(t, src, w, m, edit, make(chan struct{}), topics...)
+	return r, stop
+}
+
+// startLeasedRunner is startRunnerOn with the lease's lost channel given;
+// done is closed when Run returns.
+func startLeasedRunner(t *testing.T, src *source, w *Writers, m *metrics.Metrics, edit func(*Settings), lost chan struct{}, topics ...string) (r *Runner, stop func(), done <-chan struct{}) {
+	t.Helper()
 	codecs, err := batch.NewCodecs(1 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -142,14 +150,14 @@ func startRunnerOn(t *testing.T, src *source, w *Writers, m *metrics.Metrics, ed
 		ts = append(ts, discovery.Topic{Name: topic, Partitions: 1})
 		ps = append(ps, discovery.Partition{Topic: topic, Partition: 0})
 	}
-	r = NewRunner(set, deps, 0, 1, make(chan struct{}), ts, ps)
+	r = NewRunner(set, deps, 0, 1, lost, ts, ps)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	ended := make(chan struct{})
 	go func() {
-		defer close(done)
+		defer close(ended)
 		r.Run(ctx)
 	}()
-	stop = func() { cancel(); <-done }
+	stop = func() { cancel(); <-ended }
 	t.Cleanup(stop)
-	return r, stop
+	return r, stop, ended
 }

@@ -95,7 +95,11 @@ type Status struct {
 	// Draining is set while the shard is being given back (or restarted
 	// with new partitions): it stops reading and waits for the last
 	// acknowledgements.
-	Draining   bool                       `json:"draining,omitempty"`
+	Draining bool `json:"draining,omitempty"`
+	// LeaseLost is set from the moment the shard's lease is lost: the
+	// runner sends nothing more and is stopping, and another fetcher may
+	// own the shard already.
+	LeaseLost  bool                       `json:"lease_lost,omitempty"`
 	Partitions map[string]PartitionStatus `json:"partitions"`
 }
 
@@ -131,6 +135,7 @@ func (r *Runner) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.status
+	s.LeaseLost = r.isLost()
 	s.Partitions = make(map[string]PartitionStatus, len(r.status.Partitions))
 	for k, v := range r.status.Partitions {
 		s.Partitions[k] = v
@@ -150,16 +155,32 @@ func (r *Runner) update(fn func(*Status)) {
 // returns the shard's gauges are gone.
 func (r *Runner) Run(ctx context.Context) {
 	hwCtx, stopHW := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
+	var (
+		wg     sync.WaitGroup
+		lostAt time.Time // when the lease was lost, if it was
+	)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		r.watchHighWater(hwCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		select {
+		case <-r.lost:
+			lostAt = time.Now()
+		case <-hwCtx.Done():
+		}
 	}()
 	defer func() {
 		stopHW()
 		wg.Wait()
 		r.forgetGauges()
+		if !lostAt.IsZero() {
+			// How long stopping took tells an operator (and a test) what
+			// a lost lease costs before the shard can return here.
+			r.log.Warn("shard stopped after its lease was lost", "took", time.Since(lostAt))
+		}
 	}()
 	backoff := r.set.MinBackoff
 	attempt := 0

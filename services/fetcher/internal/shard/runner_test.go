@@ -166,3 +166,30 @@ func TestRecordTooLargeStopsOnlyItsPartition(t *testing.T) {
 		})
 	}
 }
+
+// A lost lease shows in the status at once and stops the runner without a
+// drain: Run returns, so nothing more is sent.
+func TestLostLeaseStopsTheRunnerAtOnce(t *testing.T) {
+	const topic = "t"
+	src := newSource(t, topic)
+	m := metrics.New(prometheus.NewRegistry())
+	committed := func() float64 { return testutil.ToFloat64(m.Committed.WithLabelValues(testLink, topic, "0")) }
+	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
+	lost := make(chan struct{})
+	r, _, done := startLeasedRunner(t, src, newWriters(t, writer.Addr()), m, func(*Settings) {}, lost, topic)
+	src.produce(t, topic, 10)
+	writertest.WaitFor(t, 10*time.Second, "10 records committed", func() bool { return committed() == 10 })
+	if r.Status().LeaseLost {
+		t.Fatal("status shows the lease lost before it was")
+	}
+
+	close(lost)
+	if !r.Status().LeaseLost {
+		t.Error("status does not show the lease lost at once")
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the runner did not stop within 10s of losing its lease")
+	}
+}

@@ -11,10 +11,8 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -24,11 +22,11 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/admin"
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
-	"github.com/ferry-replicator/ferry/services/writer/internal/fence"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
 	"github.com/ferry-replicator/ferry/services/writer/internal/readiness"
@@ -86,23 +84,24 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer codecs.Close()
-	// A franz-go client for what sarama cannot do: a transaction that only
-	// adds partitions and aborts (services/writer/internal/fence).
+	// Each stream's target producer speaks Kafka's protocol itself, over
+	// a franz-go client of its own (services/writer/internal/producer).
 	franzOpts, err := cfg.Target.Franz()
 	if err != nil {
 		return err
 	}
-	fenceClient, err := kgo.NewClient(append(franzOpts, kgo.MaxVersions(fence.MaxVersions()))...)
+	compression, err := recordbatch.ParseCompression(cfg.Producer.Compression)
 	if err != nil {
-		return fmt.Errorf("target cluster %v: fence client: %w", cfg.Target.BootstrapServers, err)
+		return err // Validate has checked it
 	}
-	defer fenceClient.Close()
 
 	srv := server.New(server.Options{
 		ID:            cfg.ID,
-		TargetAddrs:   cfg.Target.BootstrapServers,
-		Producer:      producerConfig(base, cfg.Producer),
-		Fence:         fenceClient,
+		Target:        franzOpts,
+		Producer: server.ProducerSettings{
+			Compression: compression, MaxMessageBytes: int(cfg.Producer.MaxMessageBytes),
+			Timeout: cfg.Producer.Timeout, TransactionTimeout: cfg.Producer.TransactionTimeout,
+		},
 		MaxBatchBytes: int(cfg.MaxBatchBytes),
 		MaxGroupBytes: int(cfg.MaxGroupBytes),
 		Tracer:        tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
@@ -211,33 +210,6 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 // producerConfig is the shard producer's configuration: idempotent with
 // acks=all, so retries never duplicate or reorder within a session, and the
 // manual partitioner, so each record keeps its source partition number.
-func producerConfig(base *sarama.Config, p config.Producer) *sarama.Config {
-	c := *base
-	c.Producer.Idempotent = true
-	c.Producer.RequiredAcks = sarama.WaitForAll
-	c.Net.MaxOpenRequests = 1
-	c.Producer.Retry.Max = 10
-	c.Producer.Return.Successes = true
-	c.Producer.Return.Errors = true
-	c.Producer.Partitioner = sarama.NewManualPartitioner
-	c.Producer.MaxMessageBytes = int(p.MaxMessageBytes)
-	c.Producer.Timeout = p.Timeout
-	c.Producer.Transaction.Timeout = p.TransactionTimeout
-	switch p.Compression {
-	case "gzip":
-		c.Producer.Compression = sarama.CompressionGZIP
-	case "snappy":
-		c.Producer.Compression = sarama.CompressionSnappy
-	case "lz4":
-		c.Producer.Compression = sarama.CompressionLZ4
-	case "zstd":
-		c.Producer.Compression = sarama.CompressionZSTD
-	default:
-		c.Producer.Compression = sarama.CompressionNone
-	}
-	return &c
-}
-
 func buildLinks(cfgs []config.Link) ([]server.Link, error) {
 	var out []server.Link
 	for _, l := range cfgs {

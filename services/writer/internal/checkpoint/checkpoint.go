@@ -335,19 +335,27 @@ func (s *Store) Get(k Key) (Checkpoint, bool) {
 	return cp, ok
 }
 
-// Message builds the record that commits cp for k; the caller produces it,
-// after (at-least-once) or with (exactly-once) the data it covers.
-func (s *Store) Message(k Key, cp Checkpoint) *sarama.ProducerMessage {
+// Record is a checkpoint as a record of the checkpoint topic.
+type Record struct {
+	Partition  int32
+	Key, Value []byte
+	Time       time.Time
+}
+
+// Record builds the record that commits cp for k; the caller produces it,
+// after (at-least-once) or with (exactly-once) the data it covers. Its
+// partition follows from the key alone, so a source partition's
+// checkpoints stay in order in one partition.
+func (s *Store) Record(k Key, cp Checkpoint) Record {
 	value, _ := json.Marshal(cp) // a struct of numbers and strings cannot fail
-	key := k.String()
+	return Record{Partition: s.PartitionOf(k), Key: []byte(k.String()), Value: value, Time: cp.Time}
+}
+
+// PartitionOf is the checkpoint partition of k's records.
+func (s *Store) PartitionOf(k Key) int32 {
 	h := fnv.New32a()
-	h.Write([]byte(key))
-	return &sarama.ProducerMessage{
-		Topic:     s.topic,
-		Partition: int32(h.Sum32() % uint32(s.partitions)),
-		Key:       sarama.StringEncoder(key),
-		Value:     sarama.ByteEncoder(value),
-	}
+	h.Write([]byte(k.String()))
+	return int32(h.Sum32() % uint32(s.partitions))
 }
 
 // Topic is the checkpoint topic's name.

@@ -35,116 +35,35 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/kversion"
-)
 
-// MaxVersions caps the requests of the client Abort and Open use at the
-// versions of Kafka's first transaction protocol, which the shard's sarama
-// producer speaks too: AddPartitionsToTxn v4 and up is for brokers only,
-// and EndTxn v5 and up (KIP-890 transactions v2) would bump the epoch on
-// every end.
-func MaxVersions() *kversion.Versions {
-	v := kversion.Stable()
-	v.SetMaxKeyVersion(kmsg.AddPartitionsToTxn.Int16(), 3)
-	v.SetMaxKeyVersion(kmsg.EndTxn.Int16(), 4)
-	return v
-}
+	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
+)
 
 // Partitions are topic partitions by topic.
 type Partitions map[string][]int32
-
-// retryWait is the pause between attempts while the coordinator is busy
-// (the previous transaction completing, or the coordinator loading).
-const retryWait = 100 * time.Millisecond
 
 // Abort fences the producers of transactionalID and ends, as aborted, any
 // transaction of theirs left open on parts. It returns once the abort is
 // recorded; its markers are written after that, before the coordinator lets
 // the next producer of the id initialise or begin (it answers
-// CONCURRENT_TRANSACTIONS until then).
+// CONCURRENT_TRANSACTIONS until then). cl must cap its requests at
+// producer.MaxVersions.
 func Abort(ctx context.Context, cl *kgo.Client, transactionalID string, timeout time.Duration, parts Partitions) error {
-	init := kmsg.NewPtrInitProducerIDRequest()
-	init.TransactionalID = &transactionalID
-	init.TransactionTimeoutMillis = int32(timeout.Milliseconds())
-	init.ProducerID, init.ProducerEpoch = -1, -1
-	var id int64
-	var epoch int16
-	err := retry(ctx, "init producer id", func() error {
-		resp, err := init.RequestWith(ctx, cl)
-		if err != nil {
-			return err
-		}
-		id, epoch = resp.ProducerID, resp.ProducerEpoch
-		return kerr.ErrorForCode(resp.ErrorCode)
-	})
+	p, err := producer.New(ctx, cl, producer.Options{TransactionalID: transactionalID, TransactionTimeout: timeout})
 	if err != nil {
 		return err
 	}
-
-	add := kmsg.NewPtrAddPartitionsToTxnRequest()
-	add.TransactionalID, add.ProducerID, add.ProducerEpoch = transactionalID, id, epoch
+	var tps []producer.TopicPartition
 	for topic, ps := range parts {
-		t := kmsg.NewAddPartitionsToTxnRequestTopic()
-		t.Topic, t.Partitions = topic, ps
-		add.Topics = append(add.Topics, t)
+		for _, part := range ps {
+			tps = append(tps, producer.TopicPartition{Topic: topic, Partition: part})
+		}
 	}
-	err = retry(ctx, "add partitions to transaction", func() error {
-		resp, err := add.RequestWith(ctx, cl)
-		if err != nil {
-			return err
-		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-					return fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, err)
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := p.AddPartitions(ctx, tps); err != nil {
 		return err
 	}
-
-	end := kmsg.NewPtrEndTxnRequest()
-	end.TransactionalID, end.ProducerID, end.ProducerEpoch, end.Commit = transactionalID, id, epoch, false
-	return retry(ctx, "abort", func() error {
-		resp, err := end.RequestWith(ctx, cl)
-		if err != nil {
-			return err
-		}
-		return kerr.ErrorForCode(resp.ErrorCode)
-	})
-}
-
-// retry runs f until it succeeds, fails with an error that waiting does not
-// cure, or ctx ends.
-func retry(ctx context.Context, what string, f func() error) error {
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if !busy(err) {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w (last: %v)", what, ctx.Err(), err)
-		case <-time.After(retryWait):
-		}
-	}
-}
-
-// busy reports the coordinator answers that only ask to try again.
-func busy(err error) bool {
-	return errors.Is(err, kerr.ConcurrentTransactions) ||
-		errors.Is(err, kerr.CoordinatorLoadInProgress) ||
-		errors.Is(err, kerr.CoordinatorNotAvailable) ||
-		errors.Is(err, kerr.NotCoordinator)
+	return p.Abort(ctx)
 }
 
 // ErrStillOpen reports a transaction open on a data partition after Abort.

@@ -10,13 +10,14 @@ import (
 	"log/slog"
 	"regexp"
 	"sync"
+	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
@@ -42,18 +43,31 @@ type Link struct {
 type Options struct {
 	// ID names this writer in Opened answers and checkpoints.
 	ID string
-	// TargetAddrs and Producer build each shard's target producer.
-	TargetAddrs []string
-	Producer    *sarama.Config
-	// Fence ends the transactions a shard's earlier producers left open
-	// (package fence), at every exactly-once open.
-	Fence *kgo.Client
+	// Target are the target cluster's client options (seeds, TLS, SASL);
+	// each stream builds its own client and producer from them.
+	Target []kgo.Opt
+	// Producer tunes each stream's target producer.
+	Producer ProducerSettings
 	// MaxBatchBytes bounds one batch's uncompressed records.
 	MaxBatchBytes int
 	// MaxGroupBytes bounds the records of one produce round.
 	MaxGroupBytes int
 	// Tracer emits batch and sampled-record spans; nil: tracing off.
 	Tracer trace.Tracer
+}
+
+// ProducerSettings tune the shards' target producers.
+type ProducerSettings struct {
+	// Compression of the batches the writer builds.
+	Compression recordbatch.Compression
+	// MaxMessageBytes bounds one batch (Kafka's max.message.bytes counts
+	// the batch as written).
+	MaxMessageBytes int
+	// Timeout bounds one produce request.
+	Timeout time.Duration
+	// TransactionTimeout is how long the target keeps an exactly-once
+	// round's transaction open before aborting it.
+	TransactionTimeout time.Duration
 }
 
 // Server implements ferryv1.ReplicationServiceServer.

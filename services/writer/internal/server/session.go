@@ -6,19 +6,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/fence"
+	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
 
@@ -40,9 +43,11 @@ type session struct {
 	// next is the lowest source offset the next batch of each partition may
 	// start at; it refuses overlaps and replays within the stream.
 	next map[topicPartition]int64
-	// maxRecord is the largest record (sarama's ByteSize) the shard's
-	// producer sends and its target topics take; maxRecordBy names the
-	// setting that sets it.
+	// maxBatch is the largest batch the shard's producer sends and its
+	// target topics take; maxRecord, the largest record
+	// (recordbatch.RecordSize) that fits one, and maxRecordBy names the
+	// setting that sets them.
+	maxBatch    int
 	maxRecord   int
 	maxRecordBy string
 
@@ -108,10 +113,18 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	s := ss.s
 	log := s.log.With("link", ss.link.Name, "shard", ss.shard, "epoch", ss.epoch, "fetcher", ss.fetcher)
 
-	var producer sarama.SyncProducer
-	err := func() error {
-		c := *s.opts.Producer
-		ss.maxRecord, ss.maxRecordBy = c.Producer.MaxMessageBytes, "the writer's producer.max_message_bytes"
+	// Each stream has a client of its own: Kafka serves one request of a
+	// connection at a time, so shards sharing connections would wait for
+	// each other's acknowledgements.
+	cl, err := kgo.NewClient(append(slices.Clip(s.opts.Target), kgo.MaxVersions(producer.MaxVersions()))...)
+	if err != nil {
+		return fmt.Errorf("target client: %w", err)
+	}
+	defer cl.Close()
+	var prod *producer.Producer
+	err = func() error {
+		limit := s.opts.Producer.MaxMessageBytes
+		by := "the writer's producer.max_message_bytes"
 		for _, t := range ss.open.GetTopics() {
 			target := ss.link.Naming.Target(t.GetName())
 			err := step(log, "ensure target topic", func() error {
@@ -127,18 +140,19 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 			}
 			// A target topic that takes smaller batches than the producer
 			// would send refuses them all, however small the records: the
-			// shard's producer sends no more than it takes, and a record
+			// shard sends batches no larger than it takes, and a record
 			// above that stops its partition (oversized).
 			topicMax, err := s.topics.MaxMessageBytes(target)
 			if err != nil {
 				return err
 			}
-			if limit := topicMax - recordBatchOverhead; limit < ss.maxRecord {
-				ss.maxRecord, ss.maxRecordBy = limit, "target topic "+target+" max.message.bytes "+strconv.Itoa(topicMax)+" less the batch header"
+			if topicMax < limit {
+				limit, by = topicMax, "target topic "+target+" max.message.bytes "+strconv.Itoa(topicMax)
 			}
 		}
-		c.Producer.MaxMessageBytes = ss.maxRecord
-		pcfg := &c
+		ss.maxBatch = limit
+		ss.maxRecord, ss.maxRecordBy = limit-recordbatch.HeaderSize, by+" less the batch header"
+		popts := producer.Options{Timeout: s.opts.Producer.Timeout}
 		if ss.link.ExactlyOnce {
 			// One transactional id per shard. Abort fences every older
 			// producer of the shard, on this writer or any other, and ends
@@ -146,16 +160,17 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 			// (package fence says why a coordinator can leave one); the
 			// producer created next fences again and waits for that abort
 			// to complete, all before the checkpoints are read below.
-			c.Producer.Transaction.ID = transactionalID(ss.link.Name, ss.shard)
+			popts.TransactionalID = transactionalID(ss.link.Name, ss.shard)
+			popts.TransactionTimeout = s.opts.Producer.TransactionTimeout
 			err := step(log, "abort open transactions", func() error {
-				return fence.Abort(ss.ctx, s.opts.Fence, c.Producer.Transaction.ID, c.Producer.Transaction.Timeout, ss.writable())
+				return fence.Abort(ss.ctx, cl, popts.TransactionalID, popts.TransactionTimeout, ss.writable())
 			})
 			if err != nil {
 				return fmt.Errorf("abort open transactions of shard %d: %w", ss.shard, err)
 			}
 		}
 		err := step(log, "target producer", func() (err error) {
-			producer, err = sarama.NewSyncProducer(s.opts.TargetAddrs, pcfg)
+			prod, err = producer.New(ss.ctx, cl, popts)
 			if err != nil {
 				return fmt.Errorf("target producer: %w", err)
 			}
@@ -166,7 +181,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		}
 		if ss.link.ExactlyOnce {
 			err := step(log, "check no transaction open", func() error {
-				return fence.CheckClosed(ss.ctx, s.opts.Fence, ss.dataPartitions())
+				return fence.CheckClosed(ss.ctx, cl, ss.dataPartitions())
 			})
 			if err != nil {
 				return fmt.Errorf("open shard %d: %w", ss.shard, err)
@@ -174,9 +189,6 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		}
 		return step(log, "checkpoint sync", func() error { return s.store.Sync(ss.ctx) })
 	}()
-	if producer != nil {
-		defer producer.Close()
-	}
 	if err != nil {
 		return err
 	}
@@ -202,9 +214,9 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	works := make(chan work, 4)
 	go ss.receive(stream, works)
 	if ss.link.ExactlyOnce {
-		err = ss.produceTransactions(ss.ctx, stream, producer, works)
+		err = ss.produceTransactions(ss.ctx, stream, prod, works)
 	} else {
-		err = ss.produce(ss.ctx, stream, producer, works)
+		err = ss.produce(ss.ctx, stream, prod, works)
 	}
 	if cause := context.Cause(ss.ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause
@@ -345,7 +357,7 @@ func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
 // checkpoints of the previous round's batches, whose records the target has
 // acknowledged. Only after a checkpoint is acknowledged is its batch
 // acknowledged upstream: a crash between the two can duplicate, never lose.
-func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationService_ReplicateServer, producer sarama.SyncProducer, in <-chan work) error {
+func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationService_ReplicateServer, prod *producer.Producer, in <-chan work) error {
 	var (
 		pending []work                                       // records acknowledged, checkpoint not yet
 		cps     = map[topicPartition]checkpoint.Checkpoint{} // latest per partition in pending
@@ -370,14 +382,17 @@ func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationServic
 			}
 			continue
 		}
-		msgs := ss.messages(group)
-		dataCount := len(msgs)
-		for tp, cp := range cps {
-			msgs = append(msgs, ss.s.store.Message(ss.key(tp), cp))
+		r, err := ss.build(group)
+		if err == nil {
+			err = ss.addCheckpoints(r, cps)
+		}
+		if err != nil {
+			return err
 		}
 		start := time.Now()
-		if err := producer.SendMessages(msgs); err != nil {
-			err = fmt.Errorf("produce to target: %w", ss.refusedBy(err, group, msgs))
+		offsets, err := prod.Produce(ctx, r.batches)
+		if err != nil {
+			err = fmt.Errorf("produce to target: %w", ss.refusedBy(err, group, r))
 			ss.traceFailed(ctx, group, "ferry.produce", start, err)
 			ss.traceFailed(ctx, pending, "ferry.commit", start, err) // their checkpoints were in this round
 			return err
@@ -392,7 +407,7 @@ func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationServic
 			ss.traceCommit(ctx, pending, start)
 		}
 		pending, cps = group, map[topicPartition]checkpoint.Checkpoint{}
-		ss.checkpoints(group, msgs[:dataCount], now, cps)
+		ss.checkpoints(group, r, offsets, now, cps)
 		ss.observe(group, now)
 		ss.trace(ctx, group, start, now)
 	}
@@ -412,7 +427,7 @@ func transactionalID(link string, shard uint32) string {
 // neither commit records nor move a checkpoint. Any failure, including a
 // commit whose outcome is unknown, ends the session: the next one fences
 // again, re-reads the committed checkpoints and resumes from them.
-func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.ReplicationService_ReplicateServer, producer sarama.SyncProducer, in <-chan work) error {
+func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.ReplicationService_ReplicateServer, prod *producer.Producer, in <-chan work) error {
 	for {
 		group, more := ss.take(ctx, in, false)
 		if ctx.Err() != nil {
@@ -428,30 +443,35 @@ func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.Repli
 			continue
 		}
 		start := time.Now()
-		if err := producer.BeginTxn(); err != nil {
+		r, err := ss.build(group)
+		if err != nil {
+			return err
+		}
+		// The round's checkpoints need its target offsets, so they follow
+		// its records in the same transaction; all its partitions join the
+		// transaction in one request.
+		if err := prod.AddPartitions(ctx, ss.txnPartitions(group, r)); err != nil {
 			return fmt.Errorf("begin target transaction: %w", err)
 		}
-		msgs := ss.messages(group)
-		if err := producer.SendMessages(msgs); err != nil {
-			_ = producer.AbortTxn()
-			err = fmt.Errorf("produce in target transaction: %w", ss.refusedBy(err, group, msgs))
+		offsets, err := prod.Produce(ctx, r.batches)
+		if err != nil {
+			err = fmt.Errorf("produce in target transaction: %w", ss.refusedBy(err, group, r))
 			ss.traceFailed(ctx, group, "ferry.produce", start, err)
 			return err
 		}
 		produced := time.Now()
 		cps := map[topicPartition]checkpoint.Checkpoint{}
-		ss.checkpoints(group, msgs, start, cps)
-		cpMsgs := make([]*sarama.ProducerMessage, 0, len(cps))
-		for tp, cp := range cps {
-			cpMsgs = append(cpMsgs, ss.s.store.Message(ss.key(tp), cp))
+		ss.checkpoints(group, r, offsets, start, cps)
+		cpRound := &round{}
+		if err := ss.addCheckpoints(cpRound, cps); err != nil {
+			return err
 		}
-		if err := producer.SendMessages(cpMsgs); err != nil {
-			_ = producer.AbortTxn()
+		if _, err := prod.Produce(ctx, cpRound.batches); err != nil {
 			err = fmt.Errorf("checkpoint in target transaction: %w", err)
 			ss.traceFailed(ctx, group, "ferry.commit", produced, err)
 			return err
 		}
-		if err := producer.CommitTxn(); err != nil {
+		if err := prod.Commit(ctx); err != nil {
 			err = fmt.Errorf("commit target transaction (outcome unknown): %w", err)
 			ss.traceFailed(ctx, group, "ferry.commit", produced, err)
 			return err
@@ -466,6 +486,26 @@ func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.Repli
 		}
 		ss.traceCommit(ctx, group, produced)
 	}
+}
+
+// txnPartitions are the target partitions a round of group writes: those
+// of its batches, and the checkpoint partitions of its source partitions.
+func (ss *session) txnPartitions(group []work, r *round) []producer.TopicPartition {
+	seen := map[producer.TopicPartition]bool{}
+	var out []producer.TopicPartition
+	add := func(tp producer.TopicPartition) {
+		if !seen[tp] {
+			seen[tp] = true
+			out = append(out, tp)
+		}
+	}
+	for _, b := range r.batches {
+		add(producer.TopicPartition{Topic: b.Topic, Partition: b.Partition})
+	}
+	for _, w := range group {
+		add(producer.TopicPartition{Topic: ss.s.store.Topic(), Partition: ss.s.store.PartitionOf(ss.key(topicPartition{w.b.GetTopic(), w.b.GetPartition()}))})
+	}
+	return out
 }
 
 // take returns the batches ready now, at least one unless nonBlocking, and
@@ -510,42 +550,6 @@ func (ss *session) draining() bool {
 	}
 }
 
-// messages turns batches into target records on the same partition number.
-func (ss *session) messages(group []work) []*sarama.ProducerMessage {
-	n := 0
-	for _, w := range group {
-		n += len(w.recs)
-	}
-	msgs := make([]*sarama.ProducerMessage, 0, n)
-	for _, w := range group {
-		topic := ss.link.Naming.Target(w.b.GetTopic())
-		for i := range w.recs {
-			r := &w.recs[i]
-			m := &sarama.ProducerMessage{
-				Topic:     topic,
-				Partition: w.b.GetPartition(),
-				Timestamp: time.UnixMilli(r.Timestamp),
-			}
-			// A nil interface, not a nil slice in an encoder, keeps a null
-			// key or value null on the target.
-			if r.Key != nil {
-				m.Key = sarama.ByteEncoder(r.Key)
-			}
-			if r.Value != nil {
-				m.Value = sarama.ByteEncoder(r.Value)
-			}
-			if len(r.Headers) > 0 {
-				m.Headers = make([]sarama.RecordHeader, len(r.Headers))
-				for j, h := range r.Headers {
-					m.Headers[j] = sarama.RecordHeader{Key: h.Key, Value: h.Value}
-				}
-			}
-			msgs = append(msgs, m)
-		}
-	}
-	return msgs
-}
-
 // observe records the metrics of a group the target has acknowledged (and,
 // in exactly-once mode, committed).
 func (ss *session) observe(group []work, now time.Time) {
@@ -573,14 +577,14 @@ func (ss *session) observe(group []work, now time.Time) {
 }
 
 // checkpoints computes the checkpoint each partition reaches with a
-// produced group; msgs are the group's records with their target offsets.
-func (ss *session) checkpoints(group []work, msgs []*sarama.ProducerMessage, now time.Time, cps map[topicPartition]checkpoint.Checkpoint) {
-	i := 0
-	for _, w := range group {
-		i += len(w.recs)
+// produced round; offsets are the target offsets of its batches' first
+// records.
+func (ss *session) checkpoints(group []work, r *round, offsets []int64, now time.Time, cps map[topicPartition]checkpoint.Checkpoint) {
+	for j, w := range group {
+		last := r.last[j]
 		cps[topicPartition{w.b.GetTopic(), w.b.GetPartition()}] = checkpoint.Checkpoint{
 			NextSourceOffset: w.b.GetLastOffset() + 1,
-			TargetOffset:     msgs[i-1].Offset + 1,
+			TargetOffset:     offsets[last.batch] + int64(last.index) + 1,
 			SourceTopicID:    ss.topicIDs[w.b.GetTopic()],
 			Epoch:            ss.epoch,
 			Writer:           ss.s.opts.ID,

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc/codes"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 )
@@ -43,7 +43,7 @@ func TestRecordTooLargeForTheTargetIsRefusedByName(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := startWriterWith(t, []Link{{Name: "east", Topics: mustFilter(t, topicfilter.DefaultInclude, topicfilter.DefaultExclude)}},
-				func(c *sarama.Config) { c.Producer.MaxMessageBytes = 100_000 })
+				func(c *ProducerSettings) { c.MaxMessageBytes, c.Compression = 100_000, recordbatch.None })
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...))

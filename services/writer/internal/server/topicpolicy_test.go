@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,6 +22,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
@@ -74,12 +75,12 @@ func (w *testWriter) rejected(t *testing.T, link, reason string) float64 {
 
 func startWriter(t *testing.T, links []Link) *testWriter {
 	t.Helper()
-	return startWriterWith(t, links, func(*sarama.Config) {})
+	return startWriterWith(t, links, func(*ProducerSettings) {})
 }
 
 // startWriterWith is startWriter with the shard producers' configuration
 // edited.
-func startWriterWith(t *testing.T, links []Link, producer func(*sarama.Config)) *testWriter {
+func startWriterWith(t *testing.T, links []Link, producer func(*ProducerSettings)) *testWriter {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
@@ -108,13 +109,11 @@ func startWriterWith(t *testing.T, links []Link, producer func(*sarama.Config)) 
 		t.Fatal(err)
 	}
 	t.Cleanup(codecs.Close)
-	pcfg := *base
-	pcfg.Producer.Return.Successes = true
-	pcfg.Producer.Partitioner = sarama.NewManualPartitioner
+	pcfg := ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second}
 	producer(&pcfg)
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	srv := New(Options{ID: "w1", TargetAddrs: addrs, Producer: &pcfg, MaxBatchBytes: 1 << 20, MaxGroupBytes: 1 << 20},
+	srv := New(Options{ID: "w1", Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, Producer: pcfg, MaxBatchBytes: 1 << 20, MaxGroupBytes: 1 << 20},
 		links, ens, store, codecs, m, log)
 
 	lis := bufconn.Listen(1 << 20)

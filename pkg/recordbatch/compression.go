@@ -1,0 +1,380 @@
+package recordbatch
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/golang/snappy"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+)
+
+// Compression is a batch's codec, as Kafka numbers it in the attributes
+// (bits 0-2).
+type Compression int8
+
+// The codecs Kafka defines.
+const (
+	None   Compression = 0
+	Gzip   Compression = 1
+	Snappy Compression = 2
+	LZ4    Compression = 3
+	Zstd   Compression = 4
+)
+
+var compressionNames = [...]string{None: "none", Gzip: "gzip", Snappy: "snappy", LZ4: "lz4", Zstd: "zstd"}
+
+// ParseCompression maps a codec name as Kafka spells it (compression.type)
+// to a Compression.
+func ParseCompression(name string) (Compression, error) {
+	for c, n := range compressionNames {
+		if strings.EqualFold(name, n) {
+			return Compression(c), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown compression %q (want none, gzip, snappy, lz4 or zstd)", name)
+}
+
+func (c Compression) String() string {
+	if c.valid() {
+		return compressionNames[c]
+	}
+	return fmt.Sprintf("Compression(%d)", int8(c))
+}
+
+func (c Compression) valid() bool { return c >= None && c <= Zstd }
+
+// errTooLarge reports records that would decompress past the caller's bound.
+var errTooLarge = errors.New("decompressed size over the limit")
+
+// appendWriter is an io.Writer appending to a slice, so the stream codecs
+// compress straight into the batch being built.
+type appendWriter struct{ b []byte }
+
+func (w *appendWriter) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	return len(p), nil
+}
+
+// Kafka's own producer settings, so that Build writes what a Java producer
+// with the default compression.<codec>.level would: gzip level 6 (Deflater's
+// default), LZ4 frames with 64 KiB independent blocks and no block or
+// content checksum (Lz4BlockOutputStream; the batch CRC already covers the
+// compressed bytes), zstd level 3, snappy in xerial framing with 32 KiB
+// blocks (snappy-java's SnappyOutputStream default, which Kafka 4.x uses).
+var (
+	gzipWriters = sync.Pool{New: func() any {
+		w, _ := gzip.NewWriterLevel(nil, gzip.DefaultCompression)
+		return w
+	}}
+	lz4Writers = sync.Pool{New: func() any {
+		w := lz4.NewWriter(nil)
+		// Apply fails only on invalid values, and these are fixed.
+		_ = w.Apply(lz4.BlockSizeOption(lz4.Block64Kb), lz4.ChecksumOption(false),
+			lz4.BlockChecksumOption(false), lz4.CompressionLevelOption(lz4.Fast), lz4.ConcurrencyOption(1))
+		return w
+	}}
+	// One encoder serves every goroutine: EncodeAll is safe for concurrent
+	// use, and with one inner encoder per core calls do not queue.
+	zstdEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
+		return zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault),
+			zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
+	})
+)
+
+// compress appends src compressed with c to dst.
+func compress(dst, src []byte, c Compression) ([]byte, error) {
+	switch c {
+	case Gzip:
+		zw := gzipWriters.Get().(*gzip.Writer)
+		defer gzipWriters.Put(zw)
+		return streamCompress(dst, src, zw, c)
+	case LZ4:
+		zw := lz4Writers.Get().(*lz4.Writer)
+		defer lz4Writers.Put(zw)
+		return streamCompress(dst, src, zw, c)
+	case Zstd:
+		enc, err := zstdEncoder()
+		if err != nil {
+			return dst, fmt.Errorf("zstd encoder: %w", err)
+		}
+		return enc.EncodeAll(src, dst), nil
+	case Snappy:
+		return appendXerial(dst, src), nil
+	}
+	return dst, fmt.Errorf("unknown codec %v", c)
+}
+
+type resetWriter interface {
+	io.WriteCloser
+	Reset(io.Writer)
+}
+
+func streamCompress(dst, src []byte, zw resetWriter, c Compression) ([]byte, error) {
+	w := appendWriter{b: dst}
+	zw.Reset(&w)
+	_, err := zw.Write(src)
+	if err == nil {
+		err = zw.Close()
+	}
+	zw.Reset(nil) // the pooled writer must not keep the batch alive
+	if err != nil {
+		return dst, fmt.Errorf("%v: %w", c, err)
+	}
+	return w.b, nil
+}
+
+// xerialMagic opens a snappy-java stream. A raw snappy block cannot start
+// with it: its first element would be a copy with nothing yet to copy from.
+var xerialMagic = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
+
+// xerialHeader is the magic, then the stream version and the oldest
+// version able to read it, both 1 (snappy-java's SnappyCodec).
+var xerialHeader = append(slices.Clip(xerialMagic), 0, 0, 0, 1, 0, 0, 0, 1)
+
+const (
+	xerialHeaderSize = 16
+	xerialBlockSize  = 32 << 10
+)
+
+// appendXerial appends src in snappy-java's stream framing: the header,
+// then per block of at most 32 KiB a big-endian length and a raw snappy
+// block. Kafka's producer writes this (SnappyOutputStream); brokers and
+// consumers read it and raw blocks alike (SnappyInputStream falls back to a
+// raw block when the magic is missing).
+func appendXerial(dst, src []byte) []byte {
+	dst = append(dst, xerialHeader...)
+	for len(src) > 0 {
+		n := min(len(src), xerialBlockSize)
+		bound := snappy.MaxEncodedLen(n)
+		dst = slices.Grow(dst, 4+bound)
+		at := len(dst)
+		// Encode writes into its dst when it is long enough, so the
+		// block lands in place, after room for its length.
+		block := snappy.Encode(dst[at+4:at+4+bound], src[:n])
+		dst = dst[:at+4+len(block)]
+		binary.BigEndian.PutUint32(dst[at:], uint32(len(block)))
+		src = src[n:]
+	}
+	return dst
+}
+
+// decompress inflates src, compressed with c. A positive limit bounds the
+// result: sizes the codec declares up front are checked before decoding,
+// and streams are read one byte past the limit at most.
+func decompress(src []byte, c Compression, limit int) ([]byte, error) {
+	switch c {
+	case Gzip:
+		return inflateGzip(src, limit)
+	case LZ4:
+		return inflateLZ4(src, limit)
+	case Zstd:
+		return inflateZstd(src, limit)
+	case Snappy:
+		return inflateSnappy(src, limit)
+	}
+	return nil, fmt.Errorf("unknown codec %v", c)
+}
+
+type gzipReader struct {
+	zr  gzip.Reader
+	src bytes.Reader
+}
+
+type lz4Reader struct {
+	zr  *lz4.Reader
+	src bytes.Reader
+}
+
+// zstdStream decodes one stream at a time: with concurrency 1 the decoder
+// runs on the caller's goroutine, so a pooled one owns no goroutines.
+type zstdStream struct {
+	zr  *zstd.Decoder
+	src bytes.Reader
+}
+
+var (
+	gzipReaders = sync.Pool{New: func() any { return new(gzipReader) }}
+	lz4Readers  = sync.Pool{New: func() any { return &lz4Reader{zr: lz4.NewReader(nil)} }}
+	zstdStreams = sync.Pool{New: func() any {
+		zr, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return err
+		}
+		return &zstdStream{zr: zr}
+	}}
+	// zstdDecoder serves unbounded decodes from every goroutine at once.
+	zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
+		return zstd.NewReader(nil, zstd.WithDecoderConcurrency(0))
+	})
+)
+
+func inflateGzip(src []byte, limit int) ([]byte, error) {
+	r := gzipReaders.Get().(*gzipReader)
+	defer gzipReaders.Put(r)
+	defer r.src.Reset(nil)
+	r.src.Reset(src)
+	if err := r.zr.Reset(&r.src); err != nil {
+		return nil, fmt.Errorf("gzip: %w", err)
+	}
+	out, err := readBounded(&r.zr, len(src), limit)
+	if err != nil {
+		return nil, fmt.Errorf("gzip: %w", err)
+	}
+	return out, nil
+}
+
+func inflateLZ4(src []byte, limit int) ([]byte, error) {
+	r := lz4Readers.Get().(*lz4Reader)
+	defer lz4Readers.Put(r)
+	defer r.src.Reset(nil)
+	r.src.Reset(src)
+	r.zr.Reset(&r.src)
+	out, err := readBounded(r.zr, len(src), limit)
+	if err != nil {
+		return nil, fmt.Errorf("lz4: %w", err)
+	}
+	return out, nil
+}
+
+func inflateZstd(src []byte, limit int) ([]byte, error) {
+	if limit <= 0 {
+		dec, err := zstdDecoder()
+		if err != nil {
+			return nil, fmt.Errorf("zstd decoder: %w", err)
+		}
+		out, err := dec.DecodeAll(src, nil)
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %w", err)
+		}
+		return out, nil
+	}
+	// A frame declaring its size is refused before a byte is decoded.
+	var h zstd.Header
+	if h.Decode(src) == nil && h.HasFCS && h.FrameContentSize > uint64(limit) {
+		return nil, fmt.Errorf("zstd: frame declares %d bytes: %w (%d)", h.FrameContentSize, errTooLarge, limit)
+	}
+	// The rest is streamed rather than decoded with DecodeAll: a decoder's
+	// memory bound also caps the window it accepts, and Kafka's Java
+	// producer streams frames with a 2 MiB window (level 3, size unknown)
+	// whatever the batch's size, so a bound below that would refuse them.
+	got := zstdStreams.Get()
+	zs, ok := got.(*zstdStream)
+	if !ok {
+		return nil, fmt.Errorf("zstd decoder: %w", got.(error))
+	}
+	defer zstdStreams.Put(zs)
+	defer zs.src.Reset(nil)
+	// A bytes.Reader, not a bytes.Buffer: the decoder would decode a small
+	// Buffer whole at once, without the limit.
+	zs.src.Reset(src)
+	if err := zs.zr.Reset(&zs.src); err != nil {
+		return nil, fmt.Errorf("zstd: %w", err)
+	}
+	defer zs.zr.Reset(nil)
+	out, err := readBounded(zs.zr, len(src), limit)
+	if err != nil {
+		return nil, fmt.Errorf("zstd: %w", err)
+	}
+	return out, nil
+}
+
+// readBounded reads r to its end; with a positive limit it stops one byte
+// past the limit and fails.
+func readBounded(r io.Reader, srcLen, limit int) ([]byte, error) {
+	guess := 4*srcLen + 512
+	if limit > 0 {
+		guess = min(guess, limit+1)
+		r = &io.LimitedReader{R: r, N: int64(limit) + 1}
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, guess))
+	if _, err := buf.ReadFrom(r); err != nil {
+		return nil, err
+	}
+	if limit > 0 && buf.Len() > limit {
+		return nil, fmt.Errorf("%w (%d)", errTooLarge, limit)
+	}
+	return buf.Bytes(), nil
+}
+
+var errXerial = errors.New("malformed xerial framing")
+
+// inflateSnappy reads both what Kafka's producer writes (xerial framing)
+// and raw snappy blocks, which other clients send and Kafka accepts.
+func inflateSnappy(src []byte, limit int) ([]byte, error) {
+	if len(src) < xerialHeaderSize || !bytes.HasPrefix(src, xerialMagic) {
+		n, err := snappy.DecodedLen(src)
+		if err != nil {
+			return nil, fmt.Errorf("snappy: %w", err)
+		}
+		if limit > 0 && n > limit {
+			return nil, fmt.Errorf("snappy: block declares %d bytes: %w (%d)", n, errTooLarge, limit)
+		}
+		out, err := snappy.Decode(make([]byte, n), src)
+		if err != nil {
+			return nil, fmt.Errorf("snappy: %w", err)
+		}
+		return out, nil
+	}
+	// Every block declares its decoded length: add them up and check the
+	// total before decoding any, then decode each in place.
+	total, err := walkXerial(src, func([]byte, int) error { return nil })
+	if err != nil {
+		return nil, fmt.Errorf("snappy: %w", err)
+	}
+	if limit > 0 && total > limit {
+		return nil, fmt.Errorf("snappy: blocks declare %d bytes: %w (%d)", total, errTooLarge, limit)
+	}
+	out := make([]byte, total)
+	at := 0
+	if _, err := walkXerial(src, func(block []byte, n int) error {
+		if _, err := snappy.Decode(out[at:at+n], block); err != nil {
+			return err
+		}
+		at += n
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("snappy: %w", err)
+	}
+	return out, nil
+}
+
+// walkXerial calls fn for each block of a xerial stream with its declared
+// decoded length and returns the sum of those lengths. A header in the
+// middle starts a concatenated stream, which snappy-java reads on.
+func walkXerial(src []byte, fn func(block []byte, n int) error) (int, error) {
+	total := 0
+	for rest := src; len(rest) > 0; {
+		if len(rest) >= xerialHeaderSize && bytes.HasPrefix(rest, xerialMagic) {
+			rest = rest[xerialHeaderSize:]
+			continue
+		}
+		if len(rest) < 4 {
+			return 0, fmt.Errorf("%w: %d bytes after the last block", errXerial, len(rest))
+		}
+		size := binary.BigEndian.Uint32(rest)
+		rest = rest[4:]
+		if uint64(size) > uint64(len(rest)) {
+			return 0, fmt.Errorf("%w: block of %d bytes, %d left", errXerial, size, len(rest))
+		}
+		block := rest[:size]
+		rest = rest[size:]
+		n, err := snappy.DecodedLen(block)
+		if err != nil {
+			return 0, err
+		}
+		if err := fn(block, n); err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}

@@ -1,0 +1,153 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
+)
+
+// round is one produce round's target batches: the records of a group of
+// checked batches, rebuilt as Kafka record batches (as few per partition
+// as the size limit allows), then the checkpoints produced with them.
+type round struct {
+	batches []producer.Batch
+	// from[i] is where target batch i's records come from: a group member
+	// and its first record; its count[i] records follow on through the
+	// group's members of the same partition.
+	from  []memberRecord
+	count []int
+	// last[j] is, for group member j, the target batch holding its last
+	// record and that record's index in the batch.
+	last []batchRecord
+	// data counts the batches of records; checkpoint batches follow them.
+	data int
+}
+
+// memberRecord is record i of group member j; batchRecord, record index of
+// target batch batch.
+type (
+	memberRecord struct{ member, record int }
+	batchRecord  struct{ batch, index int }
+)
+
+// build turns group's records into target batches, each under the shard's
+// batch limit (ss.maxBatch). A batch that compression made larger than
+// the limit (incompressible records) is rebuilt uncompressed, where the
+// size is known: every record was checked against ss.maxRecord.
+func (ss *session) build(group []work) (*round, error) {
+	r := &round{last: make([]batchRecord, len(group))}
+	byPartition := map[topicPartition][]int{}
+	var order []topicPartition
+	for j, w := range group {
+		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
+		if _, ok := byPartition[tp]; !ok {
+			order = append(order, tp)
+		}
+		byPartition[tp] = append(byPartition[tp], j)
+	}
+	var recs []recordbatch.Record
+	for _, tp := range order {
+		target := ss.link.Naming.Target(tp.topic)
+		size := recordbatch.HeaderSize
+		var start memberRecord // where recs[0] comes from
+		flush := func() error {
+			if len(recs) == 0 {
+				return nil
+			}
+			raw, err := ss.seal(recs)
+			if err != nil {
+				return fmt.Errorf("build batch for %s/%d: %w", target, tp.partition, err)
+			}
+			r.batches = append(r.batches, producer.Batch{Topic: target, Partition: tp.partition, Raw: raw})
+			r.from, r.count = append(r.from, start), append(r.count, len(recs))
+			recs, size = recs[:0], recordbatch.HeaderSize
+			return nil
+		}
+		for _, j := range byPartition[tp] {
+			w := group[j]
+			for i := range w.recs {
+				rec := toRecord(&w.recs[i])
+				n := recordbatch.RecordSize(rec)
+				if len(recs) > 0 && size+n > ss.maxBatch {
+					if err := flush(); err != nil {
+						return nil, err
+					}
+				}
+				if len(recs) == 0 {
+					start = memberRecord{j, i}
+				}
+				recs = append(recs, rec)
+				size += n
+				r.last[j] = batchRecord{len(r.batches), len(recs) - 1}
+			}
+		}
+		if err := flush(); err != nil {
+			return nil, err
+		}
+	}
+	r.data = len(r.batches)
+	return r, nil
+}
+
+// seal builds one batch of recs with the producer's compression, or
+// uncompressed if compression made it larger than the limit.
+func (ss *session) seal(recs []recordbatch.Record) ([]byte, error) {
+	c := ss.s.opts.Producer.Compression
+	raw, err := recordbatch.Build(nil, recs, c)
+	if err != nil || len(raw) <= ss.maxBatch || c == recordbatch.None {
+		return raw, err
+	}
+	return recordbatch.Build(nil, recs, recordbatch.None)
+}
+
+func toRecord(r *batch.Record) recordbatch.Record {
+	rec := recordbatch.Record{Timestamp: r.Timestamp, Key: r.Key, Value: r.Value}
+	if len(r.Headers) > 0 {
+		rec.Headers = make([]recordbatch.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			rec.Headers[i] = recordbatch.Header{Key: string(h.Key), Value: h.Value}
+		}
+	}
+	return rec
+}
+
+// addCheckpoints appends one batch per checkpoint partition holding cps.
+func (ss *session) addCheckpoints(r *round, cps map[topicPartition]checkpoint.Checkpoint) error {
+	byPartition := map[int32][]recordbatch.Record{}
+	var order []int32
+	for tp, cp := range cps {
+		rec := ss.s.store.Record(ss.key(tp), cp)
+		if _, ok := byPartition[rec.Partition]; !ok {
+			order = append(order, rec.Partition)
+		}
+		byPartition[rec.Partition] = append(byPartition[rec.Partition], recordbatch.Record{Timestamp: rec.Time.UnixMilli(), Key: rec.Key, Value: rec.Value})
+	}
+	for _, p := range order {
+		raw, err := recordbatch.Build(nil, byPartition[p], recordbatch.None)
+		if err != nil {
+			return fmt.Errorf("build checkpoint batch: %w", err)
+		}
+		r.batches = append(r.batches, producer.Batch{Topic: ss.s.store.Topic(), Partition: p, Raw: raw})
+	}
+	return nil
+}
+
+// eachRecord calls f with each source record of data batch b, in order.
+func (r *round) eachRecord(group []work, b int, f func(*batch.Record)) {
+	start := r.from[b]
+	tp := topicPartition{group[start.member].b.GetTopic(), group[start.member].b.GetPartition()}
+	left := r.count[b]
+	for j, i := start.member, start.record; j < len(group) && left > 0; j, i = j+1, 0 {
+		w := group[j]
+		if (topicPartition{w.b.GetTopic(), w.b.GetPartition()}) != tp {
+			continue
+		}
+		for ; i < len(w.recs) && left > 0; i++ {
+			f(&w.recs[i])
+			left--
+		}
+	}
+}
