@@ -96,8 +96,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	srv := server.New(server.Options{
-		ID:            cfg.ID,
-		Target:        franzOpts,
+		ID:     cfg.ID,
+		Target: franzOpts,
 		Producer: server.ProducerSettings{
 			Compression: compression, MaxMessageBytes: int(cfg.Producer.MaxMessageBytes),
 			Timeout: cfg.Producer.Timeout, TransactionTimeout: cfg.Producer.TransactionTimeout,
