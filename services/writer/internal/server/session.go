@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -50,6 +51,11 @@ type session struct {
 	maxBatch    int
 	maxRecord   int
 	maxRecordBy string
+	// queued holds the bytes of checked batches waiting for a round, at
+	// most queueBytes (twice max_group_bytes): the next round fills while
+	// one is in flight, and a fetcher cannot make the writer hold more.
+	queued     *semaphore.Weighted
+	queueBytes int64
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -86,6 +92,8 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 	for _, t := range open.GetTopics() {
 		sess.topicIDs[t.GetName()] = t.GetTopicId()
 	}
+	sess.queueBytes = 2 * int64(s.opts.MaxGroupBytes)
+	sess.queued = semaphore.NewWeighted(sess.queueBytes)
 	sess.ctx, sess.cancel = context.WithCancelCause(ctx)
 	for _, p := range open.GetPartitions() {
 		tp := topicPartition{p.GetTopic(), p.GetPartition()}
@@ -211,7 +219,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	// The receiver blocks in stream.Recv, which only the end of the stream
 	// interrupts: gRPC ends it when this handler returns, so the receiver
 	// outlives run by at most that. It reports failure by cancelling ss.ctx.
-	works := make(chan work, 4)
+	works := make(chan work, queueSlots)
 	go ss.receive(stream, works)
 	if ss.link.ExactlyOnce {
 		err = ss.produceTransactions(ss.ctx, stream, prod, works)
@@ -273,6 +281,19 @@ func step(log *slog.Logger, name string, f func() error) error {
 // openStepWarn is how long an open step may wait before it is logged.
 const openStepWarn = 10 * time.Second
 
+// queueSlots bounds how many checked batches wait for a round; their bytes
+// are bounded by session.queued. Under a slow target (a long round trip)
+// a round must be able to fill up to max_group_bytes while the previous one
+// is in flight, or each round trip carries only the few batches a short
+// queue held (it did, with 4 slots: 300 ms on the writer-target hop cut
+// exactly-once copying to a fifth).
+const queueSlots = 1024
+
+// weight is what a checked batch holds of session.queued.
+func (ss *session) weight(w work) int64 {
+	return min(int64(w.b.GetUncompressedSize()), ss.queueBytes)
+}
+
 // receive checks each batch whole before handing it on, so nothing of a bad
 // batch reaches the target.
 func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, out chan<- work) {
@@ -294,6 +315,9 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 			return
 		}
 		seq++
+		if err := ss.queued.Acquire(ss.ctx, ss.weight(w)); err != nil {
+			return // the session ended
+		}
 		select {
 		case out <- w:
 		case <-ss.ctx.Done():
@@ -520,6 +544,7 @@ func (ss *session) take(ctx context.Context, in <-chan work, nonBlocking bool) (
 				if !ok {
 					return group, false
 				}
+				ss.queued.Release(ss.weight(w))
 				group, size = append(group, w), size+int(w.b.GetUncompressedSize())
 				continue
 			default:
@@ -531,6 +556,7 @@ func (ss *session) take(ctx context.Context, in <-chan work, nonBlocking bool) (
 			if !ok {
 				return group, false
 			}
+			ss.queued.Release(ss.weight(w))
 			group, size = append(group, w), size+int(w.b.GetUncompressedSize())
 		case <-ss.s.drain:
 			return group, true

@@ -1,0 +1,65 @@
+// Package rawfetch reads source partitions as raw Kafka record batches, the
+// bytes the broker stores, so the fetcher can pass them to a writer without
+// decompressing or rebuilding them.
+//
+// A Fetcher runs rounds: Fetch is given partitions and the offsets to read
+// from, sends one FetchRequest per partition leader, all at once, and
+// returns what each partition gave. It keeps no positions of its own; the
+// caller owns them and passes each Result's Next back in the next round.
+// That keeps the fetcher's resume point where Ferry wants it: in the
+// caller, which resumes from what the writer says the target committed.
+//
+// A Result sorts what went wrong in two. Retry is for problems a later
+// round gets past by itself (the leader moved, a connection failed, a
+// retriable broker error): Fetch looks the leader up again where that
+// helps, and the caller just fetches again. Err is for what fetching again
+// will not change (out of range, a legacy message set, a damaged batch, an
+// authorization failure): what to do is the caller's decision.
+//
+// Leaders and topic ids are cached from MetadataRequests and looked up
+// again only for partitions whose leader was found stale. A topic deleted
+// and created again under its name is read by its new id once the old one
+// is refused: the offsets asked then belong to the new topic, which shows
+// as OFFSET_OUT_OF_RANGE unless the new topic is already longer; telling
+// a recreated topic apart is topic discovery's job.
+//
+// Requests are read_committed (isolation level 1) and sessionless (fetch
+// session id 0, epoch -1), with replica id -1 and current leader epoch -1.
+// Without a session every request names all its partitions, which costs a
+// few bytes per partition and spares tracking session state across leader
+// moves and errors. Without leader epochs the broker does not fence a
+// fetch from a stale leader by epoch; NOT_LEADER_OR_FOLLOWER does that
+// work. Truncation after an unclean election shows as OFFSET_OUT_OF_RANGE
+// when the caller is past the new end, and goes unseen otherwise, as for
+// any consumer that does not validate epochs.
+//
+// Fetch version: topics are sent both by name and by topic id, so
+// whichever version kgo negotiates with the broker (v4 up to v18, the
+// highest kmsg knows) works, and the caller need not cap anything with
+// kgo.MaxVersions. Responses up to v12 name their topics; from v13 they
+// carry topic ids, which are mapped back through the metadata the request
+// was built from. A topic metadata gives no id (a broker before Kafka 2.8,
+// or Metadata capped below v10) cannot be named in a v13+ request; such a
+// broker does not offer v13, but should it happen, that partition's Err
+// says so, and capping Fetch at v12 with kgo.MaxVersions is the way out.
+//
+// Invariants:
+//
+//   - A Result's Batches are each exactly one complete magic v2 batch, in
+//     offset order, with a CRC that matches: the control, transactional
+//     and producer fields the filtering relies on are under the CRC, so a
+//     damaged header is never mistaken for a marker and dropped.
+//   - No control batch and no batch of an aborted transaction is returned.
+//     Which batches are aborted is decided from batch headers and the
+//     response's aborted transaction list alone; no batch is decompressed.
+//   - Next never goes back: it is the asked offset or one past the last
+//     complete batch seen, whether that batch was returned or dropped. A
+//     partial batch at the end of a response is left out and read whole in
+//     a later round.
+//   - The first batch may start before the asked offset, because Kafka
+//     returns whole batches; batches that end before it are left out.
+//   - Legacy message sets (magic 0 and 1) are never misread: a partition
+//     reaching one gets an Err naming it (ErrLegacyMessageSet).
+//   - Fetch starts no goroutine that outlives it: the per-leader requests
+//     run in goroutines it waits for, and ctx ends them.
+package rawfetch

@@ -1,0 +1,603 @@
+package rawfetch
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// ErrOffsetOutOfRange is wrapped in a Result's Err when the broker answers
+// OFFSET_OUT_OF_RANGE: the asked offset is below the log start (retention
+// or DeleteRecords removed it) or past the high watermark. The Result's
+// LogStartOffset and HighWatermark then say where the log is, -1 if even a
+// ListOffsets request could not tell.
+var ErrOffsetOutOfRange = errors.New("offset out of range")
+
+// ErrLegacyMessageSet is wrapped in a Result's Err when a partition holds a
+// message set of magic 0 or 1 (written before Kafka 0.11), which cannot be
+// passed through as a v2 batch.
+var ErrLegacyMessageSet = errors.New("legacy message set, only magic 2 batches can pass through")
+
+// Defaults for the zero Options.
+const (
+	// DefaultMaxWait bounds both how long an idle leader holds its
+	// request and how long a round waits for it: a round ends when its
+	// slowest leader answers, so an idle leader delays a busy one's next
+	// round by up to MaxWait.
+	DefaultMaxWait = 100 * time.Millisecond
+	// DefaultPartitionMaxBytes is Kafka's max.partition.fetch.bytes.
+	DefaultPartitionMaxBytes = 1 << 20
+	// DefaultMaxBytes bounds the bytes of one leader's response, so a
+	// round holds at most this much per leader.
+	DefaultMaxBytes = 16 << 20
+)
+
+// Partition names a source partition.
+type Partition struct {
+	Topic     string
+	Partition int32
+}
+
+func (p Partition) String() string { return p.Topic + "/" + strconv.Itoa(int(p.Partition)) }
+
+// Options tune the FetchRequests. Zero (or negative) fields take the
+// defaults. MinBytes is always 1: a leader answers as soon as one of its
+// partitions has data, so MaxWait only paces rounds over idle partitions.
+type Options struct {
+	// MaxWait is how long a leader may hold a request while none of its
+	// partitions has data (DefaultMaxWait), in whole milliseconds.
+	MaxWait time.Duration
+	// PartitionMaxBytes limits each partition's bytes in a response
+	// (DefaultPartitionMaxBytes). The broker still returns the first
+	// batch of a response whole, however large, so a batch of any size
+	// gets through (Fetch rotates the partitions' order in its requests
+	// so that each gets to be first); past it, the broker may cut a
+	// partition's bytes mid-batch, and the cut batch comes whole in a
+	// later round.
+	PartitionMaxBytes int32
+	// MaxBytes limits each leader's whole response (DefaultMaxBytes),
+	// with the same exception for the first batch.
+	MaxBytes int32
+}
+
+// Result is what one Fetch round returned for a partition.
+type Result struct {
+	// Batches are complete magic v2 batches in offset order, each
+	// exactly one batch, with no control batches and no batches of
+	// aborted transactions. They alias the response, so holding one
+	// keeps the response's memory. The first may start before the asked
+	// offset (Kafka returns whole batches): records before it are the
+	// caller's to skip.
+	Batches [][]byte
+	// Next is the offset to ask next: one past the last complete batch
+	// seen, returned or dropped (control, aborted), or the asked offset
+	// if there was none.
+	Next int64
+	// HighWatermark, LastStableOffset and LogStartOffset are the
+	// broker's, -1 when it did not say (errors, old versions).
+	HighWatermark, LastStableOffset, LogStartOffset int64
+	// Err is a problem fetching again will not fix by itself: it wraps
+	// ErrOffsetOutOfRange, ErrLegacyMessageSet, recordbatch.ErrCRC, or
+	// the broker's kerr error (TOPIC_AUTHORIZATION_FAILED, ...). Batches
+	// and Next are still valid: they are what came before the problem.
+	Err error
+	// Retry is set, with Err nil and no Batches, when a retriable
+	// problem kept the partition from being read this round: its leader
+	// moved or is unknown, its connection failed, the broker answered a
+	// retriable error. The leader is looked up again where that can
+	// help; the caller just fetches again, and may back off, log or
+	// count Retry.
+	Retry error
+}
+
+// Fetcher reads raw batches in rounds. It caches partition leaders and
+// topic ids between rounds. It is safe for concurrent use, though rounds
+// are meant to come one after another from the partitions' owner.
+type Fetcher struct {
+	cl   *kgo.Client
+	opts Options
+
+	mu     sync.Mutex
+	topics map[string]*topicMeta // absent: not looked up, or the last lookup failed
+	rounds uint64                // rotates the partitions' order in requests
+}
+
+// topicMeta is what the last metadata answer said of a topic.
+type topicMeta struct {
+	id      [16]byte
+	leaders map[int32]int32 // partition to leader; absent until looked up again
+}
+
+// New returns a Fetcher that sends its requests through cl. cl needs no
+// consumer options: Fetch addresses brokers directly and never uses cl's
+// own consumer.
+func New(cl *kgo.Client, opts Options) *Fetcher {
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = DefaultMaxWait
+	}
+	if opts.PartitionMaxBytes <= 0 {
+		opts.PartitionMaxBytes = DefaultPartitionMaxBytes
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	return &Fetcher{cl: cl, opts: opts, topics: make(map[string]*topicMeta)}
+}
+
+// answer is a partition's Result and what the round learned of its leader.
+type answer struct {
+	res Result
+	// stale: the leader the request went to is no longer to be trusted
+	// (moved, unreachable), so it is looked up again next round.
+	stale bool
+	// outOfRange: the broker answered OFFSET_OUT_OF_RANGE; Err is made
+	// once the log's bounds are known.
+	outOfRange bool
+}
+
+// Fetch runs one round for the given partitions, each from its offset (a
+// concrete offset, 0 or more: resolving earliest or latest is the caller's
+// job), and returns a Result for every partition given.
+//
+// It looks up the leaders it has not cached (a MetadataRequest for their
+// topics), sends one FetchRequest per leader, concurrently, and waits for
+// all of them. A leader the round finds stale (NOT_LEADER_OR_FOLLOWER,
+// FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
+// and the like, or a failed connection) is forgotten, and the partition's
+// Result has Retry set. An OFFSET_OUT_OF_RANGE answer without the log's
+// bounds costs a ListOffsets request for them.
+//
+// The error is non-nil only when the round could not finish: ctx ended
+// (no Result is returned, and none is lost: positions stay the caller's)
+// or cl was closed.
+func (f *Fetcher) Fetch(ctx context.Context, positions map[Partition]int64) (map[Partition]Result, error) {
+	out := make(map[Partition]Result, len(positions))
+	ask := make(map[Partition]int64, len(positions))
+	for p, off := range positions {
+		if off < 0 {
+			out[p] = Result{Next: off, HighWatermark: -1, LastStableOffset: -1, LogStartOffset: -1,
+				Err: fmt.Errorf("fetch %s at offset %d: not a concrete offset", p, off)}
+			continue
+		}
+		ask[p] = off
+	}
+	if len(ask) == 0 {
+		return out, nil
+	}
+
+	byLeader, unrouted, err := f.route(ctx, ask)
+	if err != nil {
+		return nil, err
+	}
+	for p, a := range unrouted {
+		out[p] = a.res
+	}
+
+	type leaderRound struct {
+		leader int32
+		parts  []Partition
+		got    map[Partition]answer
+		err    error
+	}
+	rounds := make([]leaderRound, 0, len(byLeader))
+	for leader, parts := range byLeader {
+		rounds = append(rounds, leaderRound{leader: leader, parts: parts})
+	}
+	var wg sync.WaitGroup
+	for i := range rounds {
+		r := &rounds[i]
+		wg.Go(func() { r.got, r.err = f.fetchFrom(ctx, r.leader, r.parts, ask) })
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("fetch round: %w", err)
+	}
+
+	var outOfRange []Partition
+	for _, r := range rounds {
+		if r.err != nil {
+			return nil, r.err
+		}
+		for p, a := range r.got {
+			if a.stale {
+				f.forget(p, r.leader)
+			}
+			if a.outOfRange {
+				outOfRange = append(outOfRange, p)
+			}
+			out[p] = a.res
+		}
+	}
+	if len(outOfRange) > 0 {
+		if err := f.describeOutOfRange(ctx, ask, outOfRange, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// route groups the asked partitions by cached leader, looking up the
+// topics that have partitions without one. It returns the partitions it
+// could not route, with their Results, and an error only if ctx ended or
+// the client is closed.
+func (f *Fetcher) route(ctx context.Context, ask map[Partition]int64) (map[int32][]Partition, map[Partition]answer, error) {
+	f.mu.Lock()
+	var need []string
+	seen := make(map[string]bool)
+	for p := range ask {
+		if _, ok := f.leaderLocked(p); !ok && !seen[p.Topic] {
+			seen[p.Topic] = true
+			need = append(need, p.Topic)
+		}
+	}
+	f.mu.Unlock()
+
+	var (
+		topicErrs map[string]error
+		partErrs  map[Partition]error
+		reqErr    error
+	)
+	if len(need) > 0 {
+		topicErrs, partErrs, reqErr = f.lookUp(ctx, need)
+		if ctx.Err() != nil || errors.Is(reqErr, kgo.ErrClientClosed) {
+			return nil, nil, fmt.Errorf("fetch round: metadata: %w", cmp.Or(ctx.Err(), reqErr))
+		}
+	}
+
+	f.mu.Lock()
+	f.rounds++
+	rotate := f.rounds
+	byLeader := make(map[int32][]Partition)
+	unrouted := make(map[Partition]answer)
+	for p, off := range ask {
+		if leader, ok := f.leaderLocked(p); ok {
+			byLeader[leader] = append(byLeader[leader], p)
+			continue
+		}
+		if reqErr != nil {
+			// The cluster did not answer (kgo already retried): a
+			// connection problem, looked up again next round.
+			unrouted[p] = answer{res: empty(off, fmt.Errorf("fetch %s: metadata: %w", p, reqErr))}
+			continue
+		}
+		err := cmp.Or(partErrs[p], topicErrs[p.Topic])
+		if err == nil {
+			err = fmt.Errorf("metadata: no partition %d: %w", p.Partition, kerr.UnknownTopicOrPartition)
+		}
+		unrouted[p] = classify(p, off, "fetch "+p.String(), err)
+	}
+	f.mu.Unlock()
+
+	// A broker fills a response in request order and cuts it at MaxBytes,
+	// so a fixed order could starve the partitions at the end; rotating
+	// it each round gives each partition its turn at the front, where a
+	// batch larger than the limits is still returned whole.
+	for leader, parts := range byLeader {
+		slices.SortFunc(parts, func(a, b Partition) int {
+			return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+		})
+		n := int(rotate % uint64(len(parts)))
+		byLeader[leader] = slices.Concat(parts[n:], parts[:n])
+	}
+	return byLeader, unrouted, nil
+}
+
+// leaderLocked is p's cached leader. f.mu is held.
+func (f *Fetcher) leaderLocked(p Partition) (int32, bool) {
+	t := f.topics[p.Topic]
+	if t == nil {
+		return 0, false
+	}
+	leader, ok := t.leaders[p.Partition]
+	return leader, ok
+}
+
+// forget drops p's cached leader if it is still the one the round asked: a
+// concurrent round may already have looked up a newer one.
+func (f *Fetcher) forget(p Partition, leader int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t := f.topics[p.Topic]; t != nil && t.leaders[p.Partition] == leader {
+		delete(t.leaders, p.Partition)
+	}
+}
+
+// lookUp asks the cluster for topics' metadata and caches it, replacing
+// what was cached of them. It returns why topics or partitions got no
+// leader; err is the request's own failure.
+func (f *Fetcher) lookUp(ctx context.Context, topics []string) (map[string]error, map[Partition]error, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	req.AllowAutoTopicCreation = false
+	// Through the client, not a broker: kgo picks a broker, retries, and
+	// learns the addresses of the leaders Fetch then asks by id.
+	resp, err := req.RequestWith(ctx, f.cl)
+	if err != nil {
+		return nil, nil, err
+	}
+	topicErrs := make(map[string]error)
+	partErrs := make(map[Partition]error)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range topics {
+		topicErrs[t] = fmt.Errorf("metadata: topic missing from the response: %w", kerr.UnknownTopicOrPartition)
+	}
+	for _, rt := range resp.Topics {
+		if rt.Topic == nil {
+			continue
+		}
+		name := *rt.Topic
+		if _, asked := topicErrs[name]; !asked {
+			continue
+		}
+		delete(topicErrs, name)
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
+			delete(f.topics, name)
+			topicErrs[name] = fmt.Errorf("metadata: %w", err)
+			continue
+		}
+		meta := &topicMeta{id: rt.TopicID, leaders: make(map[int32]int32, len(rt.Partitions))}
+		for _, rp := range rt.Partitions {
+			err := kerr.ErrorForCode(rp.ErrorCode)
+			// REPLICA_NOT_AVAILABLE is about a follower; a known
+			// leader still serves fetches.
+			if rp.Leader >= 0 && (err == nil || errors.Is(err, kerr.ReplicaNotAvailable)) {
+				meta.leaders[rp.Partition] = rp.Leader
+				continue
+			}
+			if err == nil {
+				err = kerr.LeaderNotAvailable
+			}
+			partErrs[Partition{name, rp.Partition}] = fmt.Errorf("metadata: %w", err)
+		}
+		f.topics[name] = meta
+	}
+	return topicErrs, partErrs, nil
+}
+
+// fetchFrom sends one FetchRequest for parts to leader and returns each
+// part's answer. Its error is only kgo.ErrClientClosed; when ctx ends it
+// returns nothing and Fetch reports ctx.
+func (f *Fetcher) fetchFrom(ctx context.Context, leader int32, parts []Partition, ask map[Partition]int64) (map[Partition]answer, error) {
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = int32(min(f.opts.MaxWait.Milliseconds(), math.MaxInt32))
+	req.MinBytes = 1
+	req.MaxBytes = f.opts.MaxBytes
+	req.IsolationLevel = 1 // read_committed: up to the last stable offset, with the aborted list
+	req.SessionID = 0      // no fetch session: each request names all its partitions
+	req.SessionEpoch = -1
+
+	f.mu.Lock()
+	ids := make(map[string][16]byte)
+	for _, p := range parts {
+		if t := f.topics[p.Topic]; t != nil {
+			ids[p.Topic] = t.id
+		}
+	}
+	f.mu.Unlock()
+	// Topics by name and by id: the version kgo picks encodes one or
+	// the other. A topic may appear more than once when the rotation
+	// splits its partitions; the broker keeps the request's order.
+	names := make(map[[16]byte]string)
+	mine := make(map[Partition]bool, len(parts))
+	for _, p := range parts {
+		mine[p] = true
+		if n := len(req.Topics); n == 0 || req.Topics[n-1].Topic != p.Topic {
+			rt := kmsg.NewFetchRequestTopic()
+			rt.Topic, rt.TopicID = p.Topic, ids[p.Topic]
+			req.Topics = append(req.Topics, rt)
+			if id := ids[p.Topic]; id != ([16]byte{}) {
+				names[id] = p.Topic
+			}
+		}
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition = p.Partition
+		rp.FetchOffset = ask[p]
+		rp.CurrentLeaderEpoch = -1
+		rp.LastFetchedEpoch = -1
+		rp.LogStartOffset = -1
+		rp.PartitionMaxBytes = f.opts.PartitionMaxBytes
+		rt := &req.Topics[len(req.Topics)-1]
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+
+	got := make(map[Partition]answer, len(parts))
+	resp, err := req.RequestWith(ctx, f.cl.Broker(int(leader)))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		if errors.Is(err, kgo.ErrClientClosed) {
+			return nil, fmt.Errorf("fetch round: %w", err)
+		}
+		for _, p := range parts {
+			got[p] = answer{res: empty(ask[p], fmt.Errorf("fetch %s from broker %d: %w", p, leader, err)), stale: true}
+		}
+		return got, nil
+	}
+
+	// A top-level error (v7+, about sessions, which are not used) would
+	// apply to every partition.
+	if code := resp.ErrorCode; code != 0 {
+		for _, p := range parts {
+			got[p] = classify(p, ask[p], fmt.Sprintf("fetch %s from broker %d", p, leader), codeError(code))
+		}
+		return got, nil
+	}
+	for i := range resp.Topics {
+		rt := &resp.Topics[i]
+		name := rt.Topic
+		if resp.Version >= 13 {
+			name = names[rt.TopicID] // "" for an id not asked, or the zero id
+		}
+		for j := range rt.Partitions {
+			rp := &rt.Partitions[j]
+			p := Partition{name, rp.Partition}
+			if _, dup := got[p]; !mine[p] || dup {
+				continue // not asked of this broker, or a broker repeating itself
+			}
+			off := ask[p]
+			if code := rp.ErrorCode; code != 0 {
+				got[p] = classify(p, off, fmt.Sprintf("fetch %s from broker %d", p, leader), codeError(code))
+				continue
+			}
+			res := readPartition(off, rp)
+			if res.Err != nil {
+				res.Err = fmt.Errorf("fetch %s: %w", p, res.Err)
+			}
+			got[p] = answer{res: res}
+		}
+	}
+	for _, p := range parts {
+		if _, ok := got[p]; ok {
+			continue
+		}
+		if resp.Version >= 13 && ids[p.Topic] == ([16]byte{}) {
+			res := empty(ask[p], nil)
+			res.Err = fmt.Errorf("fetch %s: broker %d fetches by topic id (v%d) and metadata gave the topic none; cap Fetch at v12 with kgo.MaxVersions", p, leader, resp.Version)
+			got[p] = answer{res: res}
+			continue
+		}
+		got[p] = answer{res: empty(ask[p], fmt.Errorf("fetch %s: missing from broker %d's response", p, leader))}
+	}
+	return got, nil
+}
+
+// codeError is the kerr error of a Kafka error code, naming codes kerr
+// does not know rather than hiding them behind UNKNOWN_SERVER_ERROR.
+func codeError(code int16) error {
+	err := kerr.ErrorForCode(code)
+	if err == kerr.UnknownServerError && code != kerr.UnknownServerError.Code {
+		return fmt.Errorf("%w (error code %d)", err, code)
+	}
+	return err
+}
+
+// leaderGone lists the errors after which the partition's leader is looked
+// up again: it moved, has not been elected, lost the log's disk, or the
+// topic's id or existence changed.
+var leaderGone = []error{
+	kerr.NotLeaderForPartition, kerr.FencedLeaderEpoch, kerr.UnknownLeaderEpoch,
+	kerr.UnknownTopicOrPartition, kerr.LeaderNotAvailable, kerr.ReplicaNotAvailable,
+	kerr.KafkaStorageError, kerr.UnknownTopicID, kerr.InconsistentTopicID,
+}
+
+// classify makes the answer for a partition answered with the Kafka error
+// err; what names where the answer came from.
+func classify(p Partition, off int64, what string, err error) answer {
+	switch {
+	case errors.Is(err, kerr.OffsetOutOfRange):
+		return answer{res: empty(off, nil), outOfRange: true}
+	case slices.ContainsFunc(leaderGone, func(e error) bool { return errors.Is(err, e) }):
+		return answer{res: empty(off, fmt.Errorf("%s: %w", what, err)), stale: true}
+	case kerr.IsRetriable(err):
+		return answer{res: empty(off, fmt.Errorf("%s: %w", what, err))}
+	default:
+		res := empty(off, nil)
+		res.Err = fmt.Errorf("fetch %s at offset %d: %w", p, off, err)
+		return answer{res: res}
+	}
+}
+
+// empty is the Result of a partition that gave nothing, retry (nil or) why.
+func empty(off int64, retry error) Result {
+	return Result{Next: off, HighWatermark: -1, LastStableOffset: -1, LogStartOffset: -1, Retry: retry}
+}
+
+// describeOutOfRange sets the Err of the out-of-range partitions, after
+// asking the log start and end of those whose answer did not carry them:
+// Apache Kafka answers an out-of-range fetch with -1 for both.
+func (f *Fetcher) describeOutOfRange(ctx context.Context, ask map[Partition]int64, parts []Partition, out map[Partition]Result) error {
+	var unknown []Partition
+	for _, p := range parts {
+		if r := out[p]; r.LogStartOffset < 0 || r.HighWatermark < 0 {
+			unknown = append(unknown, p)
+		}
+	}
+	var lookErr error
+	if len(unknown) > 0 {
+		// ListOffsets goes through the client, which sends each
+		// partition to its leader as kgo knows it and retries.
+		for _, at := range []struct {
+			ts  int64
+			set func(*Result, int64)
+		}{
+			{-2, func(r *Result, o int64) { r.LogStartOffset = o }}, // earliest
+			{-1, func(r *Result, o int64) { r.HighWatermark = o }},  // latest, read_uncommitted: the high watermark
+		} {
+			offs, err := f.listOffsets(ctx, unknown, at.ts)
+			if ctx.Err() != nil || errors.Is(err, kgo.ErrClientClosed) {
+				return fmt.Errorf("fetch round: list offsets: %w", cmp.Or(ctx.Err(), err))
+			}
+			lookErr = cmp.Or(lookErr, err)
+			for p, o := range offs {
+				r := out[p]
+				at.set(&r, o)
+				out[p] = r
+			}
+		}
+	}
+	for _, p := range parts {
+		r := out[p]
+		bounds := fmt.Sprintf("log start %d, high watermark %d", r.LogStartOffset, r.HighWatermark)
+		if (r.LogStartOffset < 0 || r.HighWatermark < 0) && lookErr != nil {
+			bounds += fmt.Sprintf(" (bounds unknown: %v)", lookErr)
+		}
+		r.Err = fmt.Errorf("fetch %s: %w: offset %d, %s", p, ErrOffsetOutOfRange, ask[p], bounds)
+		out[p] = r
+	}
+	return nil
+}
+
+// listOffsets asks the offset at timestamp ts (-2 earliest, -1 latest) of
+// each partition. Partitions the answer lacks or refuses are left out; err
+// says why.
+func (f *Fetcher) listOffsets(ctx context.Context, parts []Partition, ts int64) (map[Partition]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	for _, p := range parts {
+		i := slices.IndexFunc(req.Topics, func(t kmsg.ListOffsetsRequestTopic) bool { return t.Topic == p.Topic })
+		if i < 0 {
+			rt := kmsg.NewListOffsetsRequestTopic()
+			rt.Topic = p.Topic
+			req.Topics = append(req.Topics, rt)
+			i = len(req.Topics) - 1
+		}
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = p.Partition
+		rp.Timestamp = ts
+		rp.CurrentLeaderEpoch = -1
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+	}
+	resp, err := req.RequestWith(ctx, f.cl)
+	if err != nil {
+		return nil, err
+	}
+	offs := make(map[Partition]int64, len(parts))
+	var partErr error
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				partErr = cmp.Or(partErr, fmt.Errorf("%s/%d: %w", rt.Topic, rp.Partition, err))
+				continue
+			}
+			offs[Partition{rt.Topic, rp.Partition}] = rp.Offset
+		}
+	}
+	return offs, partErr
+}
