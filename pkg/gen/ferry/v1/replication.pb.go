@@ -98,8 +98,13 @@ const (
 	// length plus one (zero for null) and bytes, varint header count, and per
 	// header a varint key length, key, varint value length plus one, value.
 	PayloadFormat_PAYLOAD_FORMAT_FERRY_V1 PayloadFormat = 1
-	// Reserved for raw Kafka record batches (magic v2) passed through without
-	// recompression; not produced yet.
+	// The source's Kafka record batches (magic v2) as the source stored them,
+	// concatenated in offset order, passed through without recompression:
+	// no control batches and no batches of aborted transactions. The first
+	// may start before the batch's first_offset (Kafka returns whole
+	// batches); its records below first_offset are not copied. Each later
+	// one starts after the previous one ends. The payload is compressed with
+	// the batch's codec only when none of its Kafka batches is compressed.
 	PayloadFormat_PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2 PayloadFormat = 2
 )
 
@@ -690,10 +695,13 @@ type Batch struct {
 	Topic     string `protobuf:"bytes,3,opt,name=topic,proto3" json:"topic,omitempty"`
 	Partition int32  `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
 	// FirstOffset and LastOffset are the source offsets of the first and last
-	// record. Offsets may have gaps (transaction markers, aborted records).
+	// record to copy. Offsets may have gaps (transaction markers, aborted
+	// records, compaction).
 	FirstOffset int64 `protobuf:"varint,5,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
 	LastOffset  int64 `protobuf:"varint,6,opt,name=last_offset,json=lastOffset,proto3" json:"last_offset,omitempty"`
-	// RecordCount is the number of records in the payload.
+	// RecordCount is the number of records in the payload (for Kafka record
+	// batches, the sum of their record counts, including any below
+	// first_offset).
 	RecordCount uint32        `protobuf:"varint,7,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
 	Codec       Codec         `protobuf:"varint,8,opt,name=codec,proto3,enum=ferry.v1.Codec" json:"codec,omitempty"`
 	Format      PayloadFormat `protobuf:"varint,9,opt,name=format,proto3,enum=ferry.v1.PayloadFormat" json:"format,omitempty"`

@@ -10,14 +10,15 @@ import (
 )
 
 // round is one produce round's target batches: the records of a group of
-// checked batches, rebuilt as Kafka record batches (as few per partition
-// as the size limit allows), then the checkpoints produced with them.
+// checked batches, as the source's Kafka batches that pass through and as
+// batches rebuilt from records (as few per partition as the size limit
+// allows), then the checkpoints produced with them.
 type round struct {
 	batches []producer.Batch
-	// from[i] is where target batch i's records come from: a group member
-	// and its first record; its count[i] records follow on through the
-	// group's members of the same partition.
-	from  []memberRecord
+	// from[i] is where target batch i's records start in the group; its
+	// count[i] records follow on through the parts of the group's members
+	// of the same partition.
+	from  []recordAt
 	count []int
 	// last[j] is, for group member j, the target batch holding its last
 	// record and that record's index in the batch.
@@ -26,16 +27,17 @@ type round struct {
 	data int
 }
 
-// memberRecord is record i of group member j; batchRecord, record index of
-// target batch batch.
+// recordAt is record index of part part of group member member;
+// batchRecord, record index of target batch batch.
 type (
-	memberRecord struct{ member, record int }
-	batchRecord  struct{ batch, index int }
+	recordAt    struct{ member, part, index int }
+	batchRecord struct{ batch, index int }
 )
 
-// build turns group's records into target batches, each under the shard's
-// batch limit (ss.maxBatch). A batch that compression made larger than
-// the limit (incompressible records) is rebuilt uncompressed, where the
+// build turns group's parts into target batches: a passing Kafka batch as
+// it is, records rebuilt into batches under the shard's batch limit
+// (ss.maxBatch). A rebuilt batch that compression made larger than the
+// limit (incompressible records) is built again uncompressed, where the
 // size is known: every record was checked against ss.maxRecord.
 func (ss *session) build(group []work) (*round, error) {
 	r := &round{last: make([]batchRecord, len(group))}
@@ -52,7 +54,11 @@ func (ss *session) build(group []work) (*round, error) {
 	for _, tp := range order {
 		target := ss.link.Naming.Target(tp.topic)
 		size := recordbatch.HeaderSize
-		var start memberRecord // where recs[0] comes from
+		var start recordAt // where recs[0] comes from
+		add := func(raw []byte, from recordAt, n int) {
+			r.batches = append(r.batches, producer.Batch{Topic: target, Partition: tp.partition, Raw: raw})
+			r.from, r.count = append(r.from, from), append(r.count, n)
+		}
 		flush := func() error {
 			if len(recs) == 0 {
 				return nil
@@ -61,27 +67,36 @@ func (ss *session) build(group []work) (*round, error) {
 			if err != nil {
 				return fmt.Errorf("build batch for %s/%d: %w", target, tp.partition, err)
 			}
-			r.batches = append(r.batches, producer.Batch{Topic: target, Partition: tp.partition, Raw: raw})
-			r.from, r.count = append(r.from, start), append(r.count, len(recs))
+			add(raw, start, len(recs))
 			recs, size = recs[:0], recordbatch.HeaderSize
 			return nil
 		}
 		for _, j := range byPartition[tp] {
-			w := group[j]
-			for i := range w.recs {
-				rec := toRecord(&w.recs[i])
-				n := recordbatch.RecordSize(rec)
-				if len(recs) > 0 && size+n > ss.maxBatch {
+			for k := range group[j].parts {
+				p := &group[j].parts[k]
+				if p.passes() {
 					if err := flush(); err != nil {
 						return nil, err
 					}
+					r.last[j] = batchRecord{len(r.batches), p.count() - 1}
+					add(p.kafka.Raw, recordAt{j, k, 0}, p.count())
+					continue
 				}
-				if len(recs) == 0 {
-					start = memberRecord{j, i}
+				for i := range p.recs {
+					rec := toRecord(&p.recs[i])
+					n := recordbatch.RecordSize(rec)
+					if len(recs) > 0 && size+n > ss.maxBatch {
+						if err := flush(); err != nil {
+							return nil, err
+						}
+					}
+					if len(recs) == 0 {
+						start = recordAt{j, k, i}
+					}
+					recs = append(recs, rec)
+					size += n
+					r.last[j] = batchRecord{len(r.batches), len(recs) - 1}
 				}
-				recs = append(recs, rec)
-				size += n
-				r.last[j] = batchRecord{len(r.batches), len(recs) - 1}
 			}
 		}
 		if err := flush(); err != nil {
@@ -135,19 +150,31 @@ func (ss *session) addCheckpoints(r *round, cps map[topicPartition]checkpoint.Ch
 	return nil
 }
 
-// eachRecord calls f with each source record of data batch b, in order.
-func (r *round) eachRecord(group []work, b int, f func(*batch.Record)) {
+// eachRecord calls f with each source record of data batch b, in order,
+// decoding a passing Kafka batch (on the failure path only).
+func (r *round) eachRecord(group []work, b int, f func(*batch.Record)) error {
 	start := r.from[b]
 	tp := topicPartition{group[start.member].b.GetTopic(), group[start.member].b.GetPartition()}
 	left := r.count[b]
-	for j, i := start.member, start.record; j < len(group) && left > 0; j, i = j+1, 0 {
-		w := group[j]
+	for j, k, i := start.member, start.part, start.index; j < len(group) && left > 0; j, k = j+1, 0 {
+		w := &group[j]
 		if (topicPartition{w.b.GetTopic(), w.b.GetPartition()}) != tp {
 			continue
 		}
-		for ; i < len(w.recs) && left > 0; i++ {
-			f(&w.recs[i])
-			left--
+		for ; k < len(w.parts) && left > 0; k, i = k+1, 0 {
+			p := &w.parts[k]
+			recs := p.recs
+			if p.passes() && recs == nil {
+				var err error
+				if recs, err = kafkaRecords(p.kafka, w.b.GetFirstOffset()); err != nil {
+					return err
+				}
+			}
+			for ; i < len(recs) && left > 0; i++ {
+				f(&recs[i])
+				left--
+			}
 		}
 	}
+	return nil
 }

@@ -64,8 +64,9 @@ type session struct {
 
 // work is a checked batch on its way to the target.
 type work struct {
-	b    *ferryv1.Batch
-	recs []batch.Record
+	b *ferryv1.Batch
+	// parts are its records in offset order (parts.go).
+	parts []part
 	// span is the context of the batch's latest writer span, the parent of
 	// its next stage; invalid when the batch is not traced (trace.go).
 	span trace.SpanContext
@@ -364,11 +365,11 @@ func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
 	if b.GetFirstOffset() < next {
 		return work{}, fmt.Errorf("%w: %s/%d batch starts at %d, below %d", errOutOfOrder, tp.topic, tp.partition, b.GetFirstOffset(), next)
 	}
-	recs, err := ss.s.codecs.Open(b, ss.s.opts.MaxBatchBytes)
+	parts, err := ss.parts(b)
 	if err != nil {
 		return work{}, fmt.Errorf("batch %d of %s/%d: %w", b.GetSequence(), tp.topic, tp.partition, err)
 	}
-	w := work{b: b, recs: recs}
+	w := work{b: b, parts: parts}
 	if err := ss.oversized(w); err != nil {
 		return work{}, err
 	}
@@ -582,22 +583,35 @@ func (ss *session) observe(group []work, now time.Time) {
 	m := ss.s.metrics
 	for _, w := range group {
 		part := strconv.Itoa(int(w.b.GetPartition()))
-		m.Records.WithLabelValues(ss.link.Name, w.b.GetTopic(), part).Add(float64(len(w.recs)))
+		m.Records.WithLabelValues(ss.link.Name, w.b.GetTopic(), part).Add(float64(w.count()))
 		m.Bytes.WithLabelValues(ss.link.Name, w.b.GetTopic(), part).Add(float64(w.b.GetUncompressedSize()))
 		m.WireBytes.WithLabelValues(ss.link.Name, w.b.GetTopic(), part).Add(float64(len(w.b.GetPayload())))
 		lat := m.Latency.WithLabelValues(ss.link.Name, w.b.GetTopic())
 		traced := ss.s.opts.Tracer != nil
-		for _, r := range w.recs {
-			v := now.Sub(time.UnixMilli(r.Timestamp)).Seconds()
-			if traced {
-				// A sampled record's trace id rides on the histogram as an
-				// exemplar, from a latency bucket straight to its trace.
-				if sc := tracing.BatchSpanContext(r.Headers); sc.IsValid() && sc.IsSampled() {
-					lat.(prometheus.ExemplarObserver).ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
-					continue
+		for i := range w.parts {
+			p := &w.parts[i]
+			if p.passes() && p.recs == nil {
+				// Not decoded: every record of the batch is as late as
+				// its newest, which Kafka keeps in the batch header.
+				v := now.Sub(time.UnixMilli(p.kafka.Info.MaxTimestamp)).Seconds()
+				for range p.kafka.Info.NumRecords {
+					lat.Observe(v)
 				}
+				continue
 			}
-			lat.Observe(v)
+			for _, r := range p.recs {
+				v := now.Sub(time.UnixMilli(r.Timestamp)).Seconds()
+				if traced {
+					// A sampled record's trace id rides on the histogram as
+					// an exemplar, from a latency bucket straight to its
+					// trace.
+					if sc := tracing.BatchSpanContext(r.Headers); sc.IsValid() && sc.IsSampled() {
+						lat.(prometheus.ExemplarObserver).ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
+						continue
+					}
+				}
+				lat.Observe(v)
+			}
 		}
 	}
 }

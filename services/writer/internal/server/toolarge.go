@@ -14,12 +14,18 @@ import (
 // oversized returns the refusal of the first record of w above what the
 // shard's producer sends and its target topics take (session.maxRecord):
 // no retry would ever write it, so its partition must stop instead.
+// Batches that pass through are no larger than the target takes.
 func (ss *session) oversized(w work) error {
-	for i := range w.recs {
-		if size := recordbatch.RecordSize(toRecord(&w.recs[i])); size > ss.maxRecord {
-			return refusal.Refusal{
-				Reason: refusal.RecordTooLarge, Topic: w.b.GetTopic(), Partition: w.b.GetPartition(),
-				Offset: w.recs[i].Offset, Size: int64(size), Limit: int64(ss.maxRecord), Setting: ss.maxRecordBy,
+	for _, p := range w.parts {
+		if p.passes() {
+			continue
+		}
+		for i := range p.recs {
+			if size := recordbatch.RecordSize(toRecord(&p.recs[i])); size > ss.maxRecord {
+				return refusal.Refusal{
+					Reason: refusal.RecordTooLarge, Topic: w.b.GetTopic(), Partition: w.b.GetPartition(),
+					Offset: p.recs[i].Offset, Size: int64(size), Limit: int64(ss.maxRecord), Setting: ss.maxRecordBy,
+				}
 			}
 		}
 	}
@@ -53,12 +59,12 @@ func refusedRecord(err error, group []work, r *round) (refusal.Refusal, bool) {
 		largest     *batch.Record
 		largestSize int
 	)
-	r.eachRecord(group, perr.Batch, func(rec *batch.Record) {
+	err = r.eachRecord(group, perr.Batch, func(rec *batch.Record) {
 		if size := recordbatch.RecordSize(toRecord(rec)); largest == nil || size > largestSize {
 			largest, largestSize = rec, size
 		}
 	})
-	if largest == nil {
+	if err != nil || largest == nil {
 		return refusal.Refusal{}, false
 	}
 	w := group[r.from[perr.Batch].member]

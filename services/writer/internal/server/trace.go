@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/batch"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 )
 
@@ -94,7 +95,7 @@ func (ss *session) trace(ctx context.Context, group []work, start, produced time
 			_, span := tracer.Start(trace.ContextWithSpanContext(ctx, w.span), "ferry.produce",
 				trace.WithSpanKind(trace.SpanKindProducer),
 				trace.WithTimestamp(start),
-				trace.WithAttributes(tracing.Batch(target, b.GetPartition(), b.GetFirstOffset(), b.GetLastOffset(), len(w.recs), int(b.GetUncompressedSize()))...),
+				trace.WithAttributes(tracing.Batch(target, b.GetPartition(), b.GetFirstOffset(), b.GetLastOffset(), w.count(), int(b.GetUncompressedSize()))...),
 				trace.WithAttributes(tracing.OpSend, tracing.Delivery(ss.link.ExactlyOnce)),
 				trace.WithAttributes(tracing.Stream(ss.link.Name, int(ss.shard), ss.epoch)...))
 			span.End(trace.WithTimestamp(produced))
@@ -102,18 +103,18 @@ func (ss *session) trace(ctx context.Context, group []work, start, produced time
 			ss.s.log.Debug("batch written", "link", ss.link.Name, "topic", b.GetTopic(), "partition", b.GetPartition(),
 				"last_offset", b.GetLastOffset(), "trace_id", w.span.TraceID().String(), "span_id", w.span.SpanID().String())
 		}
-		for j := range w.recs {
-			sc := tracing.BatchSpanContext(w.recs[j].Headers) // no allocation without a traceparent
+		w.records(func(r *batch.Record) {
+			sc := tracing.BatchSpanContext(r.Headers) // no allocation without a traceparent
 			if !sc.IsValid() || !sc.IsSampled() {
-				continue
+				return
 			}
 			_, span := tracer.Start(trace.ContextWithRemoteSpanContext(ctx, sc), "ferry.write",
 				trace.WithSpanKind(trace.SpanKindProducer),
 				trace.WithTimestamp(start),
 				trace.WithAttributes(tracing.Kafka(), tracing.Topic(target), tracing.Partition(b.GetPartition()),
-					tracing.Offset(w.recs[j].Offset), tracing.LinkName(ss.link.Name)))
+					tracing.Offset(r.Offset), tracing.LinkName(ss.link.Name)))
 			span.End(trace.WithTimestamp(produced))
-		}
+		})
 	}
 }
 
@@ -165,7 +166,7 @@ func (ss *session) traceFailed(ctx context.Context, group []work, name string, s
 		_, span := tracer.Start(trace.ContextWithSpanContext(ctx, w.span), name,
 			trace.WithSpanKind(kind),
 			trace.WithTimestamp(start),
-			trace.WithAttributes(tracing.Batch(ss.link.Naming.Target(b.GetTopic()), b.GetPartition(), b.GetFirstOffset(), b.GetLastOffset(), len(w.recs), int(b.GetUncompressedSize()))...),
+			trace.WithAttributes(tracing.Batch(ss.link.Naming.Target(b.GetTopic()), b.GetPartition(), b.GetFirstOffset(), b.GetLastOffset(), w.count(), int(b.GetUncompressedSize()))...),
 			trace.WithAttributes(tracing.Delivery(ss.link.ExactlyOnce)),
 			trace.WithAttributes(tracing.Stream(ss.link.Name, int(ss.shard), ss.epoch)...))
 		span.RecordError(err)

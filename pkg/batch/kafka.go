@@ -1,0 +1,124 @@
+package batch
+
+import (
+	"errors"
+	"fmt"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+)
+
+// A batch of format PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2 carries the
+// source's own Kafka record batches (the proto says what may be in it).
+// SealKafka and OpenKafka keep its rules in one place for both tiers.
+
+// KafkaBatch is one Kafka record batch of an opened wire batch.
+type KafkaBatch struct {
+	Raw  []byte
+	Info recordbatch.Info
+}
+
+// LastOffset is the offset of the batch's last record.
+func (k KafkaBatch) LastOffset() int64 { return k.Info.BaseOffset + int64(k.Info.LastOffsetDelta) }
+
+// SealKafka makes a wire batch of the given Kafka record batches of one
+// partition (complete, in offset order), copying from first. raw is the
+// batches concatenated, as fetched; it is compressed with codec only if
+// none of them is compressed already, since compressing compressed bytes
+// again costs CPU and saves nothing.
+func (c *Codecs) SealKafka(raw []byte, batches []KafkaBatch, first int64, codec ferryv1.Codec) *ferryv1.Batch {
+	count := 0
+	compressed := false
+	for _, k := range batches {
+		count += int(k.Info.NumRecords)
+		compressed = compressed || k.Info.Compression() != recordbatch.None
+	}
+	payload, used := raw, ferryv1.Codec_CODEC_NONE
+	if !compressed {
+		payload, used = c.compress(codec, raw)
+	}
+	return &ferryv1.Batch{
+		FirstOffset:      first,
+		LastOffset:       batches[len(batches)-1].LastOffset(),
+		RecordCount:      uint32(count),
+		Codec:            used,
+		Format:           ferryv1.PayloadFormat_PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2,
+		Payload:          payload,
+		Crc32C:           Checksum(payload),
+		UncompressedSize: uint32(len(raw)),
+	}
+}
+
+// OpenKafka checks a wire batch of Kafka record batches whole and returns
+// them: the payload's checksum and declared size, each Kafka batch's own
+// CRC-32C (so a batch damaged anywhere since the source broker wrote it is
+// refused), magic v2, no control batch, offsets that follow the proto's
+// rules and the declared first and last offsets and record count. The
+// batches alias the payload when it is not compressed (a producer may then
+// rewrite their headers in place: the payload is not read again).
+func (c *Codecs) OpenKafka(b *ferryv1.Batch, maxSize int) ([]KafkaBatch, error) {
+	if b.GetFormat() != ferryv1.PayloadFormat_PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2 {
+		return nil, fmt.Errorf("%w: payload format %v, want Kafka record batches", ErrMalformed, b.GetFormat())
+	}
+	if b.GetFirstOffset() < 0 || b.GetLastOffset() < b.GetFirstOffset() {
+		return nil, fmt.Errorf("%w: offsets %d..%d", ErrMalformed, b.GetFirstOffset(), b.GetLastOffset())
+	}
+	size := int(b.GetUncompressedSize())
+	if size > maxSize {
+		return nil, fmt.Errorf("%w: %d bytes uncompressed, limit %d", ErrTooLarge, size, maxSize)
+	}
+	if got := Checksum(b.GetPayload()); got != b.GetCrc32C() {
+		return nil, fmt.Errorf("%w: computed %08x, batch says %08x", ErrChecksum, got, b.GetCrc32C())
+	}
+	data, err := c.decompress(b.GetCodec(), b.GetPayload(), size)
+	if err != nil {
+		return nil, err
+	}
+	raws, partial, err := recordbatch.Split(data)
+	if err == nil && partial > 0 {
+		err = fmt.Errorf("%d bytes after the last complete Kafka batch", partial)
+	}
+	if err == nil && len(raws) == 0 {
+		err = errors.New("no Kafka batch")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	out := make([]KafkaBatch, len(raws))
+	count := 0
+	for i, raw := range raws {
+		info, err := recordbatch.Parse(raw)
+		if err == nil {
+			err = recordbatch.CheckCRC(raw)
+		}
+		if err != nil {
+			if errors.Is(err, recordbatch.ErrCRC) {
+				return nil, fmt.Errorf("%w: Kafka batch %d: %v", ErrChecksum, i, err)
+			}
+			return nil, fmt.Errorf("%w: Kafka batch %d: %v", ErrMalformed, i, err)
+		}
+		k := KafkaBatch{Raw: raw, Info: info}
+		switch {
+		case info.Control():
+			err = errors.New("a control batch")
+		case info.LastOffsetDelta < 0 || info.NumRecords < 1:
+			err = fmt.Errorf("%d records, last offset delta %d", info.NumRecords, info.LastOffsetDelta)
+		case i == 0 && (info.BaseOffset > b.GetFirstOffset() || k.LastOffset() < b.GetFirstOffset()):
+			err = fmt.Errorf("offsets %d..%d do not hold the first offset %d", info.BaseOffset, k.LastOffset(), b.GetFirstOffset())
+		case i > 0 && info.BaseOffset <= out[i-1].LastOffset():
+			err = fmt.Errorf("starts at %d, not after the previous batch's end %d", info.BaseOffset, out[i-1].LastOffset())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: Kafka batch %d: %v", ErrMalformed, i, err)
+		}
+		out[i] = k
+		count += int(info.NumRecords)
+	}
+	if last := out[len(out)-1].LastOffset(); last != b.GetLastOffset() {
+		return nil, fmt.Errorf("%w: last Kafka batch ends at %d, batch says %d", ErrMalformed, last, b.GetLastOffset())
+	}
+	if count != int(b.GetRecordCount()) {
+		return nil, fmt.Errorf("%w: %d records in the Kafka batches, batch says %d", ErrMalformed, count, b.GetRecordCount())
+	}
+	return out, nil
+}

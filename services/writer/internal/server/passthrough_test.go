@@ -1,0 +1,286 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
+)
+
+// sourceBatch is a Kafka batch as a source broker stores it: records
+// "v<offset>" at base with the given offset deltas (consecutive when nil),
+// compressed with c, with optional extra attributes (LogAppendTime).
+func sourceBatch(t *testing.T, base int64, n int, deltas []int32, c recordbatch.Compression, attrs int16) []byte {
+	t.Helper()
+	if deltas == nil {
+		for i := range n {
+			deltas = append(deltas, int32(i))
+		}
+	}
+	now := time.Now().UnixMilli()
+	var recs []byte
+	for i, d := range deltas {
+		r := kmsg.Record{OffsetDelta: d, TimestampDelta64: int64(i), Key: []byte("k"), Value: fmt.Appendf(nil, "v%d", base+int64(d))}
+		recs = appendRecord(recs, &r)
+	}
+	rb := kmsg.RecordBatch{
+		FirstOffset: base, PartitionLeaderEpoch: 3, Magic: 2, Attributes: int16(c) | attrs,
+		LastOffsetDelta: deltas[len(deltas)-1], FirstTimestamp: now, MaxTimestamp: now + int64(len(deltas)),
+		ProducerID: 77, ProducerEpoch: 1, FirstSequence: 500, NumRecords: int32(len(deltas)),
+	}
+	if c != recordbatch.None {
+		// The records section compressed by the package's own codec: a
+		// Build of the same records has it after its header.
+		built := buildSameRecords(t, deltas, base, c)
+		rb.Records = built[recordbatch.HeaderSize:]
+	} else {
+		rb.Records = recs
+	}
+	rb.Length = int32(recordbatch.HeaderSize - 12 + len(rb.Records)) // what follows the length field
+	raw := rb.AppendTo(nil)
+	binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return raw
+}
+
+// appendRecord appends r with its length, which kmsg takes as given: the
+// length counts what follows the length varint.
+func appendRecord(dst []byte, r *kmsg.Record) []byte {
+	r.Length = 0
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	return r.AppendTo(dst)
+}
+
+// buildSameRecords compresses records like sourceBatch's with Build; only
+// consecutive deltas can be built this way.
+func buildSameRecords(t *testing.T, deltas []int32, base int64, c recordbatch.Compression) []byte {
+	t.Helper()
+	now := time.Now().UnixMilli()
+	var recs []recordbatch.Record
+	for i, d := range deltas {
+		if d != int32(i) {
+			t.Fatal("compressed source batches with gaps are not built by this helper")
+		}
+		recs = append(recs, recordbatch.Record{Timestamp: now + int64(i), Key: []byte("k"), Value: fmt.Appendf(nil, "v%d", base+int64(d))})
+	}
+	raw, err := recordbatch.Build(nil, recs, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// sendKafka sends the Kafka batches of orders/0 as one wire batch copying
+// from first, and returns the stream's end: nil after an ack.
+func sendKafka(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, seq uint64, first int64, raws ...[]byte) error {
+	t.Helper()
+	codecs, err := batch.NewCodecs(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer codecs.Close()
+	var kbs []batch.KafkaBatch
+	var payload []byte
+	for _, raw := range raws {
+		info, err := recordbatch.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kbs = append(kbs, batch.KafkaBatch{Raw: raw, Info: info})
+		payload = append(payload, raw...)
+	}
+	b := codecs.SealKafka(payload, kbs, first, ferryv1.Codec_CODEC_NONE)
+	b.Sequence, b.Epoch, b.Topic, b.Partition = seq, 1, "orders", 0
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if ack := resp.GetAck(); ack != nil && ack.GetSequence() == seq {
+			return nil
+		}
+	}
+}
+
+// targetBatches fetches orders/0's batches raw from the target.
+func targetBatches(t *testing.T, w *testWriter) []recordbatch.Info {
+	t.Helper()
+	out, _ := targetRaw(t, w)
+	return out
+}
+
+func targetRaw(t *testing.T, w *testWriter) ([]recordbatch.Info, [][]byte) {
+	t.Helper()
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 12) // topics by name
+	cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...), kgo.MaxVersions(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID, req.MaxWaitMillis, req.MaxBytes, req.SessionEpoch = -1, 100, 16<<20, -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = "orders"
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch = 0, 16<<20, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rpart := resp.Topics[0].Partitions[0]
+	if rpart.ErrorCode != 0 {
+		t.Fatalf("fetch orders/0: error %d", rpart.ErrorCode)
+	}
+	raws, _, err := recordbatch.Split(rpart.RecordBatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		infos []recordbatch.Info
+		data  [][]byte
+	)
+	for _, raw := range raws {
+		info, err := recordbatch.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Control() { // exactly-once: the transactions' markers
+			infos, data = append(infos, info), append(data, raw)
+		}
+	}
+	return infos, data
+}
+
+// targetValues are the values of orders/0 in order.
+func targetValues(t *testing.T, w *testWriter) []string {
+	t.Helper()
+	_, raws := targetRaw(t, w)
+	var out []string
+	for _, raw := range raws {
+		recs, err := recordbatch.Records(raw, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			out = append(out, string(r.Value))
+		}
+	}
+	return out
+}
+
+func vals(from, to int64) []string {
+	var out []string
+	for o := from; o < to; o++ {
+		out = append(out, fmt.Sprintf("v%d", o))
+	}
+	return out
+}
+
+func passthroughLinks(t *testing.T, exactlyOnce bool) []Link {
+	return []Link{{Name: "east", ExactlyOnce: exactlyOnce, Topics: mustFilter(t, topicfilter.DefaultInclude, topicfilter.DefaultExclude)}}
+}
+
+// TestKafkaBatchesPassThroughUntouched: a source's compressed batches reach
+// the target with their records section byte for byte (no decompression,
+// no recompression), under the writer's producer id and sequences.
+func TestKafkaBatchesPassThroughUntouched(t *testing.T) {
+	for _, tc := range []struct {
+		c           recordbatch.Compression
+		exactlyOnce bool
+	}{{recordbatch.None, false}, {recordbatch.LZ4, false}, {recordbatch.Zstd, false}, {recordbatch.LZ4, true}} {
+		c := tc.c
+		t.Run(fmt.Sprintf("%v exactly-once %v", c, tc.exactlyOnce), func(t *testing.T) {
+			w := startWriter(t, passthroughLinks(t, tc.exactlyOnce))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			stream := w.openOrders(ctx, t, "east")
+			a, b := sourceBatch(t, 100, 10, nil, c, 0), sourceBatch(t, 110, 5, nil, c, 0)
+			if err := sendKafka(t, stream, 1, 100, a, b); err != nil {
+				t.Fatalf("stream ended: %v", err)
+			}
+			infos, raws := targetRaw(t, w)
+			if len(raws) != 2 {
+				t.Fatalf("target holds %d batches, want the source's 2", len(raws))
+			}
+			for i, src := range [][]byte{a, b} {
+				if !bytes.Equal(raws[i][recordbatch.HeaderSize:], src[recordbatch.HeaderSize:]) || infos[i].Compression() != c {
+					t.Errorf("target batch %d's records differ from the source's", i)
+				}
+				if infos[i].ProducerID == 77 || infos[i].BaseSequence != []int32{0, 10}[i] {
+					t.Errorf("target batch %d: producer %d sequence %d, want the writer's producer and sequence %d", i, infos[i].ProducerID, infos[i].BaseSequence, []int32{0, 10}[i])
+				}
+			}
+			if got, want := targetValues(t, w), vals(100, 115); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("target values %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestKafkaBatchesThatCannotPassAreRebuilt: a batch straddling the resume
+// offset, one with offset gaps (compaction) and one with LogAppendTime are
+// rebuilt record by record, keeping exactly the records to copy.
+func TestKafkaBatchesThatCannotPassAreRebuilt(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, true))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream := w.openOrders(ctx, t, "east")
+	straddle := sourceBatch(t, 100, 10, nil, recordbatch.LZ4, 0)                     // 100..109, copy from 104
+	gaps := sourceBatch(t, 110, 0, []int32{0, 2, 3, 7}, recordbatch.None, 0)         // 110, 112, 113, 117
+	logTime := sourceBatch(t, 118, 3, nil, recordbatch.None, 8 /* LogAppendTime */) // 118..120
+	if err := sendKafka(t, stream, 1, 104, straddle, gaps, logTime); err != nil {
+		t.Fatalf("stream ended: %v", err)
+	}
+	want := append(append(vals(104, 110), "v110", "v112", "v113", "v117"), vals(118, 121)...)
+	if got := targetValues(t, w); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("target values %v, want %v", got, want)
+	}
+	for _, info := range targetBatches(t, w) {
+		if info.LogAppendTime() || info.NumRecords != info.LastOffsetDelta+1 {
+			t.Errorf("target batch at %d: LogAppendTime %v, %d records over %d offsets", info.BaseOffset, info.LogAppendTime(), info.NumRecords, info.LastOffsetDelta+1)
+		}
+	}
+}
+
+// TestDamagedKafkaBatchIsRefused: one flipped byte in a source batch (under
+// its own CRC) refuses the whole wire batch as data loss, and nothing of it
+// is written, not even its sound first Kafka batch.
+func TestDamagedKafkaBatchIsRefused(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, false))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream := w.openOrders(ctx, t, "east")
+	good, bad := sourceBatch(t, 0, 5, nil, recordbatch.None, 0), sourceBatch(t, 5, 5, nil, recordbatch.None, 0)
+	bad[len(bad)-2] ^= 0x40
+	err := sendKafka(t, stream, 1, 0, good, bad)
+	if status.Code(err) != codes.DataLoss {
+		t.Fatalf("stream ended with %v, want DataLoss", err)
+	}
+	if got := w.rejected(t, "east", "checksum"); got != 1 {
+		t.Errorf("rejected{reason=checksum} = %v, want 1", got)
+	}
+	if hw := w.cluster.PartitionInfo("orders", 0).HighWatermark; hw != 0 {
+		t.Errorf("target holds %d records of a refused batch", hw)
+	}
+}
