@@ -246,8 +246,8 @@ func TestKafkaBatchesThatCannotPassAreRebuilt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stream := w.openOrders(ctx, t, "east")
-	straddle := sourceBatch(t, 100, 10, nil, recordbatch.LZ4, 0)                     // 100..109, copy from 104
-	gaps := sourceBatch(t, 110, 0, []int32{0, 2, 3, 7}, recordbatch.None, 0)         // 110, 112, 113, 117
+	straddle := sourceBatch(t, 100, 10, nil, recordbatch.LZ4, 0)                    // 100..109, copy from 104
+	gaps := sourceBatch(t, 110, 0, []int32{0, 2, 3, 7}, recordbatch.None, 0)        // 110, 112, 113, 117
 	logTime := sourceBatch(t, 118, 3, nil, recordbatch.None, 8 /* LogAppendTime */) // 118..120
 	if err := sendKafka(t, stream, 1, 104, straddle, gaps, logTime); err != nil {
 		t.Fatalf("stream ended: %v", err)
