@@ -175,6 +175,18 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return nil
 	})
 	g.Go(func() error { return adm.Run(gctx) })
+	// A checkpoint view that failed for good (its tail lost its position)
+	// never serves an open again, so the writer ends, with the error: its
+	// orchestrator restarts it, and the new process reads the checkpoint
+	// topic from its start. Staying up not ready would look alive forever.
+	g.Go(func() error {
+		select {
+		case <-store.Failed():
+			return fmt.Errorf("checkpoint view: %w", store.Err())
+		case <-gctx.Done():
+			return nil
+		}
+	})
 	g.Go(func() error { ready.Run(gctx); return nil })
 	if certs != nil {
 		g.Go(func() error { certs.Run(gctx); return nil })
@@ -207,9 +219,6 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	return g.Wait()
 }
 
-// producerConfig is the shard producer's configuration: idempotent with
-// acks=all, so retries never duplicate or reorder within a session, and the
-// manual partitioner, so each record keeps its source partition number.
 func buildLinks(cfgs []config.Link) ([]server.Link, error) {
 	var out []server.Link
 	for _, l := range cfgs {

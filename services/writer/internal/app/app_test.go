@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -120,4 +122,84 @@ func TestReadinessFollowsTheTarget(t *testing.T) {
 	wait(false, "target cluster "+target+" unreachable")
 	down.Store(false)
 	wait(true, "")
+}
+
+// A checkpoint view that loses its position for good (the checkpoint
+// topic deleted and created again, shorter, under its tail) ends the
+// writer with an error naming it, so its orchestrator restarts it: staying
+// up, never ready, would pass every liveness check.
+func TestFailedCheckpointViewEndsTheWriter(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, config.Defaults().Checkpoints.Topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	cfg := config.Defaults()
+	cfg.ID = "w1"
+	cfg.Listen, cfg.Admin.Listen = freeAddr(t), freeAddr(t)
+	cfg.TLS.Insecure = true
+	cfg.Target.BootstrapServers = cluster.ListenAddrs()
+	cfg.Links = []config.Link{{Name: "east"}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	topic := cfg.Checkpoints.Topic
+	for i := range 3 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("east/t/" + string(rune('0'+i))), Value: []byte(`{}`)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The tail has read the three records once it fetches from offset 3.
+	caughtUp := make(chan struct{})
+	var once sync.Once
+	cluster.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		for _, rt := range req.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if rp.FetchOffset >= 3 {
+					once.Do(func() { close(caughtUp) })
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	runErr := make(chan error, 1)
+	go func() { runErr <- Run(context.Background(), &cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	select {
+	case <-caughtUp:
+	case <-ctx.Done():
+		t.Fatal("the checkpoint tail never read the topic")
+	}
+	// Deleted and created again: the tail's next fetch, at 3, is beyond the
+	// new end.
+	dreq := kmsg.NewPtrDeleteTopicsRequest()
+	dreq.TopicNames = []string{topic}
+	dt := kmsg.NewDeleteTopicsRequestTopic()
+	dt.Topic = &topic
+	dreq.Topics = append(dreq.Topics, dt)
+	if _, err := dreq.RequestWith(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	creq := kmsg.NewPtrCreateTopicsRequest()
+	ct := kmsg.NewCreateTopicsRequestTopic()
+	ct.Topic, ct.NumPartitions, ct.ReplicationFactor = topic, 1, 1
+	creq.Topics = append(creq.Topics, ct)
+	if _, err := creq.RequestWith(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-runErr:
+		if err == nil || !strings.Contains(err.Error(), "checkpoint view") {
+			t.Fatalf("Run = %v, want the checkpoint view's failure", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the writer still runs a minute after its checkpoint topic was recreated under its tail")
+	}
 }

@@ -83,6 +83,10 @@ type Store struct {
 	cps  map[Key]Checkpoint
 	read []int64 // per topic partition: the highest offset the tail has read
 	err  error   // set when a tail fails; the store is then unusable
+	// failed is closed with err set: the view cannot recover (a tail lost
+	// its position), and only a new store, reading the topic from its
+	// start, can serve again.
+	failed chan struct{}
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -136,6 +140,7 @@ func Open(addrs []string, base *sarama.Config, opts Options, log *slog.Logger) (
 		cps: map[Key]Checkpoint{}, read: make([]int64, parts), stop: cancel,
 	}
 	s.cond = sync.NewCond(&s.mu)
+	s.failed = make(chan struct{})
 	for p := range parts {
 		s.read[p] = -1
 		pc, err := consumePartition(consumer, opts.Topic, p)
@@ -250,6 +255,7 @@ func (s *Store) fail(err error) {
 	defer s.mu.Unlock()
 	if s.err == nil {
 		s.err = err
+		close(s.failed)
 		s.log.Error("checkpoint store failed", "err", err)
 	}
 	s.cond.Broadcast()
@@ -357,6 +363,9 @@ func (s *Store) PartitionOf(k Key) int32 {
 	h.Write([]byte(k.String()))
 	return int32(h.Sum32() % uint32(s.partitions))
 }
+
+// Failed is closed when the store has failed for good (Err says why).
+func (s *Store) Failed() <-chan struct{} { return s.failed }
 
 // Topic is the checkpoint topic's name.
 func (s *Store) Topic() string { return s.topic }
