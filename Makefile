@@ -89,7 +89,8 @@ SOAK_OUT      ?= loadtest/results/soak/runs.jsonl
 soak: build kafka consul
 	@mkdir -p $(dir $(SOAK_OUT))
 	$(GO) run ./loadtest/cmd/ferry-soak --system $(SOAK_SYSTEM) --bin $(BIN) --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) \
-		--delivery $(SOAK_DELIVERY) --codec '$(SOAK_CODEC)' --out $(SOAK_OUT)
+		--delivery $(SOAK_DELIVERY) --codec '$(SOAK_CODEC)' --out $(SOAK_OUT) \
+		--commit "$$(git describe --always --dirty 2>/dev/null)"
 
 # fuzz runs each fuzz target for a bounded time (FUZZTIME, default 30s).
 FUZZTIME ?= 30s

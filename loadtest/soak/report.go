@@ -13,6 +13,8 @@ import (
 // Report is what a run found.
 type Report struct {
 	Seed uint64 `json:"seed"`
+	// Commit is the Ferry build the run tested (git describe), when known.
+	Commit string `json:"commit,omitempty"`
 	// System is what copied: ferry or mm2-eos.
 	System   string        `json:"system"`
 	Delivery string        `json:"delivery"`
@@ -171,14 +173,18 @@ func (r *Report) Row() string {
 		result = "**FAIL**"
 	}
 	res := r.Result
-	return fmt.Sprintf("| %d | %s | %s | %s | %.0f | %d | %s | %d | %d | %d | %d | %s | %s |",
-		r.Seed, r.System, r.Delivery, r.Codec, r.Duration.Minutes(), r.faults(), r.kinds(), res.Produced,
+	commit := r.Commit
+	if commit == "" {
+		commit = "-"
+	}
+	return fmt.Sprintf("| %d | %s | %s | %s | %s | %.0f | %d | %s | %d | %d | %d | %d | %s | %s |",
+		r.Seed, commit, r.System, r.Delivery, r.Codec, r.Duration.Minutes(), r.faults(), r.kinds(), res.Produced,
 		res.Missing, res.Duplicates, res.Reordered, r.LongestRecovery.Round(time.Second), result)
 }
 
 // RowHeader heads Row's table.
-const RowHeader = "| seed | system | delivery | codec | minutes | faults | by kind | records | missing | duplicates | reordered | longest recovery | result |\n" +
-	"|---:|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|"
+const RowHeader = "| seed | commit | system | delivery | codec | minutes | faults | by kind | records | missing | duplicates | reordered | longest recovery | result |\n" +
+	"|---:|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|"
 
 func (r *Report) faults() int {
 	n := 0

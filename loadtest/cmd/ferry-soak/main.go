@@ -41,6 +41,7 @@ func run() error {
 	rate := flag.Int("rate", 800, "records per second of the idempotent producer (the transactional one writes a quarter)")
 	work := flag.String("work", "", "working folder (default: a new one in the temporary folder, kept when the run fails)")
 	out := flag.String("out", "", "append the report as a JSON line to this file")
+	commit := flag.String("commit", "", "the Ferry build tested (git describe), recorded in the report")
 	table := flag.String("table", "", "run nothing: print the soak table of the reports in this file (written by -out)")
 	flag.Parse()
 	if *table != "" {
@@ -77,6 +78,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("seed %d (folder %s): %w", *seed, dir, err)
 	}
+	rep.Commit = *commit
 	fmt.Print(rep.Summary())
 	fmt.Println(soak.RowHeader)
 	fmt.Println(rep.Row())
