@@ -123,17 +123,7 @@ func (c *Codecs) Open(b *ferryv1.Batch, maxSize int) ([]Record, error) {
 	if b.GetRecordCount() == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrMalformed)
 	}
-	if b.GetFirstOffset() < 0 || b.GetLastOffset() < b.GetFirstOffset() {
-		return nil, fmt.Errorf("%w: offsets %d..%d", ErrMalformed, b.GetFirstOffset(), b.GetLastOffset())
-	}
-	size := int(b.GetUncompressedSize())
-	if size > maxSize {
-		return nil, fmt.Errorf("%w: %d bytes uncompressed, limit %d", ErrTooLarge, size, maxSize)
-	}
-	if got := Checksum(b.GetPayload()); got != b.GetCrc32C() {
-		return nil, fmt.Errorf("%w: computed %08x, batch says %08x", ErrChecksum, got, b.GetCrc32C())
-	}
-	data, err := c.decompress(b.GetCodec(), b.GetPayload(), size)
+	data, err := c.payload(b, maxSize)
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +135,22 @@ func (c *Codecs) Open(b *ferryv1.Batch, maxSize int) ([]Record, error) {
 		return nil, fmt.Errorf("%w: last record offset %d, batch says %d", ErrMalformed, last, b.GetLastOffset())
 	}
 	return recs, nil
+}
+
+// payload checks what every wire batch declares (offsets, size, checksum)
+// and returns its payload decompressed.
+func (c *Codecs) payload(b *ferryv1.Batch, maxSize int) ([]byte, error) {
+	if b.GetFirstOffset() < 0 || b.GetLastOffset() < b.GetFirstOffset() {
+		return nil, fmt.Errorf("%w: offsets %d..%d", ErrMalformed, b.GetFirstOffset(), b.GetLastOffset())
+	}
+	size := int(b.GetUncompressedSize())
+	if size > maxSize {
+		return nil, fmt.Errorf("%w: %d bytes uncompressed, limit %d", ErrTooLarge, size, maxSize)
+	}
+	if got := Checksum(b.GetPayload()); got != b.GetCrc32C() {
+		return nil, fmt.Errorf("%w: computed %08x, batch says %08x", ErrChecksum, got, b.GetCrc32C())
+	}
+	return c.decompress(b.GetCodec(), b.GetPayload(), size)
 }
 
 // decompress inflates src into exactly size bytes, never more: each codec

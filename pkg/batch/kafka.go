@@ -60,17 +60,7 @@ func (c *Codecs) OpenKafka(b *ferryv1.Batch, maxSize int) ([]KafkaBatch, error) 
 	if b.GetFormat() != ferryv1.PayloadFormat_PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2 {
 		return nil, fmt.Errorf("%w: payload format %v, want Kafka record batches", ErrMalformed, b.GetFormat())
 	}
-	if b.GetFirstOffset() < 0 || b.GetLastOffset() < b.GetFirstOffset() {
-		return nil, fmt.Errorf("%w: offsets %d..%d", ErrMalformed, b.GetFirstOffset(), b.GetLastOffset())
-	}
-	size := int(b.GetUncompressedSize())
-	if size > maxSize {
-		return nil, fmt.Errorf("%w: %d bytes uncompressed, limit %d", ErrTooLarge, size, maxSize)
-	}
-	if got := Checksum(b.GetPayload()); got != b.GetCrc32C() {
-		return nil, fmt.Errorf("%w: computed %08x, batch says %08x", ErrChecksum, got, b.GetCrc32C())
-	}
-	data, err := c.decompress(b.GetCodec(), b.GetPayload(), size)
+	data, err := c.payload(b, maxSize)
 	if err != nil {
 		return nil, err
 	}

@@ -26,17 +26,7 @@ func TestApacheKafka(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skips starting a real Apache Kafka 4.3.1 broker (a JVM, tens of seconds); CI runs without -short")
 	}
-	startCtx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	broker, err := kafkabroker.Start(startCtx, kafkabroker.Options{Name: "rawfetch-test"})
-	if err != nil {
-		t.Fatalf("real Kafka broker did not start (make kafka installs it): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := broker.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	broker := kafkabroker.StartT(t, kafkabroker.Options{Name: "rawfetch-test"})
 	addrs := []string{broker.Addr()}
 	cl := newClient(t, addrs, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	adm := kadm.NewClient(cl)
