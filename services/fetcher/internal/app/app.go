@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -28,6 +29,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/ownership"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/shard"
 )
 
@@ -113,10 +115,20 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		MaxInflightBytes: int(cfg.Link.MaxInflightBytes), StartFrom: startFrom,
 		OpenTimeout: cfg.Writers.OpenTimeout, MinBackoff: cfg.Writers.MinBackoff, MaxBackoff: cfg.Writers.MaxBackoff,
 		DrainTimeout: cfg.ShutdownTimeout, SkipOnDataLoss: cfg.Link.OnDataLoss == "skip",
-		MaxMessageBytes: int(cfg.Writers.MaxMessageBytes),
+		MaxMessageBytes: int(cfg.Writers.MaxMessageBytes), PassThrough: cfg.Link.PassThrough,
 	}
 	deps := shard.Deps{Consumer: consumer, Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name),
 		Tracer: tracing.Tracer(tp, "github.com/ferry-replicator/ferry/fetcher")}
+	if cfg.Link.PassThrough {
+		raw, err := newRawFetcher(cfg)
+		if err != nil {
+			return err
+		}
+		// Deferred before the shards run, so it runs after they drain.
+		defer raw.Close()
+		deps.RawFetch = raw.Fetcher
+		log.Info("pass-through: the source's Kafka batches are sent as they are (link.pass_through)")
+	}
 	var owner ownership.Owner = ownership.NewLocal(cfg.Link.OwnedShards)
 	var consul *ownership.Consul
 	balance := cfg.Link.DiscoveryInterval
@@ -175,4 +187,28 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	})
 	log.Info("fetcher running", "link", cfg.Link.Name, "writers", cfg.Writers.Addresses)
 	return g.Wait()
+}
+
+// rawFetcher is the pass-through path's Fetcher and the client it owns.
+type rawFetcher struct {
+	*rawfetch.Fetcher
+	cl *kgo.Client
+}
+
+func (f rawFetcher) Close() { f.cl.Close() }
+
+// newRawFetcher builds one Fetcher for every shard (it is safe for
+// concurrent use) on a franz-go client of the source, with the per-
+// partition fetch size and the wait of the sarama path's consumer.
+func newRawFetcher(cfg *config.Config) (rawFetcher, error) {
+	opts, err := cfg.Source.Franz()
+	if err != nil {
+		return rawFetcher{}, fmt.Errorf("source: %w", err)
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return rawFetcher{}, fmt.Errorf("source client for pass-through: %w", err)
+	}
+	f := rawfetch.New(cl, rawfetch.Options{MaxWait: 100 * time.Millisecond, PartitionMaxBytes: int32(cfg.Link.FetchMaxBytes)})
+	return rawFetcher{Fetcher: f, cl: cl}, nil
 }

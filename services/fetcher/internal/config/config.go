@@ -81,6 +81,11 @@ type Link struct {
 	OnDataLoss string `yaml:"on_data_loss"`
 	// FetchMaxBytes is the source consumer's per-partition fetch size.
 	FetchMaxBytes config.ByteSize `yaml:"fetch_max_bytes"`
+	// PassThrough sends the source's Kafka record batches as the broker
+	// stores them (compressed batches stay as they are, uncompressed ones
+	// are compressed with Codec), instead of decoding records and encoding
+	// them again. The writers must accept the format. Off by default.
+	PassThrough bool `yaml:"pass_through"`
 }
 
 // Writers lists the writers and how to reach them.

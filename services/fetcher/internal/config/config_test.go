@@ -63,6 +63,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "certificate in plaintext", yaml: valid, sets: []string{"writers.tls.cert_file=/x.pem"}, want: "writers.tls.cert_file: has no effect with writers.tls.insecure"},
 		{name: "sampling without tracing", yaml: valid, sets: []string{"tracing.sampling_ratio=0.5"}, want: "tracing.sampling_ratio: has no effect without tracing.endpoint"},
 		{name: "lease settings with leases", yaml: valid, sets: []string{"lease.address=127.0.0.1:8500", "lease.session_ttl=30s"}},
+		{name: "pass-through", yaml: valid, sets: []string{"link.pass_through=true"}},
+		{name: "pass-through not a bool", yaml: valid, sets: []string{"link.pass_through=sometimes"}, want: "link.pass_through"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

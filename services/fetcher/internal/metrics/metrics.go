@@ -45,7 +45,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Shard streams that failed and were reopened, by reason: the gRPC status code of the failure in snake case (unavailable, permission_denied, failed_precondition, ...) or other.",
 		}, []string{"link", "reason"}),
 		PartitionStops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ferry_data_loss_events_total", Help: "Partitions stopped because copying on would lose or skip data (offset out of range, checkpoint beyond the source, oversized record).",
+			Name: "ferry_data_loss_events_total", Help: "Partitions stopped because copying on would lose or skip data (offset out of range, checkpoint beyond the source, oversized record, source batches pass-through cannot read).",
 		}, []string{"link", "topic", "partition", "reason"}),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_skipped_records_total", Help: "Source records skipped under link.on_data_loss: skip (known counts only).",

@@ -21,6 +21,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
 )
 
 func TestMain(m *testing.M) {
@@ -34,6 +35,8 @@ const testLink = "l"
 
 // source is a kfake cluster with the fetcher's clients on it.
 type source struct {
+	cluster  *kfake.Cluster
+	addrs    []string
 	client   sarama.Client
 	consumer sarama.Consumer
 	producer *kgo.Client
@@ -66,7 +69,19 @@ func newSource(t *testing.T, topics ...string) *source {
 		t.Fatal(err)
 	}
 	t.Cleanup(producer.Close)
-	return &source{client: client, consumer: consumer, producer: producer}
+	return &source{cluster: c, addrs: c.ListenAddrs(), client: client, consumer: consumer, producer: producer}
+}
+
+// rawFetcher is a pass-through Fetcher of the source, closed when the test
+// ends.
+func (s *source) rawFetcher(t *testing.T) *rawfetch.Fetcher {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return rawfetch.New(cl, rawfetch.Options{MaxWait: 50 * time.Millisecond})
 }
 
 // produce appends n records to partition 0 of topic.
@@ -130,6 +145,13 @@ func startRunnerOn(t *testing.T, src *source, w *Writers, m *metrics.Metrics, ed
 // done is closed when Run returns.
 func startLeasedRunner(t *testing.T, src *source, w *Writers, m *metrics.Metrics, edit func(*Settings), lost chan struct{}, topics ...string) (r *Runner, stop func(), done <-chan struct{}) {
 	t.Helper()
+	return startRunnerDeps(t, src, w, m, edit, func(*Deps) {}, lost, topics...)
+}
+
+// startRunnerDeps is startLeasedRunner with the dependencies edited too.
+// With Settings.PassThrough the runner reads through a Fetcher of its own.
+func startRunnerDeps(t *testing.T, src *source, w *Writers, m *metrics.Metrics, edit func(*Settings), editDeps func(*Deps), lost chan struct{}, topics ...string) (r *Runner, stop func(), done <-chan struct{}) {
+	t.Helper()
 	codecs, err := batch.NewCodecs(1 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +166,10 @@ func startLeasedRunner(t *testing.T, src *source, w *Writers, m *metrics.Metrics
 	}
 	edit(&set)
 	deps := Deps{Consumer: src.consumer, Client: src.client, Writers: w, Codecs: codecs, Metrics: m, Log: testLog()}
+	if set.PassThrough {
+		deps.RawFetch = src.rawFetcher(t)
+	}
+	editDeps(&deps)
 	var ts []discovery.Topic
 	var ps []discovery.Partition
 	for _, topic := range topics {

@@ -27,6 +27,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/refusal"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
 )
 
 // Settings are the fixed parameters of every shard of a fetcher.
@@ -52,8 +53,14 @@ type Settings struct {
 	SkipOnDataLoss bool
 	// MaxMessageBytes is the largest batch a writer takes
 	// (writers.max_message_bytes): a record that alone is larger stops its
-	// partition. Zero: no limit.
+	// partition. Zero: no limit. The pass-through path cannot check it
+	// (it does not decode records): the writer refuses such a record.
 	MaxMessageBytes int
+	// PassThrough reads the source with Deps.RawFetch and sends its Kafka
+	// record batches as they are (link.pass_through), instead of sarama's
+	// records re-encoded; Linger does not apply (a round's batches are
+	// sent as soon as they are fetched).
+	PassThrough bool
 }
 
 // Deps are the shared clients a shard uses.
@@ -67,6 +74,9 @@ type Deps struct {
 	// Tracer emits batch and sampled-record spans; nil when tracing is off,
 	// which costs nothing on the record path.
 	Tracer trace.Tracer
+	// RawFetch reads the source's raw batches; required with
+	// Settings.PassThrough, unused without it.
+	RawFetch *rawfetch.Fetcher
 }
 
 // Runner replicates one shard until its context ends.
@@ -273,6 +283,11 @@ const (
 	// takes (writers.max_message_bytes, the writer's
 	// producer.max_message_bytes, the target topic's max.message.bytes).
 	ReasonRecordTooLarge = "record_too_large"
+	// ReasonSourceUnreadable: the pass-through path cannot read the
+	// partition's batches as they are, and fetching again will not change
+	// it: a legacy message set (magic 0 or 1), a batch failing its CRC,
+	// an authorization failure.
+	ReasonSourceUnreadable = "source_unreadable"
 )
 
 // stopRefused stops the partition a writer refused, if it is one of the

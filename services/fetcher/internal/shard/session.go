@@ -94,27 +94,20 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	defer func() { progressed = s.progressed() }()
 	readCtx, stopReading := context.WithCancel(sctx)
 	defer stopReading()
-	for _, p := range r.parts {
-		if r.stopped(p) { // stays stopped until an operator acts
-			continue
-		}
-		pc, err := r.consume(p, resume[p])
-		var stop *StopError
-		if errors.As(err, &stop) {
-			r.stopPartition(p, stop)
-			continue
-		}
-		if err != nil { // transient: fail the session and retry it whole
-			for _, pc := range s.pcs {
-				pc.Close()
-			}
+	g, gctx := errgroup.WithContext(readCtx)
+	if r.set.PassThrough {
+		pos, err := r.positions(resume)
+		if err != nil {
 			return false, err
 		}
-		s.pcs[p] = pc
-	}
-	g, gctx := errgroup.WithContext(readCtx)
-	for p, pc := range s.pcs {
-		g.Go(func() error { s.read(gctx, p, pc); return nil })
+		g.Go(func() error { return s.passThrough(gctx, pos) })
+	} else {
+		if err := s.consumeAll(resume); err != nil {
+			return false, err
+		}
+		for p, pc := range s.pcs {
+			g.Go(func() error { s.read(gctx, p, pc); return nil })
+		}
 	}
 	g.Go(func() error { return s.send(gctx) })
 	sendDone := make(chan error, 1)
@@ -204,44 +197,51 @@ func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardSto
 	return resume, nil
 }
 
-// consume starts reading a partition where the writer said, checking that
-// the position exists in the source: a checkpoint below the log start means
-// retention removed data not yet copied, one above the end means the topic
-// was recreated or truncated. Both stop the partition instead of skipping.
-func (r *Runner) consume(p discovery.Partition, pos *ferryv1.PartitionPosition) (sarama.PartitionConsumer, error) {
-	offset := r.set.StartFrom
-	if pos != nil && pos.GetHasCheckpoint() {
-		offset = pos.GetNextOffset()
-		if id, cpID := r.topicID(p.Topic), pos.GetSourceTopicId(); len(id) > 0 && len(cpID) > 0 && !bytes.Equal(id, cpID) {
-			return nil, r.lossPolicy(p, &StopError{Reason: ReasonTopicRecreated, Err: fmt.Errorf(
-				"the checkpoint belongs to topic ID %x, the source topic now has ID %x: it was deleted and recreated", cpID, id)}, sarama.OffsetOldest, -1)
+// forEachStart calls start with the offset each partition not stopped
+// starts reading from (startOffset); a partition startOffset stops is
+// reported and left out. Any other error is transient: it is returned at
+// once, and the session fails and is retried whole.
+func (r *Runner) forEachStart(resume map[discovery.Partition]*ferryv1.PartitionPosition, start func(discovery.Partition, int64) error) error {
+	for _, p := range r.parts {
+		if r.stopped(p) { // stays stopped until an operator acts
+			continue
 		}
-		oldest, err := r.deps.Client.GetOffset(p.Topic, p.Partition, sarama.OffsetOldest)
+		offset, err := r.startOffset(p, resume[p])
+		if err == nil {
+			err = start(p, offset)
+		}
+		var stop *StopError
+		if errors.As(err, &stop) {
+			r.stopPartition(p, stop)
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("log start of %s/%d: %w", p.Topic, p.Partition, err)
+			return err
 		}
-		newest, err := r.deps.Client.GetOffset(p.Topic, p.Partition, sarama.OffsetNewest)
-		if err != nil {
-			return nil, fmt.Errorf("log end of %s/%d: %w", p.Topic, p.Partition, err)
-		}
-		switch {
-		case offset < oldest:
-			err := r.lossPolicy(p, &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("checkpoint %d is below the source log start %d: retention removed %d records not yet copied",
-				offset, oldest, oldest-offset)}, oldest, oldest-offset)
-			if err != nil {
-				return nil, err
-			}
-			offset = oldest
-		case offset > newest:
-			err := r.lossPolicy(p, &StopError{Reason: ReasonCheckpointAhead, Err: fmt.Errorf("checkpoint %d is beyond the source log end %d: was the topic deleted and recreated?",
-				offset, newest)}, oldest, -1)
-			if err != nil {
-				return nil, err
-			}
-			offset = oldest
-		}
-		r.setCommitted(p, offset)
 	}
+	return nil
+}
+
+// consumeAll starts a sarama consumer for each partition to read; on error
+// it closes those it started.
+func (s *session) consumeAll(resume map[discovery.Partition]*ferryv1.PartitionPosition) error {
+	err := s.r.forEachStart(resume, func(p discovery.Partition, offset int64) error {
+		pc, err := s.r.consume(p, offset)
+		if err == nil {
+			s.pcs[p] = pc
+		}
+		return err
+	})
+	if err != nil {
+		for _, pc := range s.pcs {
+			pc.Close()
+		}
+	}
+	return err
+}
+
+// consume starts a sarama consumer of p at offset (startOffset's).
+func (r *Runner) consume(p discovery.Partition, offset int64) (sarama.PartitionConsumer, error) {
 	pc, err := r.deps.Consumer.ConsumePartition(p.Topic, p.Partition, offset)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
 		return nil, &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("offset %d: %w", offset, err)}
@@ -250,6 +250,50 @@ func (r *Runner) consume(p discovery.Partition, pos *ferryv1.PartitionPosition) 
 		return nil, fmt.Errorf("consume %s/%d from %d: %w", p.Topic, p.Partition, offset, err)
 	}
 	return pc, nil
+}
+
+// startOffset decides where a partition starts reading: where the writer
+// said, checking that the position exists in the source (a checkpoint below
+// the log start means retention removed data not yet copied, one above the
+// end means the topic was recreated or truncated: both stop the partition
+// instead of skipping), or StartFrom without a checkpoint. Both read paths
+// start from it.
+func (r *Runner) startOffset(p discovery.Partition, pos *ferryv1.PartitionPosition) (int64, error) {
+	offset := r.set.StartFrom
+	if pos != nil && pos.GetHasCheckpoint() {
+		offset = pos.GetNextOffset()
+		if id, cpID := r.topicID(p.Topic), pos.GetSourceTopicId(); len(id) > 0 && len(cpID) > 0 && !bytes.Equal(id, cpID) {
+			// Skipped, the new topic is read from its start.
+			return sarama.OffsetOldest, r.lossPolicy(p, &StopError{Reason: ReasonTopicRecreated, Err: fmt.Errorf(
+				"the checkpoint belongs to topic ID %x, the source topic now has ID %x: it was deleted and recreated", cpID, id)}, sarama.OffsetOldest, -1)
+		}
+		oldest, err := r.deps.Client.GetOffset(p.Topic, p.Partition, sarama.OffsetOldest)
+		if err != nil {
+			return 0, fmt.Errorf("log start of %s/%d: %w", p.Topic, p.Partition, err)
+		}
+		newest, err := r.deps.Client.GetOffset(p.Topic, p.Partition, sarama.OffsetNewest)
+		if err != nil {
+			return 0, fmt.Errorf("log end of %s/%d: %w", p.Topic, p.Partition, err)
+		}
+		switch {
+		case offset < oldest:
+			err := r.lossPolicy(p, &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("checkpoint %d is below the source log start %d: retention removed %d records not yet copied",
+				offset, oldest, oldest-offset)}, oldest, oldest-offset)
+			if err != nil {
+				return 0, err
+			}
+			offset = oldest
+		case offset > newest:
+			err := r.lossPolicy(p, &StopError{Reason: ReasonCheckpointAhead, Err: fmt.Errorf("checkpoint %d is beyond the source log end %d: was the topic deleted and recreated?",
+				offset, newest)}, oldest, -1)
+			if err != nil {
+				return 0, err
+			}
+			offset = oldest
+		}
+		r.setCommitted(p, offset)
+	}
+	return offset, nil
 }
 
 // lossPolicy applies link.on_data_loss to an anomaly: "stop" returns it

@@ -8,10 +8,13 @@ import (
 
 	"github.com/IBM/sarama"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 )
 
 // The fetcher's spans, per batch (docs/tracing.md):
@@ -50,14 +53,29 @@ func newBatchTracer(t trace.Tracer, link string, shard int, epoch uint64, log *s
 	return &batchTracer{tracer: t, link: link, shard: shard, epoch: epoch, log: log}
 }
 
+// record notes a record read by sarama.
 func (t *batchTracer) record(ctx context.Context, m *sarama.ConsumerMessage) {
 	if t.tracer == nil {
 		return
 	}
+	t.note(ctx, tracing.ConsumerSpanContext(m.Headers), m.Topic, m.Partition, m.Offset, m.Timestamp)
+}
+
+// recordKafka notes a record decoded from a Kafka batch (pass-through).
+func (t *batchTracer) recordKafka(ctx context.Context, p discovery.Partition, offset int64, rec recordbatch.Record) {
+	if t.tracer == nil {
+		return
+	}
+	t.note(ctx, kafkaSpanContext(rec.Headers), p.Topic, p.Partition, offset, time.UnixMilli(rec.Timestamp))
+}
+
+// note marks when the batch's first record was read and, for a record
+// carrying a sampled trace context (sc, invalid for none), makes its
+// "ferry.fetch" span and links the batch to it.
+func (t *batchTracer) note(ctx context.Context, sc trace.SpanContext, topic string, partition int32, offset int64, ts time.Time) {
 	if t.first.IsZero() {
 		t.first = time.Now()
 	}
-	sc := tracing.ConsumerSpanContext(m.Headers) // no allocation without a traceparent
 	if !sc.IsValid() || !sc.IsSampled() {
 		return // no clock read per record: only sampled ones need one
 	}
@@ -65,9 +83,45 @@ func (t *batchTracer) record(ctx context.Context, m *sarama.ConsumerMessage) {
 	t.links = append(t.links, trace.Link{SpanContext: sc})
 	_, span := t.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, sc), "ferry.fetch",
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithTimestamp(m.Timestamp),
-		trace.WithAttributes(tracing.Kafka(), tracing.Topic(m.Topic), tracing.Partition(m.Partition), tracing.Offset(m.Offset), tracing.LinkName(t.link)))
+		trace.WithTimestamp(ts),
+		trace.WithAttributes(tracing.Kafka(), tracing.Topic(topic), tracing.Partition(partition), tracing.Offset(offset), tracing.LinkName(t.link)))
 	span.End(trace.WithTimestamp(now))
+}
+
+// kafkaSpanContext is tracing.ConsumerSpanContext for a record decoded
+// from a Kafka batch: the trace context its headers carry, read only when
+// it has a traceparent.
+func kafkaSpanContext(hs []recordbatch.Header) trace.SpanContext {
+	for _, h := range hs {
+		if h.Key == tracing.TraceparentHeader {
+			return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), kafkaHeaders(hs)))
+		}
+	}
+	return trace.SpanContext{}
+}
+
+// kafkaHeaders reads a decoded record's headers as a TextMapCarrier; Get
+// returns the first of a key, as tracing's carriers do. Read-only: a
+// passed-through record is never changed.
+type kafkaHeaders []recordbatch.Header
+
+func (hs kafkaHeaders) Get(key string) string {
+	for _, h := range hs {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func (hs kafkaHeaders) Set(string, string) {}
+
+func (hs kafkaHeaders) Keys() []string {
+	keys := make([]string, len(hs))
+	for i, h := range hs {
+		keys[i] = h.Key
+	}
+	return keys
 }
 
 // cut is when the batch's source read ended, just before it is encoded;

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,12 @@ func (c *Checkpoints) Next(topic string, partition int32) (int64, bool) {
 	return n, ok
 }
 
+// Set commits next for the partition, as a checkpoint left by an earlier
+// run would be.
+func (c *Checkpoints) Set(topic string, partition int32, next int64) {
+	c.commit(topic, partition, next)
+}
+
 func (c *Checkpoints) commit(topic string, partition int32, next int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -68,6 +75,8 @@ type Writer struct {
 	// with a refusal of its partition, as a writer refuses a record its
 	// target cannot take. Zero: none refused.
 	refuseAbove int
+	// received is every batch, in the order received.
+	received []*ferryv1.Batch
 }
 
 // RefuseBatchesAbove makes the writer refuse, as record too large, every
@@ -132,6 +141,14 @@ func (w *Writer) Opens() int { return w.count(&w.opens) }
 // Batches counts the batches received.
 func (w *Writer) Batches() int { return w.count(&w.batches) }
 
+// Received returns every batch received, in order, as sent (compressed
+// payloads included), refused and unacknowledged ones too.
+func (w *Writer) Received() []*ferryv1.Batch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.received)
+}
+
 // Closed counts the streams the fetcher ended itself, after a drain.
 func (w *Writer) Closed() int { return w.count(&w.closed) }
 
@@ -181,6 +198,7 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 		}
 		w.mu.Lock()
 		w.batches++
+		w.received = append(w.received, b)
 		hold, refuseAbove := w.hold, w.refuseAbove
 		w.mu.Unlock()
 		if refuseAbove > 0 && int(b.GetUncompressedSize()) > refuseAbove {

@@ -1,0 +1,257 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
+)
+
+// The pass-through read path (Settings.PassThrough, link.pass_through)
+// sends the source's own Kafka record batches, as the broker stores them,
+// in wire batches of format PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2: nothing
+// is decompressed, decoded or rebuilt on the way. One loop per session
+// fetches all the session's partitions in rawfetch rounds, in place of the
+// sarama path's consumer and read goroutine per partition; positions start
+// where startOffset says, as on the sarama path, and live in the loop only
+// (the next session resumes from the writer's answer). What the loop seals
+// goes through the session's queue (s.out) to send, so numbering, the
+// in-flight credit, acknowledgements and the drain are the sarama path's.
+//
+// The sarama path stops a partition before a record larger than
+// writers.max_message_bytes; this one cannot see records without decoding
+// the batches, so such a record reaches the writer, whose refusal names it
+// and stops the partition through stopRefused.
+
+// maxTraceDecode bounds what one Kafka batch may inflate to when it is
+// decoded for tracing: a larger one (or a compression bomb) is not traced
+// record by record rather than costing the fetcher its memory.
+const maxTraceDecode = 64 << 20
+
+// ptPartition is a partition the pass-through loop reads.
+type ptPartition struct {
+	p    discovery.Partition
+	next int64 // the offset the next round asks
+	// the metrics' series, looked up once
+	records, rawBytes, wireBytes prometheus.Counter
+}
+
+// positions resolves where each partition to read starts (startOffset) to
+// a concrete offset: rawfetch is given offsets, not oldest or newest.
+func (r *Runner) positions(resume map[discovery.Partition]*ferryv1.PartitionPosition) (map[discovery.Partition]int64, error) {
+	pos := map[discovery.Partition]int64{}
+	err := r.forEachStart(resume, func(p discovery.Partition, offset int64) error {
+		if offset < 0 { // sarama.OffsetOldest or OffsetNewest
+			o, err := r.deps.Client.GetOffset(p.Topic, p.Partition, offset)
+			if err != nil {
+				return fmt.Errorf("start offset of %s/%d: %w", p.Topic, p.Partition, err)
+			}
+			offset = o
+		}
+		pos[p] = offset
+		return nil
+	})
+	return pos, err
+}
+
+// passThrough fetches rounds from the partitions' start offsets until ctx
+// ends (a drain or a lost lease) or every partition has stopped. Its error
+// is the fetcher's own failure (its client closed), which fails the
+// session.
+func (s *session) passThrough(ctx context.Context, start map[discovery.Partition]int64) error {
+	r := s.r
+	parts := make(map[rawfetch.Partition]*ptPartition, len(start))
+	for p, off := range start {
+		part := strconv.Itoa(int(p.Partition))
+		parts[rawfetch.Partition{Topic: p.Topic, Partition: p.Partition}] = &ptPartition{
+			p: p, next: off,
+			records:   r.deps.Metrics.Records.WithLabelValues(r.set.Link, p.Topic, part),
+			rawBytes:  r.deps.Metrics.Bytes.WithLabelValues(r.set.Link, p.Topic, part),
+			wireBytes: r.deps.Metrics.WireBytes.WithLabelValues(r.set.Link, p.Topic, part),
+		}
+	}
+	tr := newBatchTracer(r.deps.Tracer, r.set.Link, r.shard, r.epoch, r.log)
+	ask := make(map[rawfetch.Partition]int64, len(parts))
+	for len(parts) > 0 {
+		clear(ask)
+		for rp, pp := range parts {
+			ask[rp] = pp.next
+		}
+		results, err := r.deps.RawFetch.Fetch(ctx, ask)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("pass-through fetch: %w", err)
+		}
+		retries := 0
+		for rp, res := range results {
+			pp := parts[rp]
+			if pp == nil { // not asked: a Fetcher never answers so
+				continue
+			}
+			if res.Retry != nil {
+				retries++
+				r.log.Debug("source fetch: retrying next round", "topic", rp.Topic, "partition", rp.Partition, "err", res.Retry)
+			}
+			stop, ok := s.apply(ctx, tr, pp, res)
+			if !ok {
+				return nil
+			}
+			if stop != nil {
+				r.stopPartition(pp.p, stop)
+				delete(parts, rp)
+			}
+		}
+		if len(results) > 0 && retries == len(results) && !s.retryWait(ctx) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// apply takes a partition's Result of a round: its high watermark, its
+// batches queued to the stream, its next position, and the StopError its
+// Err means, if any. ok is false when ctx ended before the batches were
+// queued.
+func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, res rawfetch.Result) (stop *StopError, ok bool) {
+	if res.HighWatermark >= 0 {
+		s.r.setHighWater(pp.p, res.HighWatermark) // keeps the lag right between the watcher's rounds
+	}
+	ks, err := kafkaBatches(res.Batches, pp.next)
+	if err != nil {
+		return &StopError{Reason: ReasonSourceUnreadable, Err: err}, true
+	}
+	for len(ks) > 0 {
+		n := groupLen(ks, s.r.set.BatchMaxBytes)
+		if !s.sealKafka(ctx, tr, pp, ks[:n]) {
+			return nil, false
+		}
+		ks = ks[n:]
+	}
+	pp.next = res.Next
+	switch {
+	case res.Err == nil:
+		return nil, true
+	case errors.Is(res.Err, rawfetch.ErrOffsetOutOfRange):
+		// As on the sarama path: retention (or DeleteRecords) passed the
+		// position while the partition was being read.
+		return &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("while reading: %w", res.Err)}, true
+	default:
+		return &StopError{Reason: ReasonSourceUnreadable, Err: res.Err}, true
+	}
+}
+
+// kafkaBatches parses a round's batches of a partition read from offset
+// from, leaving out those with nothing to copy: batches compaction emptied
+// (kept by Kafka for their producer state) and any ending before from.
+func kafkaBatches(raws [][]byte, from int64) ([]batch.KafkaBatch, error) {
+	ks := make([]batch.KafkaBatch, 0, len(raws))
+	for _, raw := range raws {
+		info, err := recordbatch.Parse(raw)
+		if err != nil { // rawfetch checked them whole: a bug, not the source
+			return nil, fmt.Errorf("fetched batch: %w", err)
+		}
+		k := batch.KafkaBatch{Raw: raw, Info: info}
+		if info.NumRecords > 0 && k.LastOffset() >= from {
+			ks = append(ks, k)
+		}
+	}
+	return ks, nil
+}
+
+// groupLen is how many of the leading batches make one wire batch: as many
+// as fit in max bytes, and at least one, so a larger batch travels alone.
+func groupLen(ks []batch.KafkaBatch, max int) int {
+	n, size := 1, len(ks[0].Raw)
+	for n < len(ks) && size+len(ks[n].Raw) <= max {
+		size += len(ks[n].Raw)
+		n++
+	}
+	return n
+}
+
+// sealKafka seals Kafka batches of pp into a wire batch and queues it for
+// send; false if ctx ended first. The wire batch starts at the partition's
+// position, inside its first Kafka batch when the position is (a resume
+// from a checkpoint in the middle of a batch), or at the first batch's base
+// offset when the position is in a gap before it (markers, aborted
+// records, compaction): the writer refuses a first offset outside the
+// first batch.
+func (s *session) sealKafka(ctx context.Context, tr *batchTracer, pp *ptPartition, ks []batch.KafkaBatch) bool {
+	r := s.r
+	first := max(pp.next, ks[0].Info.BaseOffset)
+	size := 0
+	for _, k := range ks {
+		size += len(k.Raw)
+	}
+	// A copy: the batches alias the whole fetch response, which must not
+	// stay in memory while one of its batches is in flight.
+	raw := make([]byte, 0, size)
+	for _, k := range ks {
+		raw = append(raw, k.Raw...)
+	}
+	s.traceRecords(ctx, tr, pp.p, ks, first)
+	cut := tr.cut()
+	b := r.deps.Codecs.SealKafka(raw, ks, first, r.set.Codec)
+	b.Topic, b.Partition, b.Epoch = pp.p.Topic, pp.p.Partition, r.epoch
+	span := tr.seal(ctx, b, len(raw), cut)
+	pp.records.Add(float64(b.RecordCount))
+	pp.rawBytes.Add(float64(len(raw)))
+	pp.wireBytes.Add(float64(len(b.Payload)))
+	select {
+	case s.out <- queued{b, span}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// traceRecords gives the batch tracer the records of a wire batch from
+// first on, as the sarama path gives it each record it reads, so sampled
+// records get their span and the batch its links. Only with a tracer:
+// without one nothing is decoded. A batch that does not decode is only
+// left out of the trace; the writer checks it.
+func (s *session) traceRecords(ctx context.Context, tr *batchTracer, p discovery.Partition, ks []batch.KafkaBatch, first int64) {
+	if s.r.deps.Tracer == nil {
+		return
+	}
+	for _, k := range ks {
+		recs, err := recordbatch.Records(k.Raw, maxTraceDecode)
+		if err != nil {
+			s.r.log.Debug("batch not traced record by record", "topic", p.Topic, "partition", p.Partition, "base_offset", k.Info.BaseOffset, "err", err)
+			continue
+		}
+		for _, rec := range recs {
+			if off := k.Info.BaseOffset + int64(rec.OffsetDelta); off >= first {
+				tr.recordKafka(ctx, p, off, rec)
+			}
+		}
+	}
+}
+
+// retryWait follows a round in which every partition asked for a retry
+// (leaders moving, a broker away): such a round may end at once, and the
+// loop must not spin on it. It waits MinBackoff to twice that, jittered;
+// false if ctx ended first.
+func (s *session) retryWait(ctx context.Context) bool {
+	d := s.r.set.MinBackoff
+	t := time.NewTimer(d + rand.N(d+1))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
