@@ -31,7 +31,11 @@ import (
 // The sarama path stops a partition before a record larger than
 // writers.max_message_bytes; this one cannot see records without decoding
 // the batches, so such a record reaches the writer, whose refusal names it
-// and stops the partition through stopRefused.
+// and stops the partition through stopRefused. A Kafka batch that alone is
+// larger than writers.max_message_bytes (a source topic whose
+// max.message.bytes is above it) cannot travel whole: its records travel
+// in Ferry's own format instead (sealRecords), cut as the sarama path cuts
+// them, and one record above the limit stops the partition there.
 
 // maxTraceDecode bounds what one Kafka batch may inflate to when it is
 // decoded for tracing: a larger one (or a compression bomb) is not traced
@@ -133,6 +137,13 @@ func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, r
 		return &StopError{Reason: ReasonSourceUnreadable, Err: err}, true
 	}
 	for len(ks) > 0 {
+		if max := s.r.set.MaxMessageBytes; max > 0 && len(ks[0].Raw) > max {
+			if stop, ok := s.sealRecords(ctx, tr, pp, ks[0]); !ok || stop != nil {
+				return stop, ok
+			}
+			ks = ks[1:]
+			continue
+		}
 		n := groupLen(ks, s.r.set.BatchMaxBytes)
 		if !s.sealKafka(ctx, tr, pp, ks[:n]) {
 			return nil, false
@@ -168,6 +179,64 @@ func kafkaBatches(raws [][]byte, from int64) ([]batch.KafkaBatch, error) {
 		}
 	}
 	return ks, nil
+}
+
+// sealRecords sends the records of Kafka batch k from the partition's
+// position on in Ferry's own format, cut at BatchMaxBytes: k is larger than
+// the writers take. A record that alone is larger stops the partition
+// there, after what comes before it is queued. ok is false when ctx ended.
+func (s *session) sealRecords(ctx context.Context, tr *batchTracer, pp *ptPartition, k batch.KafkaBatch) (stop *StopError, ok bool) {
+	r := s.r
+	recs, err := recordbatch.Records(k.Raw, maxTraceDecode)
+	if err != nil {
+		return &StopError{Reason: ReasonSourceUnreadable, Err: fmt.Errorf("Kafka batch at %d above writers.max_message_bytes: %w", k.Info.BaseOffset, err)}, true
+	}
+	var enc batch.Encoder
+	flush := func() bool {
+		cut := tr.cut()
+		b := r.deps.Codecs.Seal(&enc, r.set.Codec)
+		b.Topic, b.Partition, b.Epoch = pp.p.Topic, pp.p.Partition, r.epoch
+		span := tr.seal(ctx, b, enc.Len(), cut)
+		pp.records.Add(float64(enc.Count()))
+		pp.rawBytes.Add(float64(enc.Len()))
+		pp.wireBytes.Add(float64(len(b.Payload)))
+		enc.Reset()
+		select {
+		case s.out <- queued{b, span}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for _, rec := range recs {
+		off := k.Info.BaseOffset + int64(rec.OffsetDelta)
+		if off < pp.next {
+			continue
+		}
+		size := recordbatch.RecordSize(rec)
+		if size > r.set.MaxMessageBytes {
+			if enc.Count() > 0 && !flush() {
+				return nil, false
+			}
+			return r.tooLarge(pp.p, off, size), true
+		}
+		if enc.Count() > 0 && enc.Len()+size > r.set.BatchMaxBytes {
+			if !flush() {
+				return nil, false
+			}
+		}
+		if r.deps.Tracer != nil {
+			tr.recordKafka(ctx, pp.p, off, rec)
+		}
+		enc.Begin(off, rec.Timestamp, rec.Key, rec.Value, len(rec.Headers))
+		for _, h := range rec.Headers {
+			enc.Header([]byte(h.Key), h.Value)
+		}
+	}
+	if enc.Count() > 0 && !flush() {
+		return nil, false
+	}
+	return nil, true
 }
 
 // groupLen is how many of the leading batches make one wire batch: as many

@@ -560,3 +560,36 @@ func TestPassThroughStopsPromptly(t *testing.T) {
 		within(t, "stopped after the lease was lost", done)
 	})
 }
+
+// A source batch larger than the writers take (writers.max_message_bytes;
+// its topic's max.message.bytes is higher) cannot travel whole: its
+// records travel in Ferry's format, cut under the limit, and one record
+// above the limit stops the partition exactly before it.
+func TestPassThroughBatchAboveTheWritersLimitTravelsAsRecords(t *testing.T) {
+	src := newSource(t, "big")
+	prod := src.batchProducer(t, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	m := metrics.New(prometheus.NewRegistry())
+	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
+	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) {
+		s.PassThrough, s.MaxMessageBytes, s.BatchMaxBytes = true, 4_000, 4_000
+	}, "big")
+	recs := numbered("big", 0, 60) // about 110 bytes each: one source batch above 4,000
+	recs = append(recs, &kgo.Record{Topic: "big", Value: make([]byte, 5_000)}) // offset 60
+	recs = append(recs, numbered("big", 61, 2)...)
+	produceBatch(t, prod, recs)
+	writertest.WaitFor(t, 10*time.Second, "big/0 stopped", func() bool { return stops(m, "big", ReasonRecordTooLarge)() == 1 })
+	writertest.WaitFor(t, 10*time.Second, "60 records committed", func() bool { return committedOf(m, "big")() == 60 })
+	if s := r.Status().Partitions["big/0"].Stopped; !strings.Contains(s, "big/0 offset 60") || !strings.Contains(s, "writers.max_message_bytes") {
+		t.Errorf("/status says %q", s)
+	}
+	n := 0
+	for _, b := range writer.Received() {
+		if b.GetFormat() != ferryv1.PayloadFormat_PAYLOAD_FORMAT_FERRY_V1 || len(b.GetPayload()) > 4_000 {
+			t.Errorf("batch %d..%d travelled as %v in %d bytes, want Ferry's format under 4,000", b.GetFirstOffset(), b.GetLastOffset(), b.GetFormat(), len(b.GetPayload()))
+		}
+		n += int(b.GetRecordCount())
+	}
+	if n != 60 || len(writer.Received()) < 2 {
+		t.Errorf("%d records in %d batches, want the 60 before the large one, in several", n, len(writer.Received()))
+	}
+}

@@ -381,10 +381,7 @@ func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.Par
 				if enc.Count() > 0 && !flush() {
 					return
 				}
-				r.stopPartition(p, &StopError{Reason: ReasonRecordTooLarge, Err: refusal.Refusal{
-					Reason: refusal.RecordTooLarge, Topic: p.Topic, Partition: p.Partition, Offset: m.Offset,
-					Size: int64(size), Limit: int64(r.set.MaxMessageBytes), Setting: "the fetcher's writers.max_message_bytes",
-				}})
+				r.stopPartition(p, r.tooLarge(p, m.Offset, size))
 				return
 			}
 			tr.record(ctx, m)
@@ -413,6 +410,15 @@ func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.Par
 			r.log.Warn("source read error; sarama retries", "topic", p.Topic, "partition", p.Partition, "err", err)
 		}
 	}
+}
+
+// tooLarge is the stop of a partition before a record no writer takes
+// (above writers.max_message_bytes).
+func (r *Runner) tooLarge(p discovery.Partition, offset int64, size int) *StopError {
+	return &StopError{Reason: ReasonRecordTooLarge, Err: refusal.Refusal{
+		Reason: refusal.RecordTooLarge, Topic: p.Topic, Partition: p.Partition, Offset: offset,
+		Size: int64(size), Limit: int64(r.set.MaxMessageBytes), Setting: "the fetcher's writers.max_message_bytes",
+	}}
 }
 
 // recordBytes is a record's size in a batch: what it adds to the encoder,
