@@ -573,7 +573,7 @@ func TestPassThroughBatchAboveTheWritersLimitTravelsAsRecords(t *testing.T) {
 	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) {
 		s.PassThrough, s.MaxMessageBytes, s.BatchMaxBytes = true, 4_000, 4_000
 	}, "big")
-	recs := numbered("big", 0, 60) // about 110 bytes each: one source batch above 4,000
+	recs := numbered("big", 0, 60)                                             // about 110 bytes each: one source batch above 4,000
 	recs = append(recs, &kgo.Record{Topic: "big", Value: make([]byte, 5_000)}) // offset 60
 	recs = append(recs, numbered("big", 61, 2)...)
 	produceBatch(t, prod, recs)
