@@ -84,7 +84,8 @@ type Link struct {
 	// PassThrough sends the source's Kafka record batches as the broker
 	// stores them (compressed batches stay as they are, uncompressed ones
 	// are compressed with Codec), instead of decoding records and encoding
-	// them again. The writers must accept the format. Off by default.
+	// them again. The writers must accept the format. On by default; off
+	// is the record path (sarama).
 	PassThrough bool `yaml:"pass_through"`
 }
 
@@ -150,6 +151,7 @@ func Defaults() Config {
 	c.Link.MaxInflightBytes = 16 << 20
 	c.Link.FetchMaxBytes = 1 << 20
 	c.Link.OnDataLoss = "stop"
+	c.Link.PassThrough = true
 	return c
 }
 
