@@ -63,7 +63,7 @@ func Describe(cfg Config) ConfigDesc {
 
 func systemSettings(sys System, partitions int) string {
 	switch sys {
-	case Ferry, FerryEOS, FerryZstd, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline:
+	case Ferry, FerryEOS, FerryZstd, FerryRecords, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline:
 		v := ferryVariants[sys]
 		tr := "tracing off"
 		if v.sampling >= 0 {
@@ -73,7 +73,10 @@ func systemSettings(sys System, partitions int) string {
 		if v.codec != "" {
 			codec = ", link.codec " + v.codec
 		}
-		return "one ferry-fetcher, one ferry-writer, at their defaults (link.codec lz4, link.batch.max_bytes 1MiB, link.batch.linger 20ms, " +
+		if v.records {
+			codec += ", link.pass_through false (the record path)"
+		}
+		return "one ferry-fetcher, one ferry-writer, at their defaults (link.pass_through true, link.codec lz4 (for uncompressed source batches), link.batch.max_bytes 1MiB, link.batch.linger 20ms, " +
 			"link.max_inflight_bytes 16MiB, link.fetch_max_bytes 1MiB, link.shards 64, writer producer.compression lz4) but for delivery " + v.delivery + codec + " and " + tr +
 			"; naming prefix `src.`; gRPC link in plaintext on loopback (`tls.insecure: true` on both, as MM2's Kafka connections are plaintext here); the harness sets link.discovery_interval 1s"
 	case Floor:
