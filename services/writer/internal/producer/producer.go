@@ -14,10 +14,14 @@
 //     sequence numbers from zero, and the batches of a partition are sent
 //     one request after another, so the target takes them in order or not
 //     at all.
-//   - Any error ends the Producer: nothing is retried, and nothing is sent
-//     after a failure. The stream ends, and the next one starts a new
-//     Producer (which fences, for a transactional id) and resumes from what
-//     is committed.
+//   - Any error ends the Producer: no produce request is retried, and
+//     nothing is sent after a failure. The stream ends, and the next one
+//     starts a new Producer (which fences, for a transactional id) and
+//     resumes from what is committed. (Requests to the transaction
+//     coordinator go through kgo's Client.Request, which sends them again
+//     on a dropped connection or a "coordinator moved or loading" answer;
+//     those requests are idempotent, and AddPartitionsToTxn also waits out
+//     CONCURRENT_TRANSACTIONS here.)
 //   - It speaks Kafka's first transaction protocol (AddPartitionsToTxn,
 //     then Produce, then EndTxn), which every Kafka since 0.11 serves;
 //     MaxVersions caps the requests there.

@@ -222,11 +222,11 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	// outlives run by at most that. It reports failure by cancelling ss.ctx.
 	works := make(chan work, queueSlots)
 	go ss.receive(stream, works)
+	var c committer = &atLeastOnce{ss: ss, prod: prod}
 	if ss.link.ExactlyOnce {
-		err = ss.produceTransactions(ss.ctx, stream, prod, works)
-	} else {
-		err = ss.produce(ss.ctx, stream, prod, works)
+		c = &exactlyOnce{ss: ss, prod: prod}
 	}
+	err = ss.serve(ss.ctx, stream, c, works)
 	if cause := context.Cause(ss.ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause
 	}
@@ -377,140 +377,10 @@ func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
 	return w, nil
 }
 
-// produce writes batches to the target in rounds. Each round sends the
-// records of every batch waiting (up to MaxGroupBytes) together with the
-// checkpoints of the previous round's batches, whose records the target has
-// acknowledged. Only after a checkpoint is acknowledged is its batch
-// acknowledged upstream: a crash between the two can duplicate, never lose.
-func (ss *session) produce(ctx context.Context, stream ferryv1.ReplicationService_ReplicateServer, prod *producer.Producer, in <-chan work) error {
-	var (
-		pending []work                                       // records acknowledged, checkpoint not yet
-		cps     = map[topicPartition]checkpoint.Checkpoint{} // latest per partition in pending
-		closed  bool
-	)
-	for {
-		group, more := ss.take(ctx, in, len(pending) > 0)
-		closed = closed || !more
-		if ctx.Err() != nil {
-			return nil
-		}
-		draining := ss.draining()
-		if draining {
-			group = nil // not produced, not acknowledged: the fetcher resends them
-		}
-		if len(group) == 0 && len(pending) == 0 {
-			if draining {
-				return errDraining
-			}
-			if closed {
-				return nil
-			}
-			continue
-		}
-		r, err := ss.build(group)
-		if err == nil {
-			err = ss.addCheckpoints(r, cps)
-		}
-		if err != nil {
-			return err
-		}
-		start := time.Now()
-		offsets, err := prod.Produce(ctx, r.batches)
-		if err != nil {
-			err = fmt.Errorf("produce to target: %w", ss.refusedBy(err, group, r))
-			ss.traceFailed(ctx, group, "ferry.produce", start, err)
-			ss.traceFailed(ctx, pending, "ferry.commit", start, err) // their checkpoints were in this round
-			return err
-		}
-		now := time.Now()
-		ss.s.metrics.ProduceSeconds.Observe(now.Sub(start).Seconds())
-		if len(pending) > 0 {
-			if err := ss.ack(stream, pending, cps); err != nil {
-				return err
-			}
-			ss.s.metrics.Checkpoints.WithLabelValues(ss.link.Name).Add(float64(len(cps)))
-			ss.traceCommit(ctx, pending, start)
-		}
-		pending, cps = group, map[topicPartition]checkpoint.Checkpoint{}
-		ss.checkpoints(group, r, offsets, now, cps)
-		ss.observe(group, now)
-		ss.trace(ctx, group, start, now)
-	}
-}
-
 // transactionalID names the target producer of a shard. It must never
 // change for a shard, or fencing across owners would be lost.
 func transactionalID(link string, shard uint32) string {
 	return "ferry-" + link + "-" + strconv.Itoa(int(shard))
-}
-
-// produceTransactions writes batches in rounds of one target transaction
-// each: the records of every batch waiting (up to MaxGroupBytes) and the
-// checkpoints they reach commit together or not at all, and the batches
-// are acknowledged upstream only after the commit. A zombie producer of the
-// shard was fenced when this session's producer was created, so it can
-// neither commit records nor move a checkpoint. Any failure, including a
-// commit whose outcome is unknown, ends the session: the next one fences
-// again, re-reads the committed checkpoints and resumes from them.
-func (ss *session) produceTransactions(ctx context.Context, stream ferryv1.ReplicationService_ReplicateServer, prod *producer.Producer, in <-chan work) error {
-	for {
-		group, more := ss.take(ctx, in, false)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if ss.draining() {
-			return errDraining // group not produced, not acknowledged: the fetcher resends it
-		}
-		if len(group) == 0 {
-			if !more {
-				return nil
-			}
-			continue
-		}
-		start := time.Now()
-		r, err := ss.build(group)
-		if err != nil {
-			return err
-		}
-		// The round's checkpoints need its target offsets, so they follow
-		// its records in the same transaction; all its partitions join the
-		// transaction in one request.
-		if err := prod.AddPartitions(ctx, ss.txnPartitions(group, r)); err != nil {
-			return fmt.Errorf("begin target transaction: %w", err)
-		}
-		offsets, err := prod.Produce(ctx, r.batches)
-		if err != nil {
-			err = fmt.Errorf("produce in target transaction: %w", ss.refusedBy(err, group, r))
-			ss.traceFailed(ctx, group, "ferry.produce", start, err)
-			return err
-		}
-		produced := time.Now()
-		cps := map[topicPartition]checkpoint.Checkpoint{}
-		ss.checkpoints(group, r, offsets, start, cps)
-		cpRound := &round{}
-		if err := ss.addCheckpoints(cpRound, cps); err != nil {
-			return err
-		}
-		if _, err := prod.Produce(ctx, cpRound.batches); err != nil {
-			err = fmt.Errorf("checkpoint in target transaction: %w", err)
-			ss.traceFailed(ctx, group, "ferry.commit", produced, err)
-			return err
-		}
-		if err := prod.Commit(ctx); err != nil {
-			err = fmt.Errorf("commit target transaction (outcome unknown): %w", err)
-			ss.traceFailed(ctx, group, "ferry.commit", produced, err)
-			return err
-		}
-		now := time.Now()
-		ss.s.metrics.ProduceSeconds.Observe(now.Sub(start).Seconds())
-		ss.s.metrics.Checkpoints.WithLabelValues(ss.link.Name).Add(float64(len(cps)))
-		ss.observe(group, now)
-		ss.trace(ctx, group, start, produced)
-		if err := ss.ack(stream, group, cps); err != nil {
-			return err
-		}
-		ss.traceCommit(ctx, group, produced)
-	}
 }
 
 // txnPartitions are the target partitions a round of group writes: those

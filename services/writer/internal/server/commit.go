@@ -1,0 +1,175 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
+)
+
+// How a shard's progress is committed lives here, in one place: a
+// committer writes the rounds of a stream (the records of the batches
+// waiting, up to max_group_bytes, and the checkpoints they reach) and says
+// which batches are committed, with their checkpoints; the session then
+// acknowledges exactly those upstream. A batch is never acknowledged before
+// its checkpoint is committed, so a crash can at worst send it again.
+//
+//   - atLeastOnce: a round's checkpoints are produced with the next
+//     round's records, after the target acknowledged the round's own, so a
+//     checkpoint never precedes its data and costs no round trip of its
+//     own under load. A crash duplicates what was produced after the last
+//     committed checkpoint; it loses nothing.
+//   - exactlyOnce: each round is one target transaction holding its
+//     records and the checkpoints they reach, which commit together or not
+//     at all; its batches are acknowledged after the commit. The shard's
+//     older producers were fenced when the stream opened.
+//
+// Any error ends the stream: the next open fences (exactly-once), re-reads
+// the committed checkpoints and resumes from them.
+type committer interface {
+	// idle is true when nothing written waits to be committed, so the
+	// session may wait for more input.
+	idle() bool
+	// round writes group (empty: only settle what waits) and returns what
+	// is committed now.
+	round(ctx context.Context, group []work) (committed, error)
+}
+
+// committed are batches whose checkpoints are committed: the session
+// acknowledges them upstream. since is when their commit began.
+type committed struct {
+	batches []work
+	cps     map[topicPartition]checkpoint.Checkpoint
+	since   time.Time
+}
+
+// serve moves the stream's checked batches (in) through c until the
+// fetcher closes the stream, the writer drains or the session fails.
+func (ss *session) serve(ctx context.Context, stream ferryv1.ReplicationService_ReplicateServer, c committer, in <-chan work) error {
+	closed := false
+	for {
+		group, more := ss.take(ctx, in, !c.idle())
+		closed = closed || !more
+		if ctx.Err() != nil {
+			return nil
+		}
+		draining := ss.draining()
+		if draining {
+			group = nil // not produced, not acknowledged: the fetcher resends them
+		}
+		if len(group) == 0 && c.idle() {
+			if draining {
+				return errDraining
+			}
+			if closed {
+				return nil
+			}
+			continue
+		}
+		done, err := c.round(ctx, group)
+		if err != nil {
+			return err
+		}
+		if len(done.batches) == 0 {
+			continue
+		}
+		if err := ss.ack(stream, done.batches, done.cps); err != nil {
+			return err
+		}
+		ss.s.metrics.Checkpoints.WithLabelValues(ss.link.Name).Add(float64(len(done.cps)))
+		ss.traceCommit(ctx, done.batches, done.since)
+	}
+}
+
+// atLeastOnce is the idempotent committer (see committer).
+type atLeastOnce struct {
+	ss   *session
+	prod *producer.Producer
+	// pending are batches the target acknowledged whose checkpoints are
+	// not produced yet; cps, those checkpoints.
+	pending []work
+	cps     map[topicPartition]checkpoint.Checkpoint
+}
+
+func (c *atLeastOnce) idle() bool { return len(c.pending) == 0 }
+
+func (c *atLeastOnce) round(ctx context.Context, group []work) (committed, error) {
+	ss := c.ss
+	r, err := ss.build(group)
+	if err == nil {
+		err = ss.addCheckpoints(r, c.cps)
+	}
+	if err != nil {
+		return committed{}, err
+	}
+	start := time.Now()
+	offsets, err := c.prod.Produce(ctx, r.batches)
+	if err != nil {
+		err = fmt.Errorf("produce to target: %w", ss.refusedBy(err, group, r))
+		ss.traceFailed(ctx, group, "ferry.produce", start, err)
+		ss.traceFailed(ctx, c.pending, "ferry.commit", start, err) // their checkpoints were in this round
+		return committed{}, err
+	}
+	now := time.Now()
+	ss.s.metrics.ProduceSeconds.Observe(now.Sub(start).Seconds())
+	done := committed{batches: c.pending, cps: c.cps, since: start}
+	c.pending, c.cps = group, map[topicPartition]checkpoint.Checkpoint{}
+	ss.checkpoints(group, r, offsets, now, c.cps)
+	ss.observe(group, now)
+	ss.trace(ctx, group, start, now)
+	return done, nil
+}
+
+// exactlyOnce is the transactional committer (see committer).
+type exactlyOnce struct {
+	ss   *session
+	prod *producer.Producer
+}
+
+func (c *exactlyOnce) idle() bool { return true }
+
+func (c *exactlyOnce) round(ctx context.Context, group []work) (committed, error) {
+	ss := c.ss
+	start := time.Now()
+	r, err := ss.build(group)
+	if err != nil {
+		return committed{}, err
+	}
+	// The round's checkpoints need its target offsets, so they follow its
+	// records in the same transaction; all its partitions join the
+	// transaction in one request.
+	if err := c.prod.AddPartitions(ctx, ss.txnPartitions(group, r)); err != nil {
+		return committed{}, fmt.Errorf("begin target transaction: %w", err)
+	}
+	offsets, err := c.prod.Produce(ctx, r.batches)
+	if err != nil {
+		err = fmt.Errorf("produce in target transaction: %w", ss.refusedBy(err, group, r))
+		ss.traceFailed(ctx, group, "ferry.produce", start, err)
+		return committed{}, err
+	}
+	produced := time.Now()
+	cps := map[topicPartition]checkpoint.Checkpoint{}
+	ss.checkpoints(group, r, offsets, start, cps)
+	cpRound := &round{}
+	if err := ss.addCheckpoints(cpRound, cps); err != nil {
+		return committed{}, err
+	}
+	if _, err := c.prod.Produce(ctx, cpRound.batches); err != nil {
+		err = fmt.Errorf("checkpoint in target transaction: %w", err)
+		ss.traceFailed(ctx, group, "ferry.commit", produced, err)
+		return committed{}, err
+	}
+	if err := c.prod.Commit(ctx); err != nil {
+		err = fmt.Errorf("commit target transaction (outcome unknown): %w", err)
+		ss.traceFailed(ctx, group, "ferry.commit", produced, err)
+		return committed{}, err
+	}
+	now := time.Now()
+	ss.s.metrics.ProduceSeconds.Observe(now.Sub(start).Seconds())
+	ss.observe(group, now)
+	ss.trace(ctx, group, start, produced)
+	return committed{batches: group, cps: cps, since: produced}, nil
+}

@@ -1,0 +1,106 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+)
+
+// checkpointRecords reads the checkpoint topic's records (read_committed
+// when committed) and returns their values.
+func checkpointRecords(t *testing.T, w *testWriter, committed bool) []string {
+	t.Helper()
+	opts := []kgo.Opt{kgo.SeedBrokers(w.cluster.ListenAddrs()...), kgo.ConsumeTopics(cpTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100 * time.Millisecond)}
+	if committed {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var out []string
+	for ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			if !strings.HasPrefix(string(r.Key), "barrier/") {
+				out = append(out, string(r.Key))
+			}
+		})
+	}
+	return out
+}
+
+// At-least-once: when a batch's ack arrives upstream its checkpoint is in
+// the checkpoint topic already, written after its records.
+func TestAtLeastOnceAcksAfterTheCheckpoint(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, false))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream := w.openOrders(ctx, t, "east")
+	if err := sendKafka(t, stream, 1, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0)); err != nil {
+		t.Fatalf("stream ended: %v", err)
+	}
+	if cps := checkpointRecords(t, w, false); len(cps) != 1 || cps[0] != "east/orders/0" {
+		t.Fatalf("checkpoint topic holds %v when the ack arrived, want the checkpoint of east/orders/0", cps)
+	}
+}
+
+// Exactly-once: a round whose commit fails is never acknowledged, and
+// neither its records nor its checkpoint become visible.
+func TestExactlyOnceFailedCommitIsNotAcknowledged(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, true))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream := w.openOrders(ctx, t, "east")
+	w.cluster.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.EndTxnRequest)
+		if !r.Commit {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.ProducerFenced.Code
+		return resp, nil, true
+	})
+	err := sendKafka(t, stream, 1, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0))
+	if err == nil {
+		t.Fatal("a round whose commit failed was acknowledged")
+	}
+	if !strings.Contains(err.Error(), "outcome unknown") {
+		t.Errorf("stream ended with %v, want the commit's unknown outcome", err)
+	}
+	if cps := checkpointRecords(t, w, true); len(cps) != 0 {
+		t.Errorf("read_committed sees checkpoints %v of a round that did not commit", cps)
+	}
+	if got := targetValuesCommitted(t, w); len(got) != 0 {
+		t.Errorf("read_committed sees records %v of a round that did not commit", got)
+	}
+}
+
+// targetValuesCommitted are the values of orders/0 a read_committed reader
+// sees.
+func targetValuesCommitted(t *testing.T, w *testWriter) []string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...), kgo.ConsumeTopics("orders"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var out []string
+	for ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, string(r.Value)) })
+	}
+	return out
+}
