@@ -34,9 +34,18 @@ type (
 	batchRecord struct{ batch, index int }
 )
 
+// passMin is the smallest source batch that passes as it is when its
+// partition has more than one batch in a round. Kafka takes one batch per
+// partition in a produce request, so a round of many small batches (a
+// source producer that lingers little, copied after an outage) would cost
+// a request, one after another, for each; their records are merged into
+// batches as large as the target takes instead, which costs compressing
+// them again.
+const passMin = 64 << 10
+
 // build turns group's parts into target batches: a passing Kafka batch as
-// it is, records rebuilt into batches under the shard's batch limit
-// (ss.maxBatch). A rebuilt batch that compression made larger than the
+// it is (see passMin), records rebuilt into batches under the shard's
+// batch limit (ss.maxBatch). A rebuilt batch that compression made larger than the
 // limit (incompressible records) is built again uncompressed, where the
 // size is known: every record was checked against ss.maxRecord.
 func (ss *session) build(group []work) (*round, error) {
@@ -71,16 +80,27 @@ func (ss *session) build(group []work) (*round, error) {
 			recs, size = recs[:0], recordbatch.HeaderSize
 			return nil
 		}
+		parts := 0
+		for _, j := range byPartition[tp] {
+			parts += len(group[j].parts)
+		}
 		for _, j := range byPartition[tp] {
 			for k := range group[j].parts {
 				p := &group[j].parts[k]
-				if p.passes() {
+				if p.passes() && (parts == 1 || len(p.kafka.Raw) >= passMin) {
 					if err := flush(); err != nil {
 						return nil, err
 					}
 					r.last[j] = batchRecord{len(r.batches), p.count() - 1}
 					add(p.kafka.Raw, recordAt{j, k, 0}, p.count())
 					continue
+				}
+				if p.passes() && p.recs == nil { // small: merged with its neighbours
+					recs, err := kafkaRecords(p.kafka, group[j].b.GetFirstOffset())
+					if err != nil {
+						return nil, err
+					}
+					p.recs = recs
 				}
 				for i := range p.recs {
 					rec := toRecord(&p.recs[i])
