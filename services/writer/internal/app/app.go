@@ -160,14 +160,24 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 
 	var reg *registration.Registration
 	if cfg.Registration.Address != "" {
-		reg, err = registration.Register(cfg.Registration, cfg.ID, lis.Addr().String(), adm.Addr())
+		reg, err = registration.New(cfg.Registration, cfg.ID, lis.Addr().String(), adm.Addr(), log.With("component", "registration"))
 		if err != nil {
 			lis.Close()
 			return err
 		}
-		log.Info("registered in consul", "service", cfg.Registration.Service)
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	// Registration retries until Consul answers and leaves the catalog when
+	// the writer stops; the drain waits for it to have left, so fetchers
+	// stop choosing this writer before its streams close.
+	left := make(chan struct{})
+	g.Go(func() error {
+		defer close(left)
+		if reg != nil {
+			reg.Run(gctx)
+		}
+		return nil
+	})
 	g.Go(func() error {
 		if err := gs.Serve(lis); err != nil {
 			return fmt.Errorf("grpc serve: %w", err)
@@ -194,11 +204,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	g.Go(func() error {
 		<-gctx.Done()
-		if reg != nil { // fetchers stop choosing this writer
-			if err := reg.Deregister(); err != nil {
-				log.Warn("leave consul catalog", "err", err)
-			}
-		}
+		<-left
 		hs.Shutdown() // NOT_SERVING for gRPC health checkers
 		dctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
