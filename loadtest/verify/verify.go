@@ -194,13 +194,17 @@ func readAll(ctx context.Context, addrs []string, opts []kgo.Opt, topic string, 
 	// when the end is a transaction marker no record can reach, when the
 	// partition has been quiet for a while.
 	last := map[int32]int64{}
-	quiet := time.Now()
+	began := time.Now()
+	quiet := began
 	for len(want) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		fs := cl.PollFetches(pctx)
 		cancel()
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			// Say how far the read got, so a run that ran out of time
+			// tells a slow read from one that stopped (ci-d's soak ended
+			// on a bare "context deadline exceeded").
+			return nil, fmt.Errorf("%w after %v: %s", ctx.Err(), time.Since(began).Round(time.Millisecond), gaps(want, last))
 		}
 		now := time.Now()
 		got := false
