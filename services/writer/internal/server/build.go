@@ -95,15 +95,11 @@ func (ss *session) build(group []work) (*round, error) {
 					add(p.kafka.Raw, recordAt{j, k, 0}, p.count())
 					continue
 				}
-				if p.passes() && p.recs == nil { // small: merged with its neighbours
-					recs, err := kafkaRecords(p.kafka, group[j].b.GetFirstOffset())
-					if err != nil {
-						return nil, err
-					}
-					p.recs = recs
+				out, err := p.targetRecords() // a small passing batch is merged with its neighbours
+				if err != nil {
+					return nil, err
 				}
-				for i := range p.recs {
-					rec := toRecord(&p.recs[i])
+				for i, rec := range out {
 					n := recordbatch.RecordSize(rec)
 					if len(recs) > 0 && size+n > ss.maxBatch {
 						if err := flush(); err != nil {

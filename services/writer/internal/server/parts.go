@@ -16,9 +16,35 @@ type part struct {
 	// decoded only when tracing needs their headers.
 	kafka batch.KafkaBatch
 	recs  []batch.Record
+	// out is the part's records as the target producer builds them,
+	// converted once: oversized checks their sizes, build then uses them.
+	out []recordbatch.Record
 }
 
 func (p *part) passes() bool { return p.kafka.Raw != nil }
+
+// targetRecords is the part's records to rebuild into target batches. A
+// passing Kafka batch merged with its neighbours (see passMin) is decoded
+// straight into them: all its records are at or past the batch's first
+// offset, or it would not pass.
+func (p *part) targetRecords() ([]recordbatch.Record, error) {
+	if p.out != nil {
+		return p.out, nil
+	}
+	if p.passes() {
+		out, err := recordbatch.Records(p.kafka.Raw, maxInflated)
+		if err != nil {
+			return nil, fmt.Errorf("%w: Kafka batch at %d: %v", batch.ErrMalformed, p.kafka.Info.BaseOffset, err)
+		}
+		p.out = out
+		return out, nil
+	}
+	p.out = make([]recordbatch.Record, len(p.recs))
+	for i := range p.recs {
+		p.out[i] = toRecord(&p.recs[i])
+	}
+	return p.out, nil
+}
 
 // count is how many records of the part are copied.
 func (p *part) count() int {

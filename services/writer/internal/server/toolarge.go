@@ -16,12 +16,17 @@ import (
 // no retry would ever write it, so its partition must stop instead.
 // Batches that pass through are no larger than the target takes.
 func (ss *session) oversized(w work) error {
-	for _, p := range w.parts {
+	for k := range w.parts {
+		p := &w.parts[k]
 		if p.passes() {
 			continue
 		}
-		for i := range p.recs {
-			if size := recordbatch.RecordSize(toRecord(&p.recs[i])); size > ss.maxRecord {
+		recs, err := p.targetRecords()
+		if err != nil {
+			return err
+		}
+		for i := range recs {
+			if size := recordbatch.RecordSize(recs[i]); size > ss.maxRecord {
 				return refusal.Refusal{
 					Reason: refusal.RecordTooLarge, Topic: w.b.GetTopic(), Partition: w.b.GetPartition(),
 					Offset: p.recs[i].Offset, Size: int64(size), Limit: int64(ss.maxRecord), Setting: ss.maxRecordBy,
