@@ -49,13 +49,26 @@ func (c *Codecs) SealKafka(raw []byte, batches []KafkaBatch, first int64, codec 
 	}
 }
 
+// Skip makes the wire batch saying that source offsets first..last of a
+// partition hold nothing to copy: Kafka batches a Ferry writer produced
+// into the source cluster, left out so that no record goes back to the
+// cluster it came from (active-active links). It has no records and an
+// empty payload; the writer checkpoints past it.
+func Skip(first, last int64) *ferryv1.Batch {
+	return &ferryv1.Batch{
+		FirstOffset: first, LastOffset: last, Codec: ferryv1.Codec_CODEC_NONE,
+		Format: ferryv1.PayloadFormat_PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2, Crc32C: Checksum(nil),
+	}
+}
+
 // OpenKafka checks a wire batch of Kafka record batches whole and returns
 // them: the payload's checksum and declared size, each Kafka batch's own
 // CRC-32C (so a batch damaged anywhere since the source broker wrote it is
 // refused), magic v2, no control batch, offsets that follow the proto's
 // rules and the declared first and last offsets and record count. The
 // batches alias the payload when it is not compressed (a producer may then
-// rewrite their headers in place: the payload is not read again).
+// rewrite their headers in place: the payload is not read again). A Skip
+// opens to no batches.
 func (c *Codecs) OpenKafka(b *ferryv1.Batch, maxSize int) ([]KafkaBatch, error) {
 	if b.GetFormat() != ferryv1.PayloadFormat_PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2 {
 		return nil, fmt.Errorf("%w: payload format %v, want Kafka record batches", ErrMalformed, b.GetFormat())
@@ -63,6 +76,12 @@ func (c *Codecs) OpenKafka(b *ferryv1.Batch, maxSize int) ([]KafkaBatch, error) 
 	data, err := c.payload(b, maxSize)
 	if err != nil {
 		return nil, err
+	}
+	if b.GetRecordCount() == 0 { // a Skip
+		if len(data) != 0 {
+			return nil, fmt.Errorf("%w: %d payload bytes in a batch of no records", ErrMalformed, len(data))
+		}
+		return nil, nil
 	}
 	raws, partial, err := recordbatch.Split(data)
 	if err == nil && partial > 0 {

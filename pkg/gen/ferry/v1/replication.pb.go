@@ -105,6 +105,10 @@ const (
 	// batches); its records below first_offset are not copied. Each later
 	// one starts after the previous one ends. The payload is compressed with
 	// the batch's codec only when none of its Kafka batches is compressed.
+	// A batch of this format with record_count 0 and an empty payload says
+	// that first_offset..last_offset hold nothing to copy: batches a Ferry
+	// writer produced into the source cluster, skipped so that no record
+	// returns to the cluster it came from. The writer checkpoints past them.
 	PayloadFormat_PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2 PayloadFormat = 2
 )
 

@@ -22,6 +22,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/admin"
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
@@ -94,6 +95,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err // Validate has checked it
 	}
+	// Every producer id the writer produces with is recorded in the target
+	// first, so links reading this cluster skip what Ferry wrote into it
+	// (pkg/provenance). The topic is created like the checkpoint topic.
+	if err := ens.Ensure(topics.Spec{
+		Name: provenance.Topic, Partitions: 1, ReplicationFactor: cfg.Checkpoints.ReplicationFactor, Configs: provenance.Configs,
+	}); err != nil {
+		return fmt.Errorf("producer id topic: %w", err)
+	}
+	recorder, err := provenance.NewRecorder(franzOpts, cfg.ID)
+	if err != nil {
+		return err
+	}
+	defer recorder.Close()
 
 	srv := server.New(server.Options{
 		ID:     cfg.ID,
@@ -105,6 +119,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		MaxBatchBytes: int(cfg.MaxBatchBytes),
 		MaxGroupBytes: int(cfg.MaxGroupBytes),
 		Tracer:        tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
+		Recorder:      recorder,
 	}, links, ens, store, codecs, m, log)
 
 	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}

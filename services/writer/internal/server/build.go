@@ -21,7 +21,9 @@ type round struct {
 	from  []recordAt
 	count []int
 	// last[j] is, for group member j, the target batch holding its last
-	// record and that record's index in the batch.
+	// record and that record's index in the batch; batch is -1 for a
+	// member with no record to copy (a Skip, or a batch whose records
+	// compaction removed).
 	last []batchRecord
 	// data counts the batches of records; checkpoint batches follow them.
 	data int
@@ -50,6 +52,9 @@ const passMin = 64 << 10
 // size is known: every record was checked against ss.maxRecord.
 func (ss *session) build(group []work) (*round, error) {
 	r := &round{last: make([]batchRecord, len(group))}
+	for j := range r.last {
+		r.last[j].batch = -1
+	}
 	byPartition := map[topicPartition][]int{}
 	var order []topicPartition
 	for j, w := range group {

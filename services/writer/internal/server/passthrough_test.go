@@ -17,7 +17,9 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 )
 
@@ -102,7 +104,14 @@ func sendKafka(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, 
 		kbs = append(kbs, batch.KafkaBatch{Raw: raw, Info: info})
 		payload = append(payload, raw...)
 	}
-	b := codecs.SealKafka(payload, kbs, first, ferryv1.Codec_CODEC_NONE)
+	_, err = sendWire(t, stream, seq, codecs.SealKafka(payload, kbs, first, ferryv1.Codec_CODEC_NONE))
+	return err
+}
+
+// sendWire sends b as batch seq of orders/0 and returns its ack, or the
+// stream's end.
+func sendWire(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, seq uint64, b *ferryv1.Batch) (*ferryv1.Ack, error) {
+	t.Helper()
 	b.Sequence, b.Epoch, b.Topic, b.Partition = seq, 1, "orders", 0
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
 		t.Fatal(err)
@@ -110,10 +119,10 @@ func sendKafka(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, 
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if ack := resp.GetAck(); ack != nil && ack.GetSequence() == seq {
-			return nil
+			return ack, nil
 		}
 	}
 }
@@ -320,5 +329,131 @@ func TestSmallKafkaBatchesAreMerged(t *testing.T) {
 	_, got := targetRaw(t, w)
 	if last := got[len(got)-1]; !bytes.Equal(last[recordbatch.HeaderSize:], alone[recordbatch.HeaderSize:]) {
 		t.Error("a round's only small batch did not pass as it is")
+	}
+}
+
+// A Skip (offsets holding only batches a Ferry writer produced into the
+// source, left out against loops) writes nothing and moves the partition's
+// checkpoint past it, keeping the target offset after the last record
+// copied (-1 before any: step 1, a Skip first on a new partition) while a
+// record batch moves it.
+func TestSkipBatchesMoveTheCheckpointOnly(t *testing.T) {
+	for _, exactlyOnce := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exactly-once %v", exactlyOnce), func(t *testing.T) {
+			w := startWriter(t, passthroughLinks(t, exactlyOnce))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			stream := w.openOrders(ctx, t, "east")
+			key := checkpoint.Key{Link: "east", Topic: "orders", Partition: 0}
+			// The target offset after the last record copied, as the
+			// target holds it (exactly-once: the open's abort and each
+			// commit leave markers between the records).
+			copied := func() int64 {
+				infos := targetBatches(t, w)
+				if len(infos) == 0 {
+					return -1
+				}
+				last := infos[len(infos)-1]
+				return last.BaseOffset + int64(last.LastOffsetDelta) + 1
+			}
+			step := func(seq uint64, b *ferryv1.Batch, next int64) {
+				t.Helper()
+				target := copied()
+				ack, err := sendWire(t, stream, seq, b)
+				if err != nil {
+					t.Fatalf("batch %d: stream ended: %v", seq, err)
+				}
+				if len(ack.GetCommitted()) != 1 || ack.GetCommitted()[0].GetNextOffset() != next {
+					t.Fatalf("batch %d acknowledged at %v, want next offset %d", seq, ack.GetCommitted(), next)
+				}
+				if err := w.store.Sync(ctx); err != nil {
+					t.Fatal(err)
+				}
+				cp, ok := w.store.Get(key)
+				if b.GetRecordCount() > 0 {
+					target = copied()
+				}
+				if !ok || cp.NextSourceOffset != next || cp.TargetOffset != target {
+					t.Fatalf("batch %d: checkpoint %+v (found %v), want next %d target %d", seq, cp, ok, next, target)
+				}
+			}
+			kafka := func(raws ...[]byte) *ferryv1.Batch {
+				var kbs []batch.KafkaBatch
+				var payload []byte
+				for _, raw := range raws {
+					info, err := recordbatch.Parse(raw)
+					if err != nil {
+						t.Fatal(err)
+					}
+					kbs, payload = append(kbs, batch.KafkaBatch{Raw: raw, Info: info}), append(payload, raw...)
+				}
+				codecs, err := batch.NewCodecs(1 << 20)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer codecs.Close()
+				return codecs.SealKafka(payload, kbs, kbs[0].Info.BaseOffset, ferryv1.Codec_CODEC_NONE)
+			}
+			step(1, batch.Skip(0, 4), 5)
+			step(2, kafka(sourceBatch(t, 5, 10, nil, recordbatch.LZ4, 0)), 15)
+			step(3, batch.Skip(15, 19), 20)
+			step(4, kafka(sourceBatch(t, 20, 5, nil, recordbatch.None, 0)), 25)
+			if got, want := targetValues(t, w), append(vals(5, 15), vals(20, 25)...); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("target values %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// A Skip must be empty: one with a payload is refused, and nothing written.
+func TestSkipWithPayloadIsRefused(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, false))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream := w.openOrders(ctx, t, "east")
+	b := batch.Skip(0, 9)
+	b.Payload = sourceBatch(t, 0, 10, nil, recordbatch.None, 0)
+	b.UncompressedSize, b.Crc32C = uint32(len(b.Payload)), batch.Checksum(b.Payload)
+	if _, err := sendWire(t, stream, 1, b); status.Code(err) != codes.DataLoss && status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("stream ended with %v, want a refusal", err)
+	}
+	if got := w.rejected(t, "east", "malformed"); got != 1 {
+		t.Errorf("rejected{reason=malformed} = %v, want 1", got)
+	}
+	if hw := w.cluster.PartitionInfo("orders", 0).HighWatermark; hw != 0 {
+		t.Errorf("target holds %d records of a refused batch", hw)
+	}
+}
+
+// Each stream's producer id is in the target's provenance topic, so a link
+// reading the target back skips what the writer wrote there.
+func TestProducerIDIsRecorded(t *testing.T) {
+	for _, exactlyOnce := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exactly-once %v", exactlyOnce), func(t *testing.T) {
+			w := startWriter(t, passthroughLinks(t, exactlyOnce))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			stream := w.openOrders(ctx, t, "east")
+			if err := sendKafka(t, stream, 1, 0, sourceBatch(t, 0, 5, nil, recordbatch.LZ4, 0)); err != nil {
+				t.Fatalf("stream ended: %v", err)
+			}
+			infos := targetBatches(t, w)
+			if len(infos) != 1 {
+				t.Fatalf("target holds %d batches, want 1", len(infos))
+			}
+			v, err := provenance.NewView([]kgo.Opt{kgo.SeedBrokers(w.cluster.ListenAddrs()...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer v.Close()
+			id := infos[0].ProducerID
+			got, err := v.Ferry(ctx, []int64{id, 77})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got[id] || got[77] {
+				t.Fatalf("writer's producer %d recorded: %v; the source's 77: %v", id, got[id], got[77])
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
@@ -54,6 +55,10 @@ type Options struct {
 	MaxGroupBytes int
 	// Tracer emits batch and sampled-record spans; nil: tracing off.
 	Tracer trace.Tracer
+	// Recorder records each stream's producer id in the target before
+	// anything is produced with it, so that links reading the target skip
+	// what Ferry wrote (pkg/provenance). Nil records nothing (tests only).
+	Recorder *provenance.Recorder
 }
 
 // ProducerSettings tune the shards' target producers.

@@ -44,6 +44,10 @@ type session struct {
 	// next is the lowest source offset the next batch of each partition may
 	// start at; it refuses overlaps and replays within the stream.
 	next map[topicPartition]int64
+	// target is each partition's target offset after its last copied
+	// record, as its checkpoints record it: kept for rounds that copy none
+	// of its records; -1 while unknown (nothing copied yet).
+	target map[topicPartition]int64
 	// maxBatch is the largest batch the shard's producer sends and its
 	// target topics take; maxRecord, the largest record
 	// (recordbatch.RecordSize) that fits one, and maxRecordBy names the
@@ -88,7 +92,7 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 	}
 	sess := &session{
 		s: s, link: link, shard: open.GetShard(), epoch: open.GetEpoch(), fetcher: open.GetFetcher(),
-		open: open, next: map[topicPartition]int64{}, done: make(chan struct{}), topicIDs: map[string][]byte{},
+		open: open, next: map[topicPartition]int64{}, target: map[topicPartition]int64{}, done: make(chan struct{}), topicIDs: map[string][]byte{},
 	}
 	for _, t := range open.GetTopics() {
 		sess.topicIDs[t.GetName()] = t.GetTopicId()
@@ -105,7 +109,7 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 		if _, dup := sess.next[tp]; dup {
 			return nil, fmt.Errorf("%w: partition %s/%d listed twice", errBadRequest, tp.topic, tp.partition)
 		}
-		sess.next[tp] = 0
+		sess.next[tp], sess.target[tp] = 0, -1
 	}
 	return sess, nil
 }
@@ -188,6 +192,13 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		if err != nil {
 			return err
 		}
+		if rec := s.opts.Recorder; rec != nil {
+			id, _ := prod.ID()
+			err := step(log, "record producer id", func() error { return rec.Record(ss.ctx, id, ss.link.Name) })
+			if err != nil {
+				return err
+			}
+		}
 		if ss.link.ExactlyOnce {
 			err := step(log, "check no transaction open", func() error {
 				return fence.CheckClosed(ss.ctx, cl, ss.dataPartitions())
@@ -206,7 +217,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		pos := &ferryv1.PartitionPosition{Topic: tp.topic, Partition: tp.partition}
 		if cp, ok := s.store.Get(ss.key(tp)); ok {
 			pos.NextOffset, pos.HasCheckpoint, pos.SourceTopicId = cp.NextSourceOffset, true, cp.SourceTopicID
-			ss.next[tp] = cp.NextSourceOffset
+			ss.next[tp], ss.target[tp] = cp.NextSourceOffset, cp.TargetOffset
 		}
 		opened.Resume = append(opened.Resume, pos)
 	}
@@ -491,10 +502,13 @@ func (ss *session) observe(group []work, now time.Time) {
 // records.
 func (ss *session) checkpoints(group []work, r *round, offsets []int64, now time.Time, cps map[topicPartition]checkpoint.Checkpoint) {
 	for j, w := range group {
-		last := r.last[j]
-		cps[topicPartition{w.b.GetTopic(), w.b.GetPartition()}] = checkpoint.Checkpoint{
+		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
+		if last := r.last[j]; last.batch >= 0 {
+			ss.target[tp] = offsets[last.batch] + int64(last.index) + 1
+		}
+		cps[tp] = checkpoint.Checkpoint{
 			NextSourceOffset: w.b.GetLastOffset() + 1,
-			TargetOffset:     offsets[last.batch] + int64(last.index) + 1,
+			TargetOffset:     ss.target[tp],
 			SourceTopicID:    ss.topicIDs[w.b.GetTopic()],
 			Epoch:            ss.epoch,
 			Writer:           ss.s.opts.ID,

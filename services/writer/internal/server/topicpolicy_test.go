@@ -22,6 +22,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
+	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
@@ -47,6 +48,7 @@ type testWriter struct {
 	cluster *kfake.Cluster
 	reg     *prometheus.Registry
 	client  ferryv1.ReplicationServiceClient
+	store   *checkpoint.Store
 }
 
 // rejected is ferry_writer_rejected_total of the link and reason.
@@ -104,6 +106,14 @@ func startWriterWith(t *testing.T, links []Link, producer func(*ProducerSettings
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ens.Close() })
+	if err := ens.Ensure(topics.Spec{Name: provenance.Topic, Partitions: 1, ReplicationFactor: -1, Configs: provenance.Configs}); err != nil {
+		t.Fatal(err)
+	}
+	recorder, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(addrs...)}, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(recorder.Close)
 	codecs, err := batch.NewCodecs(1 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +123,7 @@ func startWriterWith(t *testing.T, links []Link, producer func(*ProducerSettings
 	producer(&pcfg)
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	srv := New(Options{ID: "w1", Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, Producer: pcfg, MaxBatchBytes: 1 << 20, MaxGroupBytes: 1 << 20},
+	srv := New(Options{ID: "w1", Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, Producer: pcfg, MaxBatchBytes: 1 << 20, MaxGroupBytes: 1 << 20, Recorder: recorder},
 		links, ens, store, codecs, m, log)
 
 	lis := bufconn.Listen(1 << 20)
@@ -137,7 +147,7 @@ func startWriterWith(t *testing.T, links []Link, producer func(*ProducerSettings
 		gs.Stop()
 		<-served
 	})
-	return &testWriter{cluster: cluster, reg: reg, client: ferryv1.NewReplicationServiceClient(conn)}
+	return &testWriter{cluster: cluster, reg: reg, client: ferryv1.NewReplicationServiceClient(conn), store: store}
 }
 
 // open sends an Open of one partition of each topic and returns the
