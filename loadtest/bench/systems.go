@@ -188,6 +188,7 @@ func startFerry(ctx context.Context, v ferryVariant, otlp, bin, dir, sourceAddr,
 	}
 	if v.records {
 		fcfg["link"].(map[string]any)["pass_through"] = false
+		fcfg["link"].(map[string]any)["skip_replicated"] = false // needs pass-through
 	}
 	if v.sampling >= 0 {
 		fcfg["tracing"] = tracingConfig(otlp, v.sampling)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/admin"
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/catalog"
@@ -128,6 +129,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		defer raw.Close()
 		deps.RawFetch = raw.Fetcher
 		log.Info("pass-through: the source's Kafka batches are sent as they are (link.pass_through)")
+	}
+	if cfg.Link.SkipReplicated { // Validate: only with pass-through
+		opts, err := cfg.Source.Franz()
+		if err != nil {
+			return fmt.Errorf("source: %w", err)
+		}
+		view, err := provenance.NewView(opts)
+		if err != nil {
+			return err
+		}
+		defer view.Close() // deferred before the shards run: after they drain
+		deps.Provenance = view
+		log.Info("batches Ferry writers produced into the source are not copied (link.skip_replicated)")
 	}
 	var owner ownership.Owner = ownership.NewLocal(cfg.Link.OwnedShards)
 	var consul *ownership.Consul

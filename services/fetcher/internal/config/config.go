@@ -87,6 +87,13 @@ type Link struct {
 	// them again. The writers must accept the format. On by default; off
 	// is the record path (sarama).
 	PassThrough bool `yaml:"pass_through"`
+	// SkipReplicated leaves out the source's batches that a Ferry writer
+	// produced (their producer ids are in the source's __ferry_producers),
+	// so nothing another link copied into the source goes back: links A→B
+	// and B→A run without loops. On by default; needs pass_through (the
+	// record path does not see producer ids). Off for a link that must
+	// carry on what another link copied in (a chain A→B→C).
+	SkipReplicated bool `yaml:"skip_replicated"`
 }
 
 // Writers lists the writers and how to reach them.
@@ -152,6 +159,7 @@ func Defaults() Config {
 	c.Link.FetchMaxBytes = 1 << 20
 	c.Link.OnDataLoss = "stop"
 	c.Link.PassThrough = true
+	c.Link.SkipReplicated = true
 	return c
 }
 
@@ -220,6 +228,9 @@ func (c *Config) Validate() error {
 	}
 	if l.FetchMaxBytes < 1024 {
 		p.Addf("link.fetch_max_bytes", "must be at least 1KiB")
+	}
+	if l.SkipReplicated && !l.PassThrough {
+		p.Addf("link.skip_replicated", "needs link.pass_through: the record path does not see the producer ids that tell Ferry's writes apart; set link.skip_replicated: false (this link then copies back what other links wrote into its source)")
 	}
 	// Plaintext is allowed only to loopback writers, each of them.
 	first := ""

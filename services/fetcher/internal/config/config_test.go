@@ -65,6 +65,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "lease settings with leases", yaml: valid, sets: []string{"lease.address=127.0.0.1:8500", "lease.session_ttl=30s"}},
 		{name: "pass-through", yaml: valid, sets: []string{"link.pass_through=true"}},
 		{name: "pass-through not a bool", yaml: valid, sets: []string{"link.pass_through=sometimes"}, want: "link.pass_through"},
+		{name: "record path skipping replicated", yaml: valid, sets: []string{"link.pass_through=false"}, want: "link.skip_replicated"},
+		{name: "record path copying all", yaml: valid, sets: []string{"link.pass_through=false", "link.skip_replicated=false"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,6 +16,7 @@ type Metrics struct {
 	PartitionStops *prometheus.CounterVec
 	ShardsOwned    prometheus.Gauge
 	Skipped        *prometheus.CounterVec
+	Replicated     *prometheus.CounterVec
 }
 
 // New registers the fetcher's metrics on reg.
@@ -50,10 +51,14 @@ func New(reg prometheus.Registerer) *Metrics {
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_skipped_records_total", Help: "Source records skipped under link.on_data_loss: skip (known counts only).",
 		}, part),
+		Replicated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_fetcher_replicated_skipped_records_total",
+			Help: "Source records not copied because a Ferry writer produced them into the source cluster (link.skip_replicated), by source partition.",
+		}, part),
 		ShardsOwned: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_shards_owned", Help: "Shards this fetcher replicates now.",
 		}),
 	}
-	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.LagRecords, m.Committed, m.InflightBytes, m.StreamRestarts, m.PartitionStops, m.ShardsOwned, m.Skipped)
+	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.LagRecords, m.Committed, m.InflightBytes, m.StreamRestarts, m.PartitionStops, m.ShardsOwned, m.Skipped, m.Replicated)
 	return m
 }

@@ -108,7 +108,10 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 				retries++
 				r.log.Debug("source fetch: retrying next round", "topic", rp.Topic, "partition", rp.Partition, "err", res.Retry)
 			}
-			stop, ok := s.apply(ctx, tr, pp, res)
+			stop, ok, err := s.apply(ctx, tr, pp, res)
+			if err != nil {
+				return err
+			}
 			if !ok {
 				return nil
 			}
@@ -127,39 +130,56 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 // apply takes a partition's Result of a round: its high watermark, its
 // batches queued to the stream, its next position, and the StopError its
 // Err means, if any. ok is false when ctx ended before the batches were
-// queued.
-func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, res rawfetch.Result) (stop *StopError, ok bool) {
+// queued; err is a failure of the session's own (see withoutReplicated).
+func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, res rawfetch.Result) (stop *StopError, ok bool, err error) {
 	if res.HighWatermark >= 0 {
 		s.r.setHighWater(pp.p, res.HighWatermark) // keeps the lag right between the watcher's rounds
 	}
 	ks, err := kafkaBatches(res.Batches, pp.next)
 	if err != nil {
-		return &StopError{Reason: ReasonSourceUnreadable, Err: err}, true
+		return &StopError{Reason: ReasonSourceUnreadable, Err: err}, true, nil
+	}
+	ks, skipped, err := s.withoutReplicated(ctx, pp, ks)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, false, nil
+		}
+		// The source could not say which producers are Ferry's (a broker
+		// away, no read access to its producer id topic): the session
+		// fails and is tried again, copying nothing it cannot tell.
+		return nil, false, err
 	}
 	for len(ks) > 0 {
 		if max := s.r.set.MaxMessageBytes; max > 0 && len(ks[0].Raw) > max {
 			if stop, ok := s.sealRecords(ctx, tr, pp, ks[0]); !ok || stop != nil {
-				return stop, ok
+				return stop, ok, nil
 			}
 			ks = ks[1:]
 			continue
 		}
 		n := groupLen(ks, s.r.set.BatchMaxBytes)
 		if !s.sealKafka(ctx, tr, pp, ks[:n]) {
-			return nil, false
+			return nil, false, nil
 		}
 		ks = ks[n:]
+	}
+	if skipped != nil {
+		select {
+		case s.out <- queued{b: skipped}:
+		case <-ctx.Done():
+			return nil, false, nil
+		}
 	}
 	pp.next = res.Next
 	switch {
 	case res.Err == nil:
-		return nil, true
+		return nil, true, nil
 	case errors.Is(res.Err, rawfetch.ErrOffsetOutOfRange):
 		// As on the sarama path: retention (or DeleteRecords) passed the
 		// position while the partition was being read.
-		return &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("while reading: %w", res.Err)}, true
+		return &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("while reading: %w", res.Err)}, true, nil
 	default:
-		return &StopError{Reason: ReasonSourceUnreadable, Err: res.Err}, true
+		return &StopError{Reason: ReasonSourceUnreadable, Err: res.Err}, true, nil
 	}
 }
 
@@ -179,6 +199,52 @@ func kafkaBatches(raws [][]byte, from int64) ([]batch.KafkaBatch, error) {
 		}
 	}
 	return ks, nil
+}
+
+// withoutReplicated leaves out of ks the batches a Ferry writer produced
+// into the source (Deps.Provenance; none without it), counted. Left-out
+// batches before or between the others need nothing: a wire batch's
+// offsets may have gaps. Those after the last one left in become a Skip
+// wire batch to send after the others, so the writer checkpoints past
+// them: a partition holding only copied records otherwise stays behind.
+func (s *session) withoutReplicated(ctx context.Context, pp *ptPartition, ks []batch.KafkaBatch) ([]batch.KafkaBatch, *ferryv1.Batch, error) {
+	view := s.r.deps.Provenance
+	if view == nil || len(ks) == 0 {
+		return ks, nil, nil
+	}
+	ids := make([]int64, 0, len(ks))
+	for _, k := range ks {
+		ids = append(ids, k.Info.ProducerID)
+	}
+	ferry, err := view.Ferry(ctx, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("which source producers are Ferry writers: %w", err)
+	}
+	kept := ks[:0:0]
+	skippedRecords := 0
+	var tail *batch.KafkaBatch // the last batch, when left out
+	for i := range ks {
+		if ferry[ks[i].Info.ProducerID] {
+			skippedRecords += int(ks[i].Info.NumRecords)
+			tail = &ks[i]
+			continue
+		}
+		kept, tail = append(kept, ks[i]), nil
+	}
+	if skippedRecords == 0 {
+		return ks, nil, nil
+	}
+	s.r.deps.Metrics.Replicated.WithLabelValues(s.r.set.Link, pp.p.Topic, strconv.Itoa(int(pp.p.Partition))).Add(float64(skippedRecords))
+	if tail == nil {
+		return kept, nil, nil
+	}
+	first := pp.next
+	if len(kept) > 0 {
+		first = max(first, kept[len(kept)-1].LastOffset()+1)
+	}
+	skip := batch.Skip(first, tail.LastOffset())
+	skip.Topic, skip.Partition, skip.Epoch = pp.p.Topic, pp.p.Partition, s.r.epoch
+	return kept, skip, nil
 }
 
 // sealRecords sends the records of Kafka batch k from the partition's

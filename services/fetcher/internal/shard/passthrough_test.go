@@ -23,6 +23,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
@@ -591,5 +592,73 @@ func TestPassThroughBatchAboveTheWritersLimitTravelsAsRecords(t *testing.T) {
 	}
 	if n != 60 || len(writer.Received()) < 2 {
 		t.Errorf("%d records in %d batches, want the 60 before the large one, in several", n, len(writer.Received()))
+	}
+}
+
+// With link.skip_replicated, the batches of producers a Ferry writer
+// recorded in the source (what another link copied in) are not copied:
+// only the source's own records reach the writer, and the partition's
+// checkpoint still reaches its end, through a Skip for the copied batches
+// at its tail. Batches of producers with no id (-1) are copied.
+func TestPassThroughSkipsWhatFerryWrote(t *testing.T) {
+	const topic = "t"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	src := newSource(t, topic)
+	if _, err := kadm.NewClient(src.producer).CreateTopic(ctx, 1, 1, nil, provenance.Topic); err != nil {
+		t.Fatal(err)
+	}
+	local := src.batchProducer(t)
+	plain := src.batchProducer(t, kgo.DisableIdempotentWrite()) // producer id -1
+	ferryWriter := src.batchProducer(t)
+	id, _, err := ferryWriter.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(src.addrs...)}, "writer-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	if err := rec.Record(ctx, id, "a-to-b"); err != nil {
+		t.Fatal(err)
+	}
+	var want []*kgo.Record
+	n := 0
+	batchOf := func(cl *kgo.Client, count int, copy bool) {
+		recs := numbered(topic, n, count)
+		produceBatch(t, cl, recs)
+		n += count
+		if copy {
+			want = append(want, recs...)
+		}
+	}
+	batchOf(ferryWriter, 4, false) // leading
+	batchOf(local, 3, true)
+	batchOf(ferryWriter, 5, false) // between
+	batchOf(plain, 2, true)
+	batchOf(local, 1, true)
+	batchOf(ferryWriter, 6, false) // trailing: a Skip
+	batchOf(ferryWriter, 2, false)
+
+	m := metrics.New(prometheus.NewRegistry())
+	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
+	view, err := provenance.NewView([]kgo.Opt{kgo.SeedBrokers(src.addrs...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer view.Close()
+	_, stop, _ := startRunnerDeps(t, src, newWriters(t, writer.Addr()), m, passThrough,
+		func(d *Deps) { d.Provenance = view }, make(chan struct{}), topic)
+	defer stop()
+	writertest.WaitFor(t, 10*time.Second, "the checkpoint at the partition's end", func() bool { return committedOf(m, topic)() == float64(n) })
+
+	got := writer.Received()
+	sameRecords(t, copiedRecords(t, got), want)
+	if last := got[len(got)-1]; last.GetRecordCount() != 0 || last.GetLastOffset() != int64(n-1) {
+		t.Errorf("last wire batch %d..%d holds %d records, want a Skip to %d", last.GetFirstOffset(), last.GetLastOffset(), last.GetRecordCount(), n-1)
+	}
+	if v := testutil.ToFloat64(m.Replicated.WithLabelValues(testLink, topic, "0")); v != 17 {
+		t.Errorf("replicated records skipped: %v, want 17", v)
 	}
 }

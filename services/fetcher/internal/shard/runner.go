@@ -24,6 +24,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
@@ -77,6 +78,10 @@ type Deps struct {
 	// RawFetch reads the source's raw batches; required with
 	// Settings.PassThrough, unused without it.
 	RawFetch *rawfetch.Fetcher
+	// Provenance, when set, tells the source's batches that a Ferry writer
+	// produced, which the pass-through path then leaves out
+	// (link.skip_replicated); nil copies every batch.
+	Provenance *provenance.View
 }
 
 // Runner replicates one shard until its context ends.
@@ -285,8 +290,10 @@ const (
 	ReasonRecordTooLarge = "record_too_large"
 	// ReasonSourceUnreadable: the pass-through path cannot read the
 	// partition's batches as they are, and fetching again will not change
-	// it: a legacy message set (magic 0 or 1), a batch failing its CRC,
-	// an authorization failure.
+	// it: a batch or legacy message failing its CRC, a legacy message set
+	// (magic 0 or 1) the fetcher cannot convert to a v2 batch (a codec
+	// legacy messages do not have, a compressed message inflating past
+	// its bound), an authorization failure.
 	ReasonSourceUnreadable = "source_unreadable"
 )
 
