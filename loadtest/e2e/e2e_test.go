@@ -68,6 +68,7 @@ type env struct {
 	writerAdmin     string
 	fetcherAdmin    string
 	prefix          string
+	naming          string // the writer link's naming policy; "" is prefix
 	delivery        string // the writer link's delivery mode; "" is the default
 	// writerExtra and fetcherExtra are added at the top of the configs.
 	writerExtra, fetcherExtra map[string]any
@@ -175,6 +176,9 @@ func keptDir(t *testing.T, name string) string {
 func (e *env) startWriter() {
 	e.t.Helper()
 	link := map[string]any{"name": "test", "naming": "prefix", "prefix": e.prefix}
+	if e.naming == "identity" {
+		link = map[string]any{"name": "test", "naming": "identity"}
+	}
 	if e.delivery != "" {
 		link["delivery"] = e.delivery
 	}
@@ -274,14 +278,23 @@ func (e *env) targetCount(ctx context.Context, topic string) int64 {
 // what earlier producers of the shard left open).
 func (e *env) targetRecords(ctx context.Context, topic string) int64 {
 	e.t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.dst...)}, e.dstOpts...)...)
+	var n int64
+	readTopic(ctx, e.t, e.dst, e.dstOpts, topic, kgo.ReadUncommitted(), func(*kgo.Record) { n++ })
+	return n
+}
+
+// readTopic calls f with each record of topic on the cluster at addrs, read
+// with isolation from the start to the end offsets it has when called.
+func readTopic(ctx context.Context, t *testing.T, addrs []string, opts []kgo.Opt, topic string, isolation kgo.IsolationLevel, f func(*kgo.Record)) {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, opts...)...)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
 	cl.Close()
 	if err != nil {
-		e.t.Fatalf("end offsets of %s: %v", topic, err)
+		t.Fatalf("end offsets of %s: %v", topic, err)
 	}
 	want := map[int32]kgo.Offset{}
 	remaining := map[int32]int64{}
@@ -292,18 +305,17 @@ func (e *env) targetRecords(ctx context.Context, topic string) int64 {
 		}
 	})
 	if len(want) == 0 {
-		return 0
+		return
 	}
-	rc, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.dst...),
+	rc, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted())}, e.dstOpts...)...)
+		kgo.FetchIsolationLevel(isolation)}, opts...)...)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer rc.Close()
-	var n int64
 	// Done when a partition's last record is read, or it stays quiet (its
-	// end is a marker no record reaches).
+	// end is a marker, or aborted records read_committed skips).
 	for quiet := 0; len(remaining) > 0 && quiet < 4; {
 		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		fs := rc.PollFetches(pctx)
@@ -312,13 +324,12 @@ func (e *env) targetRecords(ctx context.Context, topic string) int64 {
 			quiet++
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			n++
+			f(r)
 			if r.Offset+1 >= remaining[r.Partition] {
 				delete(remaining, r.Partition)
 			}
 		})
 	}
-	return n
 }
 
 // waitFor polls until the target holds at least want records in topic.

@@ -11,10 +11,20 @@
 // and the CRC that covers them. The batches that cannot pass through are
 // decoded with Records and rebuilt with Build.
 //
+// Legacy message sets (magic 0 and 1, written before Kafka 0.11) have no
+// v2 batch to pass on: FromLegacy converts a run of legacy messages into
+// one uncompressed v2 batch keeping their offsets, gaps included, keys,
+// values and timestamps (-1 for magic 0, and a LogAppendTime batch for
+// LogAppendTime messages), decompressing compressed messages (gzip,
+// snappy, lz4).
+//
 // Invariants:
 //
 //   - Parse, Split, CheckCRC, SetProducer and Records accept magic v2 only;
 //     legacy message sets (magic 0 and 1) are refused, never misread.
+//   - FromLegacy checks the CRC-32 of every message it converts, inner
+//     messages included, before using any of it, and keeps each record's
+//     source offset: a base offset and offset deltas, with the gaps.
 //   - Split's batches alias the fetched bytes and are capped at their own
 //     end, so appending to one cannot overwrite the next.
 //   - SetProducer checks the CRC it replaces: a batch damaged on the way is
@@ -23,9 +33,9 @@
 //     codec's framing as Kafka frames it (xerial framing for snappy, the LZ4
 //     frame format with 64 KiB blocks, plain gzip and zstd frames), producer
 //     id, epoch and base sequence -1, ready for SetProducer.
-//   - Records never inflates past its bound: sizes a codec declares are
-//     checked before anything is decompressed, and streams are cut one byte
-//     past the bound.
+//   - Records and FromLegacy never inflate past their bound: sizes a codec
+//     declares are checked before anything is decompressed, and streams are
+//     cut one byte past the bound.
 //   - Null and empty keys, values and header values stay distinct: nil is
 //     null, a non-nil empty slice is empty.
 package recordbatch

@@ -41,6 +41,22 @@ var rawBuffers = sync.Pool{New: func() any { return new([]byte) }}
 // record), producer id, epoch and base sequence -1, and the CRC set. It
 // needs at least one record. On error dst is returned as it was.
 func Build(dst []byte, records []Record, c Compression) ([]byte, error) {
+	return build(dst, records, c, layout{})
+}
+
+// layout is what build takes from its caller instead of numbering records
+// itself: the zero layout is Build's. FromLegacy keeps the source's
+// offsets, gaps included, and its LogAppendTime stamp.
+type layout struct {
+	baseOffset int64
+	// keepDeltas writes the records' OffsetDelta, which must ascend, and
+	// lastOffsetDelta, at least the last record's, rather than 0..n-1.
+	keepDeltas      bool
+	lastOffsetDelta int32
+	logAppendTime   bool // the records all carry the stamp as Timestamp
+}
+
+func build(dst []byte, records []Record, c Compression, l layout) ([]byte, error) {
 	if len(records) == 0 {
 		return dst, errors.New("build batch: no records")
 	}
@@ -55,11 +71,19 @@ func Build(dst []byte, records []Record, c Compression) ([]byte, error) {
 	for i := range records {
 		maxTS = max(maxTS, records[i].Timestamp)
 	}
+	attrs, lastDelta := int16(c), int32(len(records)-1)
+	if l.keepDeltas {
+		lastDelta = l.lastOffsetDelta
+	}
+	if l.logAppendTime {
+		attrs |= attrLogAppendTime
+	}
 	hdr := kmsg.RecordBatch{
+		FirstOffset:          l.baseOffset,
 		PartitionLeaderEpoch: -1,
 		Magic:                2,
-		Attributes:           int16(c),
-		LastOffsetDelta:      int32(len(records) - 1),
+		Attributes:           attrs,
+		LastOffsetDelta:      lastDelta,
 		FirstTimestamp:       first,
 		MaxTimestamp:         maxTS,
 		ProducerID:           -1,
@@ -72,10 +96,10 @@ func Build(dst []byte, records []Record, c Compression) ([]byte, error) {
 	// once the records are, which spares copying the records after it.
 	out := hdr.AppendTo(dst)
 	if c == None {
-		out = appendRecords(out, records, first)
+		out = appendRecords(out, records, first, l.keepDeltas)
 	} else {
 		raw := rawBuffers.Get().(*[]byte)
-		*raw = appendRecords((*raw)[:0], records, first)
+		*raw = appendRecords((*raw)[:0], records, first, l.keepDeltas)
 		var err error
 		out, err = compress(out, *raw, c)
 		rawBuffers.Put(raw)
@@ -93,8 +117,9 @@ func Build(dst []byte, records []Record, c Compression) ([]byte, error) {
 	return out, nil
 }
 
-// appendRecords appends the records uncompressed, numbered 0..n-1.
-func appendRecords(dst []byte, records []Record, first int64) []byte {
+// appendRecords appends the records uncompressed, numbered 0..n-1 unless
+// keepDeltas says to write their own OffsetDelta.
+func appendRecords(dst []byte, records []Record, first int64, keepDeltas bool) []byte {
 	var headers []kmsg.Header
 	for i := range records {
 		r := &records[i]
@@ -102,11 +127,14 @@ func appendRecords(dst []byte, records []Record, first int64) []byte {
 		for _, h := range r.Headers {
 			headers = append(headers, kmsg.Header{Key: h.Key, Value: h.Value})
 		}
-		delta := r.Timestamp - first
+		delta, offsetDelta := r.Timestamp-first, int32(i)
+		if keepDeltas {
+			offsetDelta = r.OffsetDelta
+		}
 		kr := kmsg.Record{
 			TimestampDelta64: delta,
 			TimestampDelta:   int32(delta),
-			OffsetDelta:      int32(i),
+			OffsetDelta:      offsetDelta,
 			Key:              r.Key,
 			Value:            r.Value,
 			Headers:          headers,

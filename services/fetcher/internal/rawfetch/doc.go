@@ -2,6 +2,15 @@
 // bytes the broker stores, so the fetcher can pass them to a writer without
 // decompressing or rebuilding them.
 //
+// Legacy message sets (magic 0 and 1: what Kafka stored before 0.11, and
+// what a broker with an old log.message.format.version still stores) are
+// served by brokers as they are stored, and have no v2 batch to pass on:
+// each run of consecutive legacy messages is converted into one
+// uncompressed v2 batch (recordbatch.FromLegacy) that keeps their offsets,
+// gaps included, keys, values and timestamps (-1 for magic 0; a
+// LogAppendTime message makes a LogAppendTime batch). Only these are
+// decompressed here.
+//
 // A Fetcher runs rounds: Fetch is given partitions and the offsets to read
 // from, sends one FetchRequest per partition leader, all at once, and
 // returns what each partition gave. It keeps no positions of its own; the
@@ -13,8 +22,9 @@
 // round gets past by itself (the leader moved, a connection failed, a
 // retriable broker error): Fetch looks the leader up again where that
 // helps, and the caller just fetches again. Err is for what fetching again
-// will not change (out of range, a legacy message set, a damaged batch, an
-// authorization failure): what to do is the caller's decision.
+// will not change (out of range, a damaged batch or legacy message, a
+// legacy message that cannot be converted, an authorization failure):
+// what to do is the caller's decision.
 //
 // Leaders and topic ids are cached from MetadataRequests and looked up
 // again only for partitions whose leader was found stale. A topic deleted
@@ -51,15 +61,17 @@
 //     damaged header is never mistaken for a marker and dropped.
 //   - No control batch and no batch of an aborted transaction is returned.
 //     Which batches are aborted is decided from batch headers and the
-//     response's aborted transaction list alone; no batch is decompressed.
+//     response's aborted transaction list alone; no v2 batch is
+//     decompressed. Legacy message sets have no transactions.
+//   - Nothing of a legacy message is passed on unless its CRC-32 matches,
+//     and the CRCs of all its inner messages if it is compressed.
 //   - Next never goes back: it is the asked offset or one past the last
 //     complete batch seen, whether that batch was returned or dropped. A
-//     partial batch at the end of a response is left out and read whole in
-//     a later round.
+//     partial batch or legacy message at the end of a response is left out
+//     and read whole in a later round.
 //   - The first batch may start before the asked offset, because Kafka
-//     returns whole batches; batches that end before it are left out.
-//   - Legacy message sets (magic 0 and 1) are never misread: a partition
-//     reaching one gets an Err naming it (ErrLegacyMessageSet).
+//     returns whole batches (and compressed legacy messages whole);
+//     batches that end before it are left out.
 //   - Fetch starts no goroutine that outlives it: the per-leader requests
 //     run in goroutines it waits for, and ctx ends them.
 package rawfetch

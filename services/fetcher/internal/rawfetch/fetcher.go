@@ -23,11 +23,6 @@ import (
 // ListOffsets request could not tell.
 var ErrOffsetOutOfRange = errors.New("offset out of range")
 
-// ErrLegacyMessageSet is wrapped in a Result's Err when a partition holds a
-// message set of magic 0 or 1 (written before Kafka 0.11), which cannot be
-// passed through as a v2 batch.
-var ErrLegacyMessageSet = errors.New("legacy message set, only magic 2 batches can pass through")
-
 // Defaults for the zero Options.
 const (
 	// DefaultMaxWait bounds both how long an idle leader holds its
@@ -75,8 +70,11 @@ type Result struct {
 	// Batches are complete magic v2 batches in offset order, each
 	// exactly one batch, with no control batches and no batches of
 	// aborted transactions. They alias the response, so holding one
-	// keeps the response's memory. The first may start before the asked
-	// offset (Kafka returns whole batches): records before it are the
+	// keeps the response's memory, except those converted from legacy
+	// message sets (magic 0 and 1), one per run of legacy messages, which
+	// are uncompressed and have their own. The first may start before
+	// the asked offset (Kafka returns whole batches, and a compressed
+	// legacy message holds its records whole): records before it are the
 	// caller's to skip.
 	Batches [][]byte
 	// Next is the offset to ask next: one past the last complete batch
@@ -87,9 +85,12 @@ type Result struct {
 	// broker's, -1 when it did not say (errors, old versions).
 	HighWatermark, LastStableOffset, LogStartOffset int64
 	// Err is a problem fetching again will not fix by itself: it wraps
-	// ErrOffsetOutOfRange, ErrLegacyMessageSet, recordbatch.ErrCRC, or
-	// the broker's kerr error (TOPIC_AUTHORIZATION_FAILED, ...). Batches
-	// and Next are still valid: they are what came before the problem.
+	// ErrOffsetOutOfRange, recordbatch.ErrCRC (a batch or a legacy
+	// message damaged), or the broker's kerr error
+	// (TOPIC_AUTHORIZATION_FAILED, ...), or names bytes that cannot be
+	// read or converted (a legacy message's codec it cannot decompress,
+	// one inflating past its bound). Batches and Next are still valid:
+	// they are what came before the problem.
 	Err error
 	// Retry is set, with Err nil and no Batches, when a retriable
 	// problem kept the partition from being read this round: its leader

@@ -1,7 +1,6 @@
 package rawfetch
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,13 +14,25 @@ import (
 // the offset (8), the length (4) and the leader epoch or CRC (4).
 const magicAt = 16
 
+// maxLegacy bounds what the legacy message sets (magic 0 and 1) of one
+// partition's answer become once converted: each run's decompressed size
+// (recordbatch.FromLegacy's bound: a larger compressed message, or a
+// compression bomb, is an Err), and the converted batches' total, past
+// which the Result ends and the next round goes on from Next. A variable
+// so that tests can lower it.
+var maxLegacy = 64 << 20
+
 // readPartition makes the Result of a partition the broker answered
 // without error: the complete batches at or past asked, less control
-// batches and aborted transactions, and the offset to ask next.
+// batches and aborted transactions, and the offset to ask next. Each run
+// of legacy messages becomes one v2 batch (recordbatch.FromLegacy), in its
+// place among the others: a topic whose message format was upgraded holds
+// legacy messages, then v2 batches.
 //
-// When it stops early on bytes it cannot pass on (a legacy message set, a
-// damaged batch), Err says why, and Batches and Next still hold what came
-// before: those are good, and asking Next again reaches the same bytes.
+// When it stops early on bytes it cannot pass on (a damaged batch or
+// message, a legacy message it cannot convert), Err says why, and Batches
+// and Next still hold what came before: those are good, and asking Next
+// again reaches the same bytes.
 func readPartition(asked int64, rp *kmsg.FetchResponseTopicPartition) Result {
 	r := Result{
 		Next:             asked,
@@ -31,30 +42,28 @@ func readPartition(asked int64, rp *kmsg.FetchResponseTopicPartition) Result {
 	}
 	aborted := newAborts(rp.AbortedTransactions)
 	end := int64(-1) // one past the last complete batch seen, to check order
+	converted := 0   // bytes of the batches made of legacy messages
 	for rest := rp.RecordBatches; len(rest) > 0; {
-		// The magic is checked before Parse, which refuses a legacy
-		// message set too, so that this error can say what it is.
-		if len(rest) > magicAt && rest[magicAt] != 2 {
-			r.Err = fmt.Errorf("batch at offset %d: %w (magic %d)", int64(binary.BigEndian.Uint64(rest)), ErrLegacyMessageSet, rest[magicAt])
-			return r
+		var (
+			batch []byte
+			info  recordbatch.Info
+			err   error
+		)
+		if len(rest) > magicAt && rest[magicAt] < 2 {
+			if converted >= maxLegacy {
+				return r
+			}
+			batch, info, rest, err = fromLegacy(rest)
+			converted += len(batch)
+		} else {
+			batch, info, rest, err = nextBatch(rest)
 		}
-		info, err := recordbatch.Parse(rest)
 		if errors.Is(err, recordbatch.ErrTruncated) {
 			// The response was cut at its byte limit mid-batch; the
 			// next round asks from Next and gets this batch whole.
 			return r
 		}
 		if err != nil {
-			r.Err = err
-			return r
-		}
-		size := info.Size()
-		batch := rest[:size:size]
-		rest = rest[size:]
-		// The CRC covers the attributes, the last offset delta and the
-		// producer id that the filtering below trusts: a flipped control
-		// or transactional bit would drop data silently.
-		if err := recordbatch.CheckCRC(batch); err != nil {
 			r.Err = err
 			return r
 		}
@@ -68,6 +77,8 @@ func readPartition(asked int64, rp *kmsg.FetchResponseTopicPartition) Result {
 		end = last + 1
 		r.Next = max(r.Next, end)
 
+		// Legacy messages have no producer and no transactions, so the
+		// batches made of them are neither control nor transactional.
 		inAborted := aborted.covers(info.ProducerID, info.BaseOffset)
 		if info.Control() {
 			// A producer has one transaction open on a partition at
@@ -91,6 +102,40 @@ func readPartition(asked int64, rp *kmsg.FetchResponseTopicPartition) Result {
 		r.Batches = append(r.Batches, batch)
 	}
 	return r
+}
+
+// nextBatch cuts the v2 batch rest starts with, its CRC checked, and
+// returns it, parsed, with what follows it.
+func nextBatch(rest []byte) (batch []byte, info recordbatch.Info, after []byte, err error) {
+	info, err = recordbatch.Parse(rest)
+	if err != nil {
+		return nil, info, rest, err
+	}
+	size := info.Size()
+	batch = rest[:size:size]
+	// The CRC covers the attributes, the last offset delta and the
+	// producer id that the filtering trusts: a flipped control or
+	// transactional bit would drop data silently.
+	if err := recordbatch.CheckCRC(batch); err != nil {
+		return nil, info, rest, err
+	}
+	return batch, info, rest[size:], nil
+}
+
+// fromLegacy converts the run of legacy messages rest starts with into a
+// v2 batch, every message's CRC checked, and returns it, parsed, with what
+// follows the run. A run ends before a message cut short, or one it
+// cannot convert: the next call reports that one, ErrTruncated for a cut.
+func fromLegacy(rest []byte) (batch []byte, info recordbatch.Info, after []byte, err error) {
+	batch, n, err := recordbatch.FromLegacy(nil, rest, maxLegacy)
+	if err != nil {
+		return nil, info, rest, err
+	}
+	batch = batch[:len(batch):len(batch)] // its own memory, capped as the others are
+	if info, err = recordbatch.Parse(batch); err != nil {
+		return nil, info, rest, fmt.Errorf("converted legacy messages: %v", err) // a bug, not the source
+	}
+	return batch, info, rest[n:], nil
 }
 
 // aborts holds, per producer id, the first offsets of the producer's

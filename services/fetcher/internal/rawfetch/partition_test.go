@@ -1,6 +1,8 @@
 package rawfetch
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -70,19 +72,48 @@ func concat(t *testing.T, specs ...spec) []byte {
 	return out
 }
 
-// legacyMessage is a magic 1 message set entry: offset, size, CRC, magic,
-// attributes, timestamp, null key, value.
-func legacyMessage(offset int64) []byte {
-	body := []byte{1, 0}                                // magic 1, attributes
-	body = binary.BigEndian.AppendUint64(body, 1234)    // timestamp
-	body = binary.BigEndian.AppendUint32(body, 1<<32-1) // null key
-	body = binary.BigEndian.AppendUint32(body, 3)
-	body = append(body, "old"...)
-	m := binary.BigEndian.AppendUint64(nil, uint64(offset))
-	m = binary.BigEndian.AppendUint32(m, uint32(4+len(body)))
-	m = binary.BigEndian.AppendUint32(m, crc32.ChecksumIEEE(body))
-	return append(m, body...)
+// legacy1 is a magic 1 message at offset, as a Kafka 0.10 producer writes
+// it and an old log segment keeps it: size and CRC-32 set. attrs carry a
+// wrapper's codec.
+func legacy1(offset int64, attrs int8, value []byte) []byte {
+	m := kmsg.MessageV1{Offset: offset, Magic: 1, Attributes: attrs, Timestamp: 1_600_000_000_000, Value: value}
+	b := m.AppendTo(nil)
+	binary.BigEndian.PutUint32(b[8:], uint32(len(b)-12))
+	binary.BigEndian.PutUint32(b[12:], crc32.ChecksumIEEE(b[16:]))
+	return b
 }
+
+// legacy is uncompressed magic 1 messages at offsets.
+func legacy(offsets ...int64) []byte {
+	var out []byte
+	for _, o := range offsets {
+		out = append(out, legacy1(o, 0, []byte("old"))...)
+	}
+	return out
+}
+
+// legacyGzip is a magic 1 gzip wrapper of n messages from offset first:
+// relative offsets inside, the last one's outside.
+func legacyGzip(t *testing.T, first int64, n int) []byte {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	for i := range n {
+		zw.Write(legacy1(int64(i), 0, []byte("old")))
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return legacy1(first+int64(n-1), 1, buf.Bytes())
+}
+
+// damaged flips a byte of the value of the legacy message b.
+func damaged(b []byte) []byte {
+	b = slices.Clone(b)
+	b[len(b)-1] ^= 0x40
+	return b
+}
+
+func join(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
 func aborted(pairs ...int64) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
 	var out []kmsg.FetchResponseTopicPartitionAbortedTransaction
@@ -110,7 +141,8 @@ func TestReadPartition(t *testing.T) {
 		aborts  []kmsg.FetchResponseTopicPartitionAbortedTransaction
 		want    []int64 // base offsets of the batches returned
 		next    int64
-		err     error // errors.Is target; nil: none
+		err     error   // errors.Is target; nil: none
+		offsets []int64 // the returned records' offsets; nil: not checked
 	}{
 		{name: "empty", asked: 7, next: 7},
 		{name: "whole batches", records: three, want: []int64{0, 3, 6}, next: 9},
@@ -142,9 +174,28 @@ func TestReadPartition(t *testing.T) {
 			records: concat(t, txn(8, 0, 2), marker(8, 2)), aborts: aborted(7, 0), want: []int64{0}, next: 3},
 		{name: "aborted transaction not yet closed in this response",
 			records: concat(t, data(0, 1), txn(7, 1, 2)), aborts: aborted(7, 1), want: []int64{0}, next: 3},
-		{name: "legacy message set", records: legacyMessage(0), err: ErrLegacyMessageSet},
-		{name: "legacy message set after v2 batches",
-			records: append(concat(t, data(0, 3)), legacyMessage(3)...), want: []int64{0}, next: 3, err: ErrLegacyMessageSet},
+		{name: "legacy message set: one batch", records: legacy(0, 1, 2), want: []int64{0}, next: 3, offsets: []int64{0, 1, 2}},
+		{name: "legacy messages after v2 batches",
+			records: join(concat(t, data(0, 3)), legacy(3, 4)), want: []int64{0, 3}, next: 5, offsets: []int64{0, 1, 2, 3, 4}},
+		{name: "legacy messages, then v2 batches (format upgraded)",
+			records: join(legacy(0, 1), concat(t, data(2, 3))), want: []int64{0, 2}, next: 5, offsets: []int64{0, 1, 2, 3, 4}},
+		{name: "legacy, v2, legacy", records: join(legacyGzip(t, 0, 2), concat(t, data(2, 1)), legacy(3)),
+			want: []int64{0, 2, 3}, next: 4, offsets: []int64{0, 1, 2, 3}},
+		{name: "compressed legacy message holding asked: kept whole", asked: 2,
+			records: legacyGzip(t, 0, 5), want: []int64{0}, next: 5, offsets: []int64{0, 1, 2, 3, 4}},
+		{name: "legacy messages ending before asked are left out", asked: 5,
+			records: join(legacyGzip(t, 3, 2), concat(t, data(5, 2))), want: []int64{5}, next: 7},
+		{name: "legacy offset gaps (compacted)", records: legacy(0, 5, 9), want: []int64{0}, next: 10, offsets: []int64{0, 5, 9}},
+		{name: "trailing partial legacy message is left out",
+			records: join(legacy(0, 1), legacy(2)[:20]), want: []int64{0}, next: 2, offsets: []int64{0, 1}},
+		{name: "only a partial legacy message", asked: 4, records: legacyGzip(t, 4, 3)[:30], next: 4},
+		{name: "damaged legacy message: the ones before pass",
+			records: join(legacy(0, 1), damaged(legacy(2))), want: []int64{0}, next: 2, offsets: []int64{0, 1}, err: recordbatch.ErrCRC},
+		{name: "damaged legacy message after v2 batches",
+			records: join(concat(t, data(0, 3)), damaged(legacy(3))), want: []int64{0}, next: 3, err: recordbatch.ErrCRC},
+		{name: "legacy message overlapping a v2 batch",
+			records: join(concat(t, data(0, 3)), legacy(2)), want: []int64{0}, next: 3, err: errAny},
+		{name: "legacy message of a codec legacy sets lack (zstd)", records: legacy1(0, 4, []byte("x")), err: errAny},
 		{name: "damaged batch: the ones before pass", records: corrupt, want: []int64{0}, next: 3, err: recordbatch.ErrCRC},
 		{name: "overlapping batches", records: concat(t, data(0, 3), data(2, 3)), want: []int64{0}, next: 3, err: errAny},
 	}
@@ -162,7 +213,7 @@ func TestReadPartition(t *testing.T) {
 			case c.err == errAny && r.Err == nil, c.err != errAny && !errors.Is(r.Err, c.err):
 				t.Fatalf("Err %v, want %v", r.Err, c.err)
 			}
-			var got []int64
+			var got, offsets []int64
 			for _, b := range r.Batches {
 				info, err := recordbatch.Parse(b)
 				if err != nil {
@@ -171,10 +222,23 @@ func TestReadPartition(t *testing.T) {
 				if len(b) != info.Size() || cap(b) != len(b) {
 					t.Fatalf("batch at %d: %d bytes (cap %d), its size is %d", info.BaseOffset, len(b), cap(b), info.Size())
 				}
+				if err := recordbatch.CheckCRC(b); err != nil {
+					t.Fatal(err)
+				}
 				got = append(got, info.BaseOffset)
+				recs, err := recordbatch.Records(b, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, rec := range recs {
+					offsets = append(offsets, info.BaseOffset+int64(rec.OffsetDelta))
+				}
 			}
 			if !slices.Equal(got, c.want) || r.Next != next {
 				t.Fatalf("batches at %v, Next %d; want %v, %d", got, r.Next, c.want, next)
+			}
+			if c.offsets != nil && !slices.Equal(offsets, c.offsets) {
+				t.Fatalf("records at %v, want %v", offsets, c.offsets)
 			}
 			if r.HighWatermark != 100 || r.LastStableOffset != 90 || r.LogStartOffset != 0 || r.Retry != nil {
 				t.Fatalf("offsets %d/%d/%d, retry %v: not the response's", r.HighWatermark, r.LastStableOffset, r.LogStartOffset, r.Retry)
@@ -185,3 +249,24 @@ func TestReadPartition(t *testing.T) {
 
 // errAny stands for any error in TestReadPartition's cases.
 var errAny = errors.New("any error")
+
+// TestReadPartitionLegacyBound checks the legacy messages of one answer
+// stop being converted past maxLegacy: the Result ends, with Next after
+// what was converted, and the next round goes on from there.
+func TestReadPartitionLegacyBound(t *testing.T) {
+	defer func(m int) { maxLegacy = m }(maxLegacy)
+	maxLegacy = 1 // each run ends after its first message, and the Result after its first run
+	records := legacy(0, 1, 2)
+	for asked, want := range []int64{0, 1, 2} {
+		rp := kmsg.NewFetchResponseTopicPartition()
+		rp.RecordBatches = records
+		r := readPartition(int64(asked), &rp)
+		if r.Err != nil || len(r.Batches) != 1 || r.Next != want+1 {
+			t.Fatalf("round %d: %d batches, Next %d, Err %v; want 1, %d, none", asked, len(r.Batches), r.Next, r.Err, want+1)
+		}
+		if info, err := recordbatch.Parse(r.Batches[0]); err != nil || info.BaseOffset != want || info.NumRecords != 1 {
+			t.Fatalf("round %d: batch %+v, %v; want one record at %d", asked, info, err, want)
+		}
+		records = records[len(legacy(want)):] // the broker answers from Next
+	}
+}

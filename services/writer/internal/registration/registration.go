@@ -100,11 +100,10 @@ func (r *Registration) Run(ctx context.Context) {
 	for {
 		present, err := r.ensure(ctx)
 		switch {
-		case ctx.Err() != nil:
-		case err != nil:
-			r.log.Warn("consul registration failed; retrying", "service", r.service.ID, "retry_in", wait, "err", err)
-		case !present:
+		case err == nil && !present: // even if ctx ended meanwhile: it is in
 			r.log.Info("registered in consul", "service", r.service.Name, "id", r.service.ID)
+		case err != nil && ctx.Err() == nil:
+			r.log.Warn("consul registration failed; retrying", "service", r.service.ID, "retry_in", wait, "err", err)
 		}
 		next := r.refresh
 		if err != nil {

@@ -89,6 +89,13 @@ func buildSameRecords(t *testing.T, deltas []int32, base int64, c recordbatch.Co
 // from first, and returns the stream's end: nil after an ack.
 func sendKafka(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, seq uint64, first int64, raws ...[]byte) error {
 	t.Helper()
+	_, err := sendWire(t, stream, seq, wireKafka(t, first, raws...))
+	return err
+}
+
+// wireKafka seals Kafka batches into one wire batch copying from first.
+func wireKafka(t *testing.T, first int64, raws ...[]byte) *ferryv1.Batch {
+	t.Helper()
 	codecs, err := batch.NewCodecs(1 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -104,8 +111,7 @@ func sendKafka(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, 
 		kbs = append(kbs, batch.KafkaBatch{Raw: raw, Info: info})
 		payload = append(payload, raw...)
 	}
-	_, err = sendWire(t, stream, seq, codecs.SealKafka(payload, kbs, first, ferryv1.Codec_CODEC_NONE))
-	return err
+	return codecs.SealKafka(payload, kbs, first, ferryv1.Codec_CODEC_NONE)
 }
 
 // sendWire sends b as batch seq of orders/0 and returns its ack, or the
@@ -377,27 +383,10 @@ func TestSkipBatchesMoveTheCheckpointOnly(t *testing.T) {
 					t.Fatalf("batch %d: checkpoint %+v (found %v), want next %d target %d", seq, cp, ok, next, target)
 				}
 			}
-			kafka := func(raws ...[]byte) *ferryv1.Batch {
-				var kbs []batch.KafkaBatch
-				var payload []byte
-				for _, raw := range raws {
-					info, err := recordbatch.Parse(raw)
-					if err != nil {
-						t.Fatal(err)
-					}
-					kbs, payload = append(kbs, batch.KafkaBatch{Raw: raw, Info: info}), append(payload, raw...)
-				}
-				codecs, err := batch.NewCodecs(1 << 20)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer codecs.Close()
-				return codecs.SealKafka(payload, kbs, kbs[0].Info.BaseOffset, ferryv1.Codec_CODEC_NONE)
-			}
 			step(1, batch.Skip(0, 4), 5)
-			step(2, kafka(sourceBatch(t, 5, 10, nil, recordbatch.LZ4, 0)), 15)
+			step(2, wireKafka(t, 5, sourceBatch(t, 5, 10, nil, recordbatch.LZ4, 0)), 15)
 			step(3, batch.Skip(15, 19), 20)
-			step(4, kafka(sourceBatch(t, 20, 5, nil, recordbatch.None, 0)), 25)
+			step(4, wireKafka(t, 20, sourceBatch(t, 20, 5, nil, recordbatch.None, 0)), 25)
 			if got, want := targetValues(t, w), append(vals(5, 15), vals(20, 25)...); fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("target values %v, want %v", got, want)
 			}

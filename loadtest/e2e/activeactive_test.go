@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-replicator/ferry/loadtest/harness"
+	"github.com/ferry-replicator/ferry/loadtest/kafkabroker"
+	"github.com/ferry-replicator/ferry/loadtest/workload"
+)
+
+// TestRealKafkaActiveActiveCopiesNothingBack runs links A→B and B→A at
+// once on two Apache Kafka brokers, identity naming (the same topic name on
+// both sides), exactly-once, while producers write to the topic on both
+// sides and each link's writer is killed once mid-run. Each side must end
+// with its own records and the other side's, each exactly once: a record
+// copied back (a loop) would be a duplicate, and copies of copies would
+// keep coming. The run is over when each fetcher has left out exactly the
+// other side's records (ferry_fetcher_replicated_skipped_records_total):
+// every record a loop would carry back has then been seen and skipped.
+func TestRealKafkaActiveActiveCopiesNothingBack(t *testing.T) {
+	ctx := context.Background()
+	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	var addrs [2][]string
+	for i := range 2 {
+		b, err := kafkabroker.Start(startCtx, kafkabroker.Options{DataDir: keptDir(t, "kafka-"+"ab"[i:i+1])})
+		if err != nil {
+			t.Fatalf("start Apache Kafka: %v", err)
+		}
+		t.Cleanup(func() { _ = b.Stop() })
+		addrs[i] = []string{b.Addr()}
+	}
+	const topic, partitions, records = "t.orders", 3, 6000
+	// links[0] is A→B (its writer writes into B), links[1] is B→A.
+	var links [2]*env
+	for i := range 2 {
+		e := newEnvOn(t, addrs[i], addrs[1-i])
+		e.naming, e.prefix = "identity", ""
+		e.createTopic(topic, partitions, nil)
+		links[i] = e
+	}
+	for _, e := range links {
+		e.startWriter()
+		e.startFetcher(nil) // link.skip_replicated is on by default
+	}
+
+	// Both sides write at once, keys apart (Start), while each link's writer
+	// is killed once, a third of the way in.
+	errs := make(chan error, 2)
+	for i, e := range links {
+		o := workload.Options{Topic: topic, Partitions: partitions, Records: records, ValueBytes: 200, Rate: 3000, Seed: uint64(10 + i), Start: i * records}
+		go func() {
+			p, err := workload.NewProducer(e.src, o)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer p.Close()
+			errs <- p.Run(ctx)
+		}()
+	}
+	for _, e := range links {
+		e.waitFor(ctx, topic, records/3)
+		e.writer.Kill()
+		if err := e.writer.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+
+	// Each fetcher reads its source's own records plus the other link's
+	// copies into it: it must copy the first and leave out exactly the
+	// second.
+	deadline := time.Now().Add(3 * time.Minute)
+	for i, e := range links {
+		for {
+			skipped, err := harness.Metric(ctx, e.fetcherAdmin, "ferry_fetcher_replicated_skipped_records_total")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if skipped == records {
+				break
+			}
+			if skipped > records || time.Now().After(deadline) {
+				t.Fatalf("link %d's fetcher left out %v records, want the %d the other link copied in (logs %s, %s)", i, skipped, records, e.fetcher.LogPath, links[1-i].writer.LogPath)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	want := map[string]int{}
+	for i := range 2 {
+		for d := range committedRecords(ctx, t, addrs[i], topic) {
+			want[d]++
+		}
+	}
+	// Copies are faithful, so the two sides together hold each record
+	// produced, on either side, as one distinct record.
+	if len(want) != 2*records {
+		t.Errorf("the clusters hold %d distinct records between them, want the %d produced", len(want), 2*records)
+	}
+	for i, side := range []string{"A", "B"} {
+		got := committedRecords(ctx, t, addrs[i], topic)
+		total, dups := 0, 0
+		for _, n := range got {
+			total += n
+			dups += n - 1
+		}
+		if total != 2*records || dups != 0 || len(got) != len(want) {
+			t.Errorf("cluster %s holds %d records (%d distinct, %d duplicates), want each of the %d produced on both sides once", side, total, len(got), dups, 2*records)
+		}
+	}
+}
+
+// committedRecords reads topic's committed records on the cluster at addrs
+// and counts each by its partition, key, value and headers.
+func committedRecords(ctx context.Context, t *testing.T, addrs []string, topic string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	readTopic(ctx, t, addrs, nil, topic, kgo.ReadCommitted(), func(r *kgo.Record) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d|%q|%q", r.Partition, r.Key, r.Value)
+		for _, h := range r.Headers {
+			b.WriteString("|" + h.Key + "=" + strconv.Quote(string(h.Value)))
+		}
+		out[b.String()]++
+	})
+	return out
+}
