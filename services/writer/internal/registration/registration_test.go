@@ -81,21 +81,28 @@ func TestRunRegistersWhenConsulComesBackAndKeepsTheEntry(t *testing.T) {
 		s, _, err := client.Agent().Service(r.ID(), nil)
 		return err == nil && s != nil && s.Port == 7000 && s.Address == "127.0.0.1"
 	}
+	// registered(n): the entry is in the catalog and Run has said so for
+	// the n-th time. The agent can answer the test's look before Run's
+	// own request returns; the next step (a restart, the end) must not
+	// cut that request off, or Run sees it fail.
+	registered := func(n int) func() bool {
+		return func() bool { return present() && logs.count("registered in consul") >= n }
+	}
 
 	if err := agent.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the entry once Consul is back", present)
+	waitFor(t, "the entry once Consul is back", registered(1))
 
 	if err := client.Agent().ServiceDeregister(r.ID()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the entry after it was removed", present)
+	waitFor(t, "the entry after it was removed", registered(2))
 
 	if err := agent.Restart(ctx); err != nil { // comes back empty
 		t.Fatal(err)
 	}
-	waitFor(t, "the entry after an agent restart without state", present)
+	waitFor(t, "the entry after an agent restart without state", registered(3))
 
 	cancel()
 	select {
