@@ -79,7 +79,8 @@ scenarios: build kafka consul jaeger
 # (docs/reliability.md). make test runs a two-minute one (TestSoak).
 # SOAK_SEED=0 picks a seed; SOAK_OUT appends each report as a JSON line.
 # SOAK_SYSTEM=mm2-eos runs the same schedule against MirrorMaker 2
-# exactly-once instead of Ferry.
+# exactly-once instead of Ferry; SOAK_SYSTEM=ferry-aa adds Ferry's link back
+# (active-active: writes on both sides, no record may come back).
 SOAK_SYSTEM   ?= ferry
 SOAK_MINUTES  ?= 5
 SOAK_SEED     ?= 0

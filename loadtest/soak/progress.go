@@ -247,7 +247,8 @@ type producers struct {
 	errors atomic.Int64
 }
 
-func startProducers(ctx context.Context, addr string, opts Options, log *slog.Logger) *producers {
+// headers are added to every record.
+func startProducers(ctx context.Context, addr string, opts Options, headers []kgo.RecordHeader, log *slog.Logger) *producers {
 	p := &producers{}
 	// A chunk that cannot finish (the source down for good) is given up
 	// a minute after the stop, so a broken run ends instead of hanging.
@@ -278,12 +279,12 @@ func startProducers(ctx context.Context, addr string, opts Options, log *slog.Lo
 		}
 	}
 	p.wg.Add(2)
-	go run(workload.Options{Topic: topicIdem, Partitions: partsIdem, ValueBytes: 300, Rate: opts.Rate, NullValueEvery: 37})
+	go run(workload.Options{Topic: topicIdem, Partitions: partsIdem, ValueBytes: 300, Rate: opts.Rate, NullValueEvery: 37, Headers: headers})
 	// The transactional producer's batches are uncompressed: passed through,
 	// they travel in the link codec, while the idempotent producer's lz4
 	// batches travel as they are; both paths run under the faults.
 	go run(workload.Options{Topic: topicTxn, Partitions: partsTxn, ValueBytes: 300, Rate: max(1, opts.Rate/4),
-		Transactional: true, TxnRecords: 20, AbortEvery: 4, NullValueEvery: 41,
+		Transactional: true, TxnRecords: 20, AbortEvery: 4, NullValueEvery: 41, Headers: headers,
 		ClientOpts: []kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression())}})
 	p.stop = func() {
 		stopping.Store(true)

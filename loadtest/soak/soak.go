@@ -51,6 +51,12 @@ const (
 	// SystemMM2EOS is one MirrorMaker 2 in dedicated mode with exactly-once
 	// delivery, configured as the benchmark's mm2-eos.
 	SystemMM2EOS = "mm2-eos"
+	// SystemFerryActiveActive is SystemFerry plus the link back, target to
+	// source ("back": one fetcher, one writer, identity naming), while
+	// producers write the target's soak topics too: the forward link must
+	// leave out what the link back copied into the source (loops), both
+	// under the same faults (env.startBack).
+	SystemFerryActiveActive = "ferry-aa"
 )
 
 // Options configure a soak run.
@@ -98,7 +104,7 @@ func (o Options) Validate() error {
 	o.defaults()
 	var errs []error
 	switch o.System {
-	case SystemFerry:
+	case SystemFerry, SystemFerryActiveActive:
 		if o.Delivery != "exactly_once" && o.Delivery != "at_least_once" {
 			errs = append(errs, fmt.Errorf("delivery %q: want exactly_once or at_least_once", o.Delivery))
 		}
@@ -110,7 +116,7 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("codec %q: a Ferry link setting, not %s's", o.Codec, o.System))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("system %q: want %s or %s", o.System, SystemFerry, SystemMM2EOS))
+		errs = append(errs, fmt.Errorf("system %q: want %s, %s or %s", o.System, SystemFerry, SystemFerryActiveActive, SystemMM2EOS))
 	}
 	return errors.Join(errs...)
 }
@@ -151,6 +157,9 @@ type env struct {
 	writers, fetchers [slots]*member
 	// mm2 is the MirrorMaker 2 of mm2-eos; nil for Ferry.
 	mm2 *kafkabroker.MirrorMaker
+	// back are the link back's writer and fetcher (ferry-aa only); no
+	// fault acts on them, only on the brokers and hops they share.
+	back [2]*member
 }
 
 type member struct {
@@ -178,12 +187,19 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); prog.run(runCtx) }()
-	prod := startProducers(runCtx, e.src.Addr(), opts, e.log)
+	prod := startProducers(runCtx, e.src.Addr(), opts, nil, e.log)
+	backProd := &producers{stop: func() {}}
+	if opts.System == SystemFerryActiveActive {
+		o := opts
+		o.Rate = max(1, opts.Rate/4)
+		backProd = startProducers(runCtx, e.dst.Addr(), o, []kgo.RecordHeader{{Key: originHeader, Value: []byte(originTarget)}}, e.log)
+	}
 	// However the run ends, the sampler and the producers end before the
 	// brokers stop (e.close, deferred first, runs last).
 	defer func() {
 		stopRun()
 		prod.stop()
+		backProd.stop()
 		wg.Wait()
 	}()
 
@@ -199,6 +215,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	done := e.inject(ctx, sched, warmFrom.Add(warmUp))
 	e.heal()
 	prod.stop()
+	backProd.stop()
 	if err := brokenEnvironment(done); err != nil {
 		return nil, err
 	}
@@ -237,7 +254,7 @@ func (e *env) start(ctx context.Context) error {
 		"source": {e.srcProxy, e.src.ProxiedAddr()},
 		"target": {e.dstProxy, e.dst.ProxiedAddr()},
 	}
-	if e.opts.System == SystemFerry {
+	if e.opts.System != SystemMM2EOS {
 		e.consul, err = consulagent.Start(startCtx, consulagent.Options{
 			Persistent: true, DataDir: filepath.Join(e.opts.Dir, "consul"), LogFile: filepath.Join(e.opts.Dir, "consul.log"),
 		})
@@ -273,7 +290,63 @@ func (e *env) start(ctx context.Context) error {
 			return err
 		}
 	}
+	if e.opts.System == SystemFerryActiveActive {
+		return e.startBack(startCtx)
+	}
 	return nil
+}
+
+// The link back (ferry-aa): its name, and the origin header of the records
+// produced on the target, which tells the two sides' records apart.
+const (
+	backLink     = "back"
+	originHeader = "origin"
+	originTarget = "target"
+)
+
+// startBack starts the link back: a writer into the source and a fetcher of
+// the target, both through the proxies (so broker and network faults reach
+// them), the fetcher dialing the writer directly.
+func (e *env) startBack(ctx context.Context) error {
+	listen, err := harness.FreeAddr()
+	if err != nil {
+		return err
+	}
+	wadmin, err := harness.FreeAddr()
+	if err != nil {
+		return err
+	}
+	fadmin, err := harness.FreeAddr()
+	if err != nil {
+		return err
+	}
+	l := map[string]any{"name": backLink, "naming": "identity", "delivery": e.opts.Delivery}
+	e.back[0] = &member{name: "back-writer", admin: wadmin, cfg: harness.WriterConfig("back-writer", listen, wadmin, []string{e.srcProxy}, l)}
+	fcfg := harness.FetcherConfig("back-fetcher", fadmin, backLink, []string{e.dstProxy}, []string{listen}, `soak\..*`)
+	fcfg["link"].(map[string]any)["shards"] = 8
+	if e.opts.Codec != "" {
+		fcfg["link"].(map[string]any)["codec"] = e.opts.Codec
+	}
+	e.back[1] = &member{name: "back-fetcher", admin: fadmin, cfg: fcfg}
+	if err := e.launch(e.back[0], "ferry-writer"); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := harness.WaitReady(wctx, wadmin); err != nil {
+		return fmt.Errorf("back-writer not ready: %w (log %s)", err, e.back[0].proc.LogPath)
+	}
+	return e.launch(e.back[1], "ferry-fetcher")
+}
+
+// fromTarget is a record produced on the target (ferry-aa).
+func fromTarget(r *kgo.Record) bool {
+	for _, h := range r.Headers {
+		if h.Key == originHeader {
+			return string(h.Value) == originTarget
+		}
+	}
+	return false
 }
 
 // startMM2 starts MirrorMaker 2 exactly-once through the source and target
@@ -343,17 +416,26 @@ func (e *env) proxy(name, listen, upstream string) error {
 	return nil
 }
 
+// createTopics creates the soak topics on the source, and for ferry-aa on
+// the target too (the link back's source).
 func (e *env) createTopics(ctx context.Context) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.src.Addr()))
-	if err != nil {
-		return err
+	clusters := []*kafkabroker.Broker{e.src}
+	if e.opts.System == SystemFerryActiveActive {
+		clusters = append(clusters, e.dst)
 	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	for topic, n := range map[string]int32{topicIdem: partsIdem, topicTxn: partsTxn} {
-		if _, err := adm.CreateTopic(ctx, n, 1, nil, topic); err != nil {
-			return fmt.Errorf("create %s: %w", topic, err)
+	for _, b := range clusters {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()))
+		if err != nil {
+			return err
 		}
+		adm := kadm.NewClient(cl)
+		for topic, n := range map[string]int32{topicIdem: partsIdem, topicTxn: partsTxn} {
+			if _, err := adm.CreateTopic(ctx, n, 1, nil, topic); err != nil {
+				cl.Close()
+				return fmt.Errorf("create %s: %w", topic, err)
+			}
+		}
+		cl.Close()
 	}
 	return nil
 }
@@ -475,6 +557,17 @@ func (e *env) heal() {
 			}
 		}
 	}
+	// The link back is under no fault of its own, but a writer ends when
+	// its checkpoint view fails (a broker restart can do that), as its
+	// orchestrator would restart it.
+	for i, m := range e.back {
+		if m != nil && m.proc != nil && !running(m) {
+			e.log.Warn("heal: the link back's process had exited; starting it", "process", m.name, "err", m.proc.Err())
+			if err := e.launch(m, []string{"ferry-writer", "ferry-fetcher"}[i]); err != nil {
+				e.log.Error("heal: start the link back", "process", m.name, "err", err)
+			}
+		}
+	}
 	for i, m := range e.fetchers {
 		if m.proc != nil && running(m) {
 			_ = m.proc.Resume()
@@ -489,12 +582,32 @@ func (e *env) heal() {
 
 // verify compares the target with the source; while records are missing
 // (the last commits still landing) it looks again for up to two minutes.
+//
+// For ferry-aa it compares both links: the forward link's copy with the
+// source's own records (what the link back copied into the source must not
+// come back: it would count as corrupt), and the link back's copy, the
+// source's records from the target, with the target's own records.
 func (e *env) verify(ctx context.Context) (verify.Result, error) {
 	pairs := []verify.Pair{{Source: topicIdem, Target: targetPrefix + topicIdem}, {Source: topicTxn, Target: targetPrefix + topicTxn}}
+	var back []verify.Pair
+	if e.opts.System == SystemFerryActiveActive {
+		own := func(r *kgo.Record) bool { return !fromTarget(r) }
+		for i := range pairs {
+			pairs[i].KeepSource = own
+		}
+		for _, topic := range []string{topicIdem, topicTxn} {
+			back = append(back, verify.Pair{Source: topic, Target: topic, KeepTarget: fromTarget})
+		}
+	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		vctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		res, err := verify.Compare(vctx, []string{e.src.Addr()}, []string{e.dst.Addr()}, pairs)
+		if err == nil && back != nil {
+			var b verify.Result
+			b, err = verify.Compare(vctx, []string{e.dst.Addr()}, []string{e.src.Addr()}, back)
+			res = res.Add(b)
+		}
 		cancel()
 		if err != nil {
 			return res, fmt.Errorf("verify: %w", err)
@@ -512,7 +625,7 @@ func (e *env) verify(ctx context.Context) (verify.Result, error) {
 // (none for mm2-eos).
 func (e *env) processErrors() []string {
 	var out []string
-	for _, m := range append(e.writers[:], e.fetchers[:]...) {
+	for _, m := range append(append(e.writers[:], e.fetchers[:]...), e.back[:]...) {
 		if m == nil || m.proc == nil {
 			continue
 		}
@@ -535,7 +648,7 @@ func firstLines(s string, n int) string {
 }
 
 func (e *env) close() {
-	for _, m := range append(e.fetchers[:], e.writers[:]...) {
+	for _, m := range append(append(e.back[1:], e.fetchers[:]...), append(e.writers[:], e.back[0])...) {
 		if m != nil && m.proc != nil && running(m) {
 			_ = m.proc.Stop(30 * time.Second)
 		}

@@ -218,6 +218,7 @@ func TestMM2Mapping(t *testing.T) {
 		}{
 			{Options{}, true},
 			{Options{System: SystemMM2EOS}, true},
+			{Options{System: SystemFerryActiveActive, Delivery: "at_least_once", Codec: "zstd"}, true},
 			{Options{Delivery: "at_least_once", Codec: "zstd"}, true},
 			{Options{System: SystemMM2EOS, Delivery: "at_least_once"}, false},
 			{Options{System: SystemMM2EOS, Codec: "zstd"}, false},

@@ -62,6 +62,20 @@ func (r Result) OK() bool {
 	return r.Missing == 0 && r.Duplicates == 0 && r.Reordered == 0 && r.Corrupt == 0
 }
 
+// Add is r and o counted together (the latency is r's): the result of two
+// comparisons of one run, such as a link and the link back.
+func (r Result) Add(o Result) Result {
+	r.Produced += o.Produced
+	r.Replicated += o.Replicated
+	r.Missing += o.Missing
+	r.Duplicates += o.Duplicates
+	r.Reordered += o.Reordered
+	r.Corrupt += o.Corrupt
+	r.Leaked += o.Leaked
+	r.FirstDuplicates = append(r.FirstDuplicates, o.FirstDuplicates...)
+	return r
+}
+
 // Line is the one-line summary the demo and scenarios print.
 func (r Result) Line() string {
 	return fmt.Sprintf("verify: produced=%d replicated=%d missing=%d duplicates=%d reordered=%d corrupt=%d",
@@ -74,8 +88,16 @@ func (r Result) LatencyLine() string {
 	return fmt.Sprintf("latency: p50=%v p99=%v p999=%v max=%v", l.P50, l.P99, l.P999, l.Max)
 }
 
-// Pair names a source topic and the target topic it is copied to.
-type Pair struct{ Source, Target string }
+// Pair names a source topic and the target topic it is copied to. Keep,
+// when set, picks the records of each side that the copy is about, the
+// rest left out of the comparison: of a source topic that a link in the
+// other direction writes into too (active-active), only its own records
+// are copied, and a target topic it writes into holds others.
+type Pair struct {
+	Source, Target string
+	KeepSource     func(*kgo.Record) bool
+	KeepTarget     func(*kgo.Record) bool
+}
 
 // Compare reads every partition of each pair on both clusters and compares.
 func Compare(ctx context.Context, source, target []string, pairs []Pair) (Result, error) {
@@ -89,11 +111,11 @@ func CompareWith(ctx context.Context, source, target []string, pairs []Pair, sou
 	seed := maphash.MakeSeed()
 	var lat []time.Duration
 	for _, pair := range pairs {
-		src, err := readAll(ctx, source, sourceOpts, pair.Source, seed, nil)
+		src, err := readAll(ctx, source, sourceOpts, pair.Source, seed, pair.KeepSource, nil)
 		if err != nil {
 			return res, fmt.Errorf("read source %s: %w", pair.Source, err)
 		}
-		dst, err := readAll(ctx, target, targetOpts, pair.Target, seed, &lat)
+		dst, err := readAll(ctx, target, targetOpts, pair.Target, seed, pair.KeepTarget, &lat)
 		if err != nil {
 			return res, fmt.Errorf("read target %s: %w", pair.Target, err)
 		}
@@ -157,7 +179,7 @@ func compare(res *Result, topic string, partition int32, src, dst []rec) {
 }
 
 // readAll reads a topic's partitions to their committed end.
-func readAll(ctx context.Context, addrs []string, opts []kgo.Opt, topic string, seed maphash.Seed, lat *[]time.Duration) (map[int32][]rec, error) {
+func readAll(ctx context.Context, addrs []string, opts []kgo.Opt, topic string, seed maphash.Seed, keep func(*kgo.Record) bool, lat *[]time.Duration) (map[int32][]rec, error) {
 	adm, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, opts...)...)
 	if err != nil {
 		return nil, err
@@ -218,13 +240,16 @@ func readAll(ctx context.Context, addrs []string, opts []kgo.Opt, topic string, 
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			got = true
-			out[r.Partition] = append(out[r.Partition], rec{digest: digest(seed, r), key: maphash.Bytes(seed, r.Key), offset: r.Offset})
 			last[r.Partition] = r.Offset
-			if lat != nil {
-				*lat = append(*lat, now.Sub(r.Timestamp))
-			}
 			if r.Offset+1 >= want[r.Partition] {
 				delete(want, r.Partition)
+			}
+			if keep != nil && !keep(r) {
+				return
+			}
+			out[r.Partition] = append(out[r.Partition], rec{digest: digest(seed, r), key: maphash.Bytes(seed, r.Key), offset: r.Offset})
+			if lat != nil {
+				*lat = append(*lat, now.Sub(r.Timestamp))
 			}
 		})
 		if got {

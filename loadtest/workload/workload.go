@@ -41,6 +41,8 @@ type Options struct {
 	// ClientOpts are added to the client's options: TLS or SASL to reach
 	// a secured cluster.
 	ClientOpts []kgo.Opt
+	// Headers are added to every record's (after seq and source).
+	Headers []kgo.RecordHeader
 }
 
 // Producer writes a workload to a cluster.
@@ -97,10 +99,10 @@ func Record(o Options, rng *rand.Rand, i int) *kgo.Record {
 		Partition: part,
 		Key:       []byte("k-" + strconv.Itoa(int(part)) + "-" + strconv.Itoa(seq)),
 		Value:     v,
-		Headers: []kgo.RecordHeader{
+		Headers: append([]kgo.RecordHeader{
 			{Key: "seq", Value: []byte(strconv.Itoa(seq))},
 			{Key: "source", Value: []byte("ferry-workload")},
-		},
+		}, o.Headers...),
 		Timestamp: time.Now(),
 	}
 }

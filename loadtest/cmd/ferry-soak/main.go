@@ -32,7 +32,7 @@ func main() {
 }
 
 func run() error {
-	system := flag.String("system", soak.SystemFerry, "what copies: "+soak.SystemFerry+" or "+soak.SystemMM2EOS+" (MirrorMaker 2 exactly-once)")
+	system := flag.String("system", soak.SystemFerry, "what copies: "+soak.SystemFerry+", "+soak.SystemFerryActiveActive+" (Ferry with the link back, active-active) or "+soak.SystemMM2EOS+" (MirrorMaker 2 exactly-once)")
 	minutes := flag.Float64("minutes", 5, "minutes of faults (after a 20 s warm-up)")
 	seed := flag.Uint64("seed", 0, "schedule seed; 0 picks one (printed)")
 	delivery := flag.String("delivery", "exactly_once", "exactly_once or at_least_once")
