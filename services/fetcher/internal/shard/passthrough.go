@@ -355,23 +355,32 @@ func (s *session) sealKafka(ctx context.Context, tr *batchTracer, pp *ptPartitio
 // traceRecords gives the batch tracer the records of a wire batch from
 // first on, as the sarama path gives it each record it reads, so sampled
 // records get their span and the batch its links. Only with a tracer:
-// without one nothing is decoded. A batch that does not decode is only
-// left out of the trace; the writer checks it.
+// without one nothing is decoded, and with one only the batches the probe
+// picks (tracing.RecordProbe: every batch of a partition whose records
+// carry trace contexts, few of one whose records carry none). A batch that
+// does not decode is only left out of the trace; the writer checks it.
 func (s *session) traceRecords(ctx context.Context, tr *batchTracer, p discovery.Partition, ks []batch.KafkaBatch, first int64) {
 	if s.r.deps.Tracer == nil {
 		return
 	}
+	tr.read()
 	for _, k := range ks {
+		if !s.probe.Look(p.Topic, p.Partition) {
+			continue
+		}
 		recs, err := recordbatch.Records(k.Raw, maxTraceDecode)
 		if err != nil {
 			s.r.log.Debug("batch not traced record by record", "topic", p.Topic, "partition", p.Partition, "base_offset", k.Info.BaseOffset, "err", err)
 			continue
 		}
+		traced := false
 		for _, rec := range recs {
+			traced = traced || carriesTraceparent(rec.Headers)
 			if off := k.Info.BaseOffset + int64(rec.OffsetDelta); off >= first {
 				tr.recordKafka(ctx, p, off, rec)
 			}
 		}
+		s.probe.Saw(p.Topic, p.Partition, traced)
 	}
 }
 

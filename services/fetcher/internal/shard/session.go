@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
+	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 )
 
@@ -38,6 +39,10 @@ type session struct {
 	// streamSpan is the stream's otelgrpc client span, when sampled: the
 	// batches' send spans link to it.
 	streamSpan trace.SpanContext
+
+	// probe says which passed-through batches are decoded for tracing
+	// (traceRecords); used by the pass-through loop only.
+	probe *tracing.RecordProbe
 
 	recvDone chan struct{} // closed when receive returns
 	recvErr  error         // receive's result, set before recvDone closes
@@ -89,6 +94,7 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 		out:      make(chan queued, 8),
 		credit:   semaphore.NewWeighted(int64(r.set.MaxInflightBytes)),
 		pcs:      map[discovery.Partition]sarama.PartitionConsumer{},
+		probe:    tracing.NewRecordProbe(),
 		recvDone: make(chan struct{}),
 	}
 	defer func() { progressed = s.progressed() }()

@@ -88,16 +88,32 @@ func (t *batchTracer) note(ctx context.Context, sc trace.SpanContext, topic stri
 	span.End(trace.WithTimestamp(now))
 }
 
+// read marks the batch's first read, as its first noted record does: a
+// batch whose records are not decoded is timed from here.
+func (t *batchTracer) read() {
+	if t.tracer != nil && t.first.IsZero() {
+		t.first = time.Now()
+	}
+}
+
+// carriesTraceparent is whether a decoded record has a trace context.
+func carriesTraceparent(hs []recordbatch.Header) bool {
+	for _, h := range hs {
+		if h.Key == tracing.TraceparentHeader {
+			return true
+		}
+	}
+	return false
+}
+
 // kafkaSpanContext is tracing.ConsumerSpanContext for a record decoded
 // from a Kafka batch: the trace context its headers carry, read only when
 // it has a traceparent.
 func kafkaSpanContext(hs []recordbatch.Header) trace.SpanContext {
-	for _, h := range hs {
-		if h.Key == tracing.TraceparentHeader {
-			return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), kafkaHeaders(hs)))
-		}
+	if !carriesTraceparent(hs) {
+		return trace.SpanContext{}
 	}
-	return trace.SpanContext{}
+	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), kafkaHeaders(hs)))
 }
 
 // kafkaHeaders reads a decoded record's headers as a TextMapCarrier; Get

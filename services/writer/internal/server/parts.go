@@ -2,10 +2,12 @@ package server
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/tracing"
 )
 
 // part is a run of a checked batch's records, in offset order: a Kafka
@@ -91,7 +93,10 @@ func (ss *session) parts(b *ferryv1.Batch) ([]part, error) {
 			info.NumRecords == info.LastOffsetDelta+1 &&
 			!info.LogAppendTime() &&
 			len(k.Raw) <= ss.maxBatch
-		if pass && ss.s.opts.Tracer == nil {
+		// With tracing on, a passing batch is decoded only when the probe
+		// picks it (records carrying trace contexts get spans of their
+		// own; tracing.RecordProbe).
+		if pass && (ss.s.opts.Tracer == nil || !ss.probe.Look(b.GetTopic(), b.GetPartition())) {
 			parts = append(parts, part{kafka: k})
 			continue
 		}
@@ -100,6 +105,7 @@ func (ss *session) parts(b *ferryv1.Batch) ([]part, error) {
 			return nil, err
 		}
 		if pass {
+			ss.probe.Saw(b.GetTopic(), b.GetPartition(), slices.ContainsFunc(recs, traced))
 			parts = append(parts, part{kafka: k, recs: recs})
 		} else if len(recs) > 0 {
 			parts = append(parts, part{recs: recs})
@@ -149,4 +155,9 @@ func (w *work) count() int {
 		n += w.parts[i].count()
 	}
 	return n
+}
+
+// traced is whether a record carries a trace context.
+func traced(r batch.Record) bool {
+	return slices.ContainsFunc(r.Headers, func(h batch.Header) bool { return string(h.Key) == tracing.TraceparentHeader })
 }

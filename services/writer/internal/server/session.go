@@ -44,6 +44,8 @@ type session struct {
 	// next is the lowest source offset the next batch of each partition may
 	// start at; it refuses overlaps and replays within the stream.
 	next map[topicPartition]int64
+	// probe picks the passing batches decoded for tracing (parts).
+	probe *tracing.RecordProbe
 	// target is each partition's target offset after its last copied
 	// record, as its checkpoints record it: kept for rounds that copy none
 	// of its records; -1 while unknown (nothing copied yet).
@@ -93,6 +95,7 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 	sess := &session{
 		s: s, link: link, shard: open.GetShard(), epoch: open.GetEpoch(), fetcher: open.GetFetcher(),
 		open: open, next: map[topicPartition]int64{}, target: map[topicPartition]int64{}, done: make(chan struct{}), topicIDs: map[string][]byte{},
+		probe: tracing.NewRecordProbe(),
 	}
 	for _, t := range open.GetTopics() {
 		sess.topicIDs[t.GetName()] = t.GetTopicId()
