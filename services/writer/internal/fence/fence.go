@@ -23,9 +23,13 @@
 // aborted whatever an older epoch of that producer left open there. The
 // shard then resumes from the checkpoint before the leftover, with nothing
 // of it visible. Open then checks, once the abort has completed, that the
-// data partitions hold no open transaction: the same Kafka behaviour can
-// skip an abort marker too, and then the open must fail and be retried
-// rather than commit the leftover.
+// data partitions hold no open transaction of the shard's producer: the
+// same Kafka behaviour can skip an abort marker too, and then the open must
+// fail and be retried rather than commit the leftover. (Other producers'
+// transactions on the same partitions are theirs: a target topic that
+// applications write too, as in active-active with identity naming. The
+// first check counted them, and held such a shard's open back for as long
+// as they kept a transaction open: the active-active soak found it.)
 package fence
 
 import (
@@ -69,12 +73,17 @@ func Abort(ctx context.Context, cl *kgo.Client, transactionalID string, timeout 
 // ErrStillOpen reports a transaction open on a data partition after Abort.
 var ErrStillOpen = errors.New("transaction still open on target partition")
 
-// CheckClosed returns ErrStillOpen, naming the partitions, if any of parts
-// has a transaction open: its last stable offset (read_committed end) is
-// below its high watermark. Call it after Abort has completed, that is once
-// the shard's next producer has initialised. Only the shard's own producer
-// writes to its data partitions, so anything open there is its leftover.
-func CheckClosed(ctx context.Context, cl *kgo.Client, parts Partitions) error {
+// CheckClosed returns ErrStillOpen, naming the partitions, if the shard's
+// producer (producerID, its transactional id's) has a transaction open on
+// any of parts. Call it after Abort has completed, that is once the shard's
+// next producer has initialised: anything of producerID still open then is
+// a leftover the abort's marker missed. A partition whose last stable
+// offset (read_committed end) is its high watermark has none; one below is
+// asked for its producers (DescribeProducers), since other producers may
+// write the same target partitions (identity naming into a topic the
+// target's own applications write, active-active) and their transactions
+// are theirs.
+func CheckClosed(ctx context.Context, cl *kgo.Client, parts Partitions, producerID int64) error {
 	adm := kadm.NewClient(cl)
 	topics := make([]string, 0, len(parts))
 	for t := range parts {
@@ -94,7 +103,8 @@ func CheckClosed(ctx context.Context, cl *kgo.Client, parts Partitions) error {
 	if err != nil {
 		return fmt.Errorf("end offsets: %w", err)
 	}
-	var open []string
+	held := kadm.TopicsSet{} // partitions whose stable offset is held back
+	lag := map[producer.TopicPartition]string{}
 	for topic, ps := range parts {
 		for _, p := range ps {
 			s, okS := stable.Lookup(topic, p)
@@ -103,12 +113,33 @@ func CheckClosed(ctx context.Context, cl *kgo.Client, parts Partitions) error {
 				return fmt.Errorf("offsets of %s/%d: not in the answer", topic, p)
 			}
 			if s.Offset < e.Offset {
-				open = append(open, fmt.Sprintf("%s/%d (stable %d, end %d)", topic, p, s.Offset, e.Offset))
+				held.Add(topic, p)
+				lag[producer.TopicPartition{Topic: topic, Partition: p}] = fmt.Sprintf("%s/%d (stable %d, end %d)", topic, p, s.Offset, e.Offset)
+			}
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	described, err := adm.DescribeProducers(ctx, held)
+	if err != nil {
+		return fmt.Errorf("describe producers: %w", err)
+	}
+	var open []string
+	for _, dt := range described {
+		for _, dp := range dt.Partitions {
+			if err := dp.Err; err != nil {
+				return fmt.Errorf("describe producers of %s/%d: %w", dp.Topic, dp.Partition, err)
+			}
+			for _, pr := range dp.ActiveProducers {
+				if pr.ProducerID == producerID && pr.CurrentTxnStartOffset >= 0 {
+					open = append(open, lag[producer.TopicPartition{Topic: dp.Topic, Partition: dp.Partition}]+fmt.Sprintf(" from %d", pr.CurrentTxnStartOffset))
+				}
 			}
 		}
 	}
 	if len(open) > 0 {
-		return fmt.Errorf("%w: %v", ErrStillOpen, open)
+		return fmt.Errorf("%w by producer %d: %v", ErrStillOpen, producerID, open)
 	}
 	return nil
 }

@@ -49,9 +49,29 @@ func TestAbortEndsAnOpenTransactionAndFencesItsProducer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	id64, _, err := zombie.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	data := Partitions{"data": {0, 1}}
-	if err := CheckClosed(ctx, cl, data); !errors.Is(err, ErrStillOpen) {
+	if err := CheckClosed(ctx, cl, data, id64); !errors.Is(err, ErrStillOpen) {
 		t.Fatalf("CheckClosed with a transaction open = %v, want ErrStillOpen", err)
+	}
+
+	// Another application's transaction open on the same partitions is
+	// not the shard's: it holds the stable offset back, and CheckClosed
+	// passes it by.
+	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("some-application"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.ProduceSync(ctx, &kgo.Record{Topic: "data", Partition: 1, Value: []byte("the application's")}).FirstErr(); err != nil {
+		t.Fatal(err)
 	}
 
 	if err := Abort(ctx, cl, id, time.Minute, Partitions{"data": {0, 1}, "checkpoints": {0, 1}}); err != nil {
@@ -61,7 +81,7 @@ func TestAbortEndsAnOpenTransactionAndFencesItsProducer(t *testing.T) {
 	// next producer start; wait for that as the writer's producer does.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := CheckClosed(ctx, cl, data)
+		err := CheckClosed(ctx, cl, data, id64)
 		if err == nil {
 			break
 		}
@@ -69,6 +89,13 @@ func TestAbortEndsAnOpenTransactionAndFencesItsProducer(t *testing.T) {
 			t.Fatalf("CheckClosed after Abort: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	if err := CheckClosed(ctx, cl, data, otherID(ctx, t, other)); !errors.Is(err, ErrStillOpen) {
+		t.Fatalf("CheckClosed of the application's producer = %v, want ErrStillOpen (the check must see a transaction that is there)", err)
+	}
+	if err := other.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
 	}
 
 	if err := zombie.EndTransaction(ctx, kgo.TryCommit); err == nil {
@@ -89,4 +116,13 @@ func TestAbortEndsAnOpenTransactionAndFencesItsProducer(t *testing.T) {
 	if n := fs.NumRecords(); n != 0 {
 		t.Fatalf("read_committed sees %d records of the aborted transaction", n)
 	}
+}
+
+func otherID(ctx context.Context, t *testing.T, cl *kgo.Client) int64 {
+	t.Helper()
+	id, _, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

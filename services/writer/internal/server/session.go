@@ -204,7 +204,8 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		}
 		if ss.link.ExactlyOnce {
 			err := step(log, "check no transaction open", func() error {
-				return fence.CheckClosed(ss.ctx, cl, ss.dataPartitions())
+				id, _ := prod.ID()
+				return fence.CheckClosed(ss.ctx, cl, ss.dataPartitions(), id)
 			})
 			if err != nil {
 				return fmt.Errorf("open shard %d: %w", ss.shard, err)
