@@ -46,6 +46,9 @@ const maxTraceDecode = 64 << 20
 type ptPartition struct {
 	p    discovery.Partition
 	next int64 // the offset the next round asks
+	// sent is the offset after the last wire batch queued: where the
+	// writer's checkpoint will be once that batch is acknowledged.
+	sent int64
 	// the metrics' series, looked up once
 	records, rawBytes, wireBytes prometheus.Counter
 }
@@ -78,7 +81,7 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 	for p, off := range start {
 		part := strconv.Itoa(int(p.Partition))
 		parts[rawfetch.Partition{Topic: p.Topic, Partition: p.Partition}] = &ptPartition{
-			p: p, next: off,
+			p: p, next: off, sent: off,
 			records:   r.deps.Metrics.Records.WithLabelValues(r.set.Link, p.Topic, part),
 			rawBytes:  r.deps.Metrics.Bytes.WithLabelValues(r.set.Link, p.Topic, part),
 			wireBytes: r.deps.Metrics.WireBytes.WithLabelValues(r.set.Link, p.Topic, part),
@@ -163,9 +166,22 @@ func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, r
 		}
 		ks = ks[n:]
 	}
+	// What the round read past its last copied record holds nothing to
+	// copy (transaction markers, aborted records, batches Ferry wrote): a
+	// Skip to Next moves the checkpoint there, or a partition whose tail
+	// is a marker would show a lag of one until its next record.
+	if res.Err == nil && res.Next > pp.sent && (skipped == nil || skipped.GetLastOffset() < res.Next-1) {
+		if skipped == nil {
+			skipped = batch.Skip(pp.sent, res.Next-1)
+			skipped.Topic, skipped.Partition, skipped.Epoch = pp.p.Topic, pp.p.Partition, s.r.epoch
+		} else {
+			skipped.LastOffset = res.Next - 1
+		}
+	}
 	if skipped != nil {
 		select {
 		case s.out <- queued{b: skipped}:
+			pp.sent = skipped.GetLastOffset() + 1
 		case <-ctx.Done():
 			return nil, false, nil
 		}
@@ -269,6 +285,7 @@ func (s *session) sealRecords(ctx context.Context, tr *batchTracer, pp *ptPartit
 		enc.Reset()
 		select {
 		case s.out <- queued{b, span}:
+			pp.sent = b.LastOffset + 1
 			return true
 		case <-ctx.Done():
 			return false
@@ -346,6 +363,7 @@ func (s *session) sealKafka(ctx context.Context, tr *batchTracer, pp *ptPartitio
 	pp.wireBytes.Add(float64(len(b.Payload)))
 	select {
 	case s.out <- queued{b, span}:
+		pp.sent = b.LastOffset + 1
 		return true
 	case <-ctx.Done():
 		return false
