@@ -297,8 +297,15 @@ func TestDamagedKafkaBatchIsRefused(t *testing.T) {
 	if status.Code(err) != codes.DataLoss {
 		t.Fatalf("stream ended with %v, want DataLoss", err)
 	}
-	if got := w.rejected(t, "east", "checksum"); got != 1 {
-		t.Errorf("rejected{reason=checksum} = %v, want 1", got)
+	refusedWhole(t, w, "checksum")
+}
+
+// refusedWhole checks that one batch of orders/0 was refused for reason
+// and that nothing of it reached the target.
+func refusedWhole(t *testing.T, w *testWriter, reason string) {
+	t.Helper()
+	if got := w.rejected(t, "east", reason); got != 1 {
+		t.Errorf("rejected{reason=%s} = %v, want 1", reason, got)
 	}
 	if hw := w.cluster.PartitionInfo("orders", 0).HighWatermark; hw != 0 {
 		t.Errorf("target holds %d records of a refused batch", hw)
@@ -406,12 +413,7 @@ func TestSkipWithPayloadIsRefused(t *testing.T) {
 	if _, err := sendWire(t, stream, 1, b); status.Code(err) != codes.DataLoss && status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("stream ended with %v, want a refusal", err)
 	}
-	if got := w.rejected(t, "east", "malformed"); got != 1 {
-		t.Errorf("rejected{reason=malformed} = %v, want 1", got)
-	}
-	if hw := w.cluster.PartitionInfo("orders", 0).HighWatermark; hw != 0 {
-		t.Errorf("target holds %d records of a refused batch", hw)
-	}
+	refusedWhole(t, w, "malformed")
 }
 
 // Each stream's producer id is in the target's provenance topic, so a link
