@@ -3,6 +3,7 @@ package bench
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -37,7 +38,18 @@ func markdown(rep Report, plots []string, notes string) string {
 	if c.WANBandwidthKBs > 0 {
 		p(", bandwidth capped at %d KB/s per connection and direction", c.WANBandwidthKBs)
 	}
-	p("). Ferry: fetcher → writer. MM2 and the floor: their consumer → the source cluster (the source broker advertises a second listener at the proxy address).\n\n")
+	p("). Ferry: fetcher → writer. MM2 and the floor: their consumer → the source cluster (the source broker advertises a second listener at the proxy address).\n")
+	if hasWorkload(rep.Results, Sizes) {
+		var sizes []string
+		for _, v := range c.SizeValueBytes {
+			sizes = append(sizes, sizeLabel(v))
+		}
+		p("- **sizes**: catch-up of about %d MB (logical) of records with values of %s, once per system and size; the same topic and settings otherwise.\n", c.SizeMB, strings.Join(sizes, ", "))
+	}
+	if hasWorkload(rep.Results, Partitions) {
+		p("- **partitions**: the catch-up of %d records with %d source partitions instead of %d, once per system.\n", c.Records, c.ManyPartitions, c.Partitions)
+	}
+	p("\n")
 
 	p("## Systems\n\n")
 	for _, sys := range AllSystems {
@@ -47,7 +59,7 @@ func markdown(rep Report, plots []string, notes string) string {
 	}
 	p("\n")
 
-	goals(&b, rep.Results)
+	goals(&b, rep)
 
 	keys, byKey := group(rep.Results)
 	for _, k := range keys {
@@ -192,9 +204,11 @@ func firstLine(s string) string {
 // goals is the headline: Ferry against the project's goals, as ratios to
 // MM2 tuned in the same run; then the same for exactly-once (Ferry's
 // against MM2's), and the cost of tracing.
-func goals(b *strings.Builder, results []Result) {
+func goals(b *strings.Builder, rep Report) {
+	results := rep.Results
 	headline(b, results, Ferry, MM2Tuned, "Headline: Ferry against its goals (ratios to MM2 tuned, same run)")
 	headline(b, results, FerryEOS, MM2EOS, "Exactly-once: Ferry exactly-once against MM2 exactly-once (the same goals, same run)")
+	sizes(b, rep.Config.ValueBytes, results)
 	pair(b, results, FerryRecords, Ferry, "Pass-through: ferry against ferry-records (link.pass_through false, the record path; same build, same run)")
 	pair(b, results, Ferry, FerryZstd, "Wire codec: ferry-zstd (link.codec zstd) against ferry (lz4, the default; same run)")
 	tracingOverhead(b, results)
@@ -264,26 +278,24 @@ func headline(b *strings.Builder, results []Result, fs, ts System, title string)
 		f, okF := find(rs, fs)
 		t, okT := find(rs, ts)
 		if !okF || !okT {
-			if hasSystem(rs, fs) || hasSystem(rs, ts) {
+			if hasSystem(rs, fs) && hasSystem(rs, ts) {
 				p("| %s | | missing or failed run | | | no data |\n", k)
 			}
 			continue
 		}
 		switch rs[0].Workload {
 		case CatchUp:
-			row("catch-up throughput", "≥ 2×", f.MBps, t.MBps, "MB/s", func(r float64) bool { return r >= 2 })
-			row("CPU per GB (catch-up)", "≤ 0.5×", f.CPUPerGB, t.CPUPerGB, "s/GB", func(r float64) bool { return r <= 0.5 })
+			row("catch-up throughput", "≥ 3×", f.MBps, t.MBps, "MB/s", func(r float64) bool { return r >= 3 })
+			row("CPU per GB (catch-up)", "≤ 0.15×", f.CPUPerGB, t.CPUPerGB, "s/GB", func(r float64) bool { return r <= 0.15 })
 			row("peak RSS (catch-up)", "≤ 0.25×", float64(f.PeakRSSBytes>>20), float64(t.PeakRSSBytes>>20), "MB", func(r float64) bool { return r <= 0.25 })
+		case Partitions:
+			row("peak RSS, "+k, "≤ 0.25×", float64(f.PeakRSSBytes>>20), float64(t.PeakRSSBytes>>20), "MB", func(r float64) bool { return r <= 0.25 })
+			row("throughput, "+k, "(no goal)", f.MBps, t.MBps, "MB/s", nil)
 		case Live:
 			row("p99 latency, "+k, "≤ 0.5×", f.Latency.P99, t.Latency.P99, "ms", func(r float64) bool { return r <= 0.5 })
 			row("CPU per GB, "+k, "≤ 0.5×", f.CPUPerGB, t.CPUPerGB, "s/GB", func(r float64) bool { return r <= 0.5 })
 		case WAN:
-			target := "(no goal)"
-			var better func(float64) bool
-			if f.RTTMillis == 50 {
-				target, better = "≥ 5×", func(r float64) bool { return r >= 5 }
-			}
-			row("throughput, "+k+" RTT", target, f.MBps, t.MBps, "MB/s", better)
+			row("throughput, "+k+" RTT", "≥ 5×", f.MBps, t.MBps, "MB/s", func(r float64) bool { return r >= 5 })
 			row("wire bytes per GB, "+k+" RTT", "(no goal)", f.WireBytesPerGB/1e6, t.WireBytesPerGB/1e6, "MB/GB", nil)
 		}
 	}
@@ -322,6 +334,63 @@ func tracingOverhead(b *strings.Builder, results []Result) {
 	if header {
 		p("\n")
 	}
+}
+
+// sizes holds Ferry against the floor and MM2 tuned at every record size:
+// the catch-up runs (at the config's size) and the sizes workload. The
+// goals: at least the floor's throughput for at most half its CPU per GB.
+func sizes(b *strings.Builder, defaultBytes int, results []Result) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	by := map[int][]Result{}
+	for _, r := range results {
+		if r.Workload != CatchUp && r.Workload != Sizes {
+			continue
+		}
+		vb := cmp.Or(r.ValueBytes, defaultBytes)
+		by[vb] = append(by[vb], r)
+	}
+	if !hasWorkload(results, Sizes) {
+		return
+	}
+	vbs := slices.Sorted(maps.Keys(by))
+	p("## Record sizes: Ferry against the floor (goals: throughput ≥ 1× the floor's, CPU per GB ≤ 0.5× the floor's)\n\n")
+	p("Catch-up runs at the default size and the sizes workload; where a size has both, the table uses the sizes workload's run.\n\n")
+	p("| values | ferry MB/s | floor MB/s | ×floor | mm2-tuned MB/s | ×tuned | ferry CPU s/GB | floor CPU s/GB | ×floor | mm2-tuned CPU s/GB | ×tuned | ferry rec/s | met |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, vb := range vbs {
+		rs := by[vb]
+		if hasWorkload(rs, Sizes) {
+			rs = slices.DeleteFunc(slices.Clone(rs), func(r Result) bool { return r.Workload != Sizes })
+		}
+		f, okF := find(rs, Ferry)
+		fl, okFl := find(rs, Floor)
+		t, okT := find(rs, MM2Tuned)
+		if !okF || !okFl {
+			p("| %s | missing or failed run | | | | | | | | | | | no data |\n", sizeLabel(vb))
+			continue
+		}
+		tm, tc := "–", "–"
+		if okT {
+			tm, tc = fmt.Sprintf("%.1f", t.MBps), fmt.Sprintf("%.1f", t.CPUPerGB)
+		}
+		met := "no"
+		if f.MBps >= fl.MBps && f.CPUPerGB <= 0.5*fl.CPUPerGB {
+			met = "yes"
+		}
+		p("| %s | %.1f | %.1f | %s | %s | %s | %.1f | %.1f | %s | %s | %s | %.0f | %s |\n", sizeLabel(vb),
+			f.MBps, fl.MBps, ratio(f.MBps, fl.MBps), tm, ratio(f.MBps, t.MBps),
+			f.CPUPerGB, fl.CPUPerGB, ratio(f.CPUPerGB, fl.CPUPerGB), tc, ratio(f.CPUPerGB, t.CPUPerGB), f.RecordsPerSec, met)
+	}
+	p("\n")
+}
+
+func hasWorkload(rs []Result, w string) bool {
+	for _, r := range rs {
+		if r.Workload == w {
+			return true
+		}
+	}
+	return false
 }
 
 func hasSystem(rs []Result, sys System) bool {

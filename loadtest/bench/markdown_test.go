@@ -30,16 +30,17 @@ func TestFindUsesTheMedianRun(t *testing.T) {
 // the exactly-once table appears only when Ferry exactly-once ran.
 func TestHeadline(t *testing.T) {
 	rs := []Result{
-		catchUp(MM2Tuned, 1, 10, 60), catchUp(Ferry, 1, 25, 20),
-		catchUp(MM2Tuned, 2, 14, 50), catchUp(Ferry, 2, 21, 40),
-		catchUp(MM2Tuned, 3, 12, 55), catchUp(Ferry, 3, 30, 25),
+		catchUp(MM2Tuned, 1, 10, 60), catchUp(Ferry, 1, 40, 8),
+		catchUp(MM2Tuned, 2, 14, 50), catchUp(Ferry, 2, 36, 40),
+		catchUp(MM2Tuned, 3, 12, 55), catchUp(Ferry, 3, 45, 25),
 	}
 	var b strings.Builder
-	goals(&b, rs)
+	goals(&b, Report{Results: rs})
 	out := b.String()
 	for _, want := range []string{
-		"| catch-up throughput | ≥ 2× | 25.0 MB/s | 12.0 MB/s | 2.08× | yes |",
-		"| CPU per GB (catch-up) | ≤ 0.5× | 20.0 s/GB | 55.0 s/GB | 0.36× | yes |",
+		"| catch-up throughput | ≥ 3× | 40.0 MB/s | 12.0 MB/s | 3.33× | yes |",
+		"| CPU per GB (catch-up) | ≤ 0.15× | 8.0 s/GB | 55.0 s/GB | 0.15× | yes |",
+		"| peak RSS (catch-up) | ≤ 0.25× | 100.0 MB | 100.0 MB | 1.00× | no |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("headline lacks %q:\n%s", want, out)
@@ -81,5 +82,39 @@ func TestPair(t *testing.T) {
 	pair(&b, rs, FerryBaseline, Ferry, "before/after")
 	if b.Len() != 0 {
 		t.Errorf("pair table without a ferry-baseline run:\n%s", b.String())
+	}
+}
+
+// The sizes table takes the default-size catch-up runs for a size the
+// sizes workload did not run, prefers the sizes workload's run where both
+// ran, and meets its goal only with the floor's throughput at half its CPU.
+func TestSizes(t *testing.T) {
+	size := func(sys System, vb int, mbps, cpu float64) Result {
+		r := catchUp(sys, 0, mbps, cpu)
+		r.Workload, r.ValueBytes = Sizes, vb
+		return r
+	}
+	rs := []Result{
+		catchUp(Ferry, 0, 50, 10), catchUp(Floor, 0, 40, 30), catchUp(MM2Tuned, 0, 10, 60),
+		size(Ferry, 100, 20, 40), size(Floor, 100, 25, 50),
+		size(Ferry, 51200, 90, 2), size(Floor, 51200, 60, 8), size(MM2Tuned, 51200, 30, 20),
+		size(Ferry, 1024, 45, 12), size(Floor, 1024, 40, 30),
+	}
+	var b strings.Builder
+	sizes(&b, 1024, rs)
+	out := b.String()
+	for _, want := range []string{
+		"| 100 B | 20.0 | 25.0 | 0.80× | – | – | 40.0 | 50.0 | 0.80× | – | – | 0 | no |",
+		"| 1 KiB | 45.0 | 40.0 | 1.12× | – | – | 12.0 | 30.0 | 0.40× | – | – | 0 | yes |",
+		"| 50 KiB | 90.0 | 60.0 | 1.50× | 30.0 | 3.00× | 2.0 | 8.0 | 0.25× | 20.0 | 0.10× | 0 | yes |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("sizes table lacks %q:\n%s", want, out)
+		}
+	}
+	b.Reset()
+	sizes(&b, 1024, rs[:3])
+	if b.Len() != 0 {
+		t.Errorf("sizes table without a sizes run:\n%s", b.String())
 	}
 }

@@ -40,6 +40,9 @@ type ConfigDesc struct {
 	WANRecords      int               `json:"wan_records"`
 	Repeat          int               `json:"repeat,omitempty"`
 	WANBandwidthKBs int               `json:"wan_bandwidth_kbs"`
+	SizeValueBytes  []int             `json:"size_value_bytes,omitempty"`
+	SizeMB          int               `json:"size_mb,omitempty"`
+	ManyPartitions  int               `json:"many_partitions,omitempty"`
 	Settings        map[System]string `json:"settings"`
 }
 
@@ -58,6 +61,7 @@ func Describe(cfg Config) ConfigDesc {
 		Records: cfg.Records, ValueBytes: cfg.ValueBytes, Partitions: cfg.Partitions,
 		LiveDurationS: cfg.LiveDuration.Seconds(), LiveFractions: cfg.LiveFractions, Repeat: cfg.Repeat,
 		WANRecords: cfg.WANRecords, WANBandwidthKBs: cfg.WANBandwidthKBs, Settings: settings,
+		SizeValueBytes: cfg.SizeValueBytes, SizeMB: cfg.SizeMB, ManyPartitions: cfg.ManyPartitions,
 	}
 }
 
@@ -201,7 +205,7 @@ func writePlots(dir string, results []Result) ([]string, error) {
 	}
 	for _, k := range keys {
 		rs := byKey[k]
-		slug := strings.NewReplacer(" ", "-", "/", "").Replace(k)
+		slug := strings.NewReplacer(", ", "-", " ", "-", "/", "").Replace(k)
 		var c chart
 		if rs[0].Workload == Live {
 			c = chart{title: "End-to-end latency CDF, " + k, xLabel: "latency, ms (log scale)", yLabel: "fraction of records", logX: true}

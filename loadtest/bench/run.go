@@ -5,6 +5,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,7 +41,7 @@ type Config struct {
 	LiveSystems []System // live runs
 	WANSystems  []System // WAN runs
 
-	CatchUp, Live, WAN bool
+	CatchUp, Live, WAN, Sizes, ManyParts bool
 
 	Records    int // catch-up records
 	ValueBytes int
@@ -56,6 +57,20 @@ type Config struct {
 	WANBandwidthKBs int
 	WANRecords      int
 
+	// SizeValueBytes are the record sizes of the sizes workload: a catch-up
+	// of SizeMB logical megabytes at each size, by SizeSystems. A
+	// replicator's cost per record and its cost per byte differ; one size
+	// hides one of them.
+	SizeValueBytes []int
+	SizeMB         int
+	SizeSystems    []System
+
+	// ManyPartitions is the source partition count of the partitions
+	// workload (a catch-up of Records, by PartitionSystems): memory should
+	// follow the in-flight bytes, not the partition count.
+	ManyPartitions   int
+	PartitionSystems []System
+
 	// Repeat runs each catch-up system this many times, interleaved (every
 	// system once, then again), and ratios use each system's median run:
 	// on shared cores one run can be twice as fast as the next.
@@ -69,9 +84,11 @@ type Config struct {
 
 // Workload kinds.
 const (
-	CatchUp = "catch-up"
-	Live    = "live"
-	WAN     = "wan"
+	CatchUp    = "catch-up"
+	Live       = "live"
+	WAN        = "wan"
+	Sizes      = "sizes"      // catch-up at each record size
+	Partitions = "partitions" // catch-up with many partitions
 )
 
 // Result is one system on one workload.
@@ -88,6 +105,10 @@ type Result struct {
 	// RTT and BandwidthKBs describe the WAN hop of a WAN run.
 	RTTMillis    int64 `json:"rtt_ms,omitempty"`
 	BandwidthKBs int   `json:"bandwidth_kbs,omitempty"`
+	// ValueBytes and Partitions are the run's record size and source
+	// partitions (reports before 2026-12-01 leave them 0: the config's).
+	ValueBytes int `json:"value_bytes,omitempty"`
+	Partitions int `json:"partitions,omitempty"`
 
 	Records int64 `json:"records"` // records expected on the target
 	Bytes   int64 `json:"bytes"`   // their logical size: keys, values, headers
@@ -135,9 +156,24 @@ func (r Result) Key() string {
 	case Live:
 		return fmt.Sprintf("live %d rec/s", r.RateTarget)
 	case WAN:
+		if r.BandwidthKBs > 0 {
+			return fmt.Sprintf("wan %d ms, %d KB/s", r.RTTMillis, r.BandwidthKBs)
+		}
 		return fmt.Sprintf("wan %d ms", r.RTTMillis)
+	case Sizes:
+		return "catch-up, " + sizeLabel(r.ValueBytes) + " values"
+	case Partitions:
+		return fmt.Sprintf("catch-up, %d partitions", r.Partitions)
 	}
 	return r.Workload
+}
+
+// sizeLabel writes a value size as 100 B, 1 KiB, 50 KiB.
+func sizeLabel(n int) string {
+	if n >= 1024 && n%1024 == 0 {
+		return fmt.Sprintf("%d KiB", n/1024)
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 const (
@@ -147,12 +183,14 @@ const (
 )
 
 type spec struct {
-	system   System
-	workload string
-	run      int // repeat number, 0 when not repeated
-	records  int // catch-up or WAN preload
-	rate     int // live
-	wan      *WANOptions
+	system     System
+	workload   string
+	run        int // repeat number, 0 when not repeated
+	records    int // catch-up or WAN preload
+	rate       int // live
+	wan        *WANOptions
+	valueBytes int // record size; 0: the config's
+	partitions int // source partitions; 0: the config's
 }
 
 // Run runs the selected workloads one system at a time, each on two fresh
@@ -160,6 +198,8 @@ type spec struct {
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	var results []Result
 	run := func(s spec) Result {
+		s.valueBytes = cmp.Or(s.valueBytes, cfg.ValueBytes)
+		s.partitions = cmp.Or(s.partitions, cfg.Partitions)
 		fmt.Fprintf(cfg.Out, "=== %s %s\n", s.system, describe(s))
 		r := runOne(ctx, cfg, s, len(results))
 		if r.Error != "" {
@@ -220,7 +260,31 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			}
 		}
 	}
+	if cfg.Sizes {
+		for _, vb := range cfg.SizeValueBytes {
+			for _, sys := range cfg.SizeSystems {
+				run(spec{system: sys, workload: Sizes, records: sizeRecords(cfg.SizeMB, vb), valueBytes: vb})
+				if ctx.Err() != nil {
+					return results, ctx.Err()
+				}
+			}
+		}
+	}
+	if cfg.ManyParts {
+		for _, sys := range cfg.PartitionSystems {
+			run(spec{system: sys, workload: Partitions, records: cfg.Records, partitions: cfg.ManyPartitions})
+			if ctx.Err() != nil {
+				return results, ctx.Err()
+			}
+		}
+	}
 	return results, nil
+}
+
+// sizeRecords is how many records of valueBytes make about mb logical
+// megabytes (a record's key and headers add about 60 bytes).
+func sizeRecords(mb, valueBytes int) int {
+	return max(1000, mb*1_000_000/(valueBytes+60))
 }
 
 func describe(s spec) string {
@@ -230,7 +294,7 @@ func describe(s spec) string {
 	case WAN:
 		return fmt.Sprintf("catch-up of %d records over a %v RTT hop (bandwidth cap %d KB/s, 0 = none)", s.records, s.wan.RTT, s.wan.BandwidthKBs)
 	}
-	return fmt.Sprintf("catch-up of %d records", s.records)
+	return fmt.Sprintf("catch-up of %d records of ~%d bytes, %d partitions", s.records, s.valueBytes, s.partitions)
 }
 
 // tunedRate is MM2 tuned's catch-up records/s.
@@ -245,7 +309,7 @@ func tunedRate(results []Result) (float64, bool) {
 
 // runOne runs one spec and always returns a Result.
 func runOne(ctx context.Context, cfg Config, s spec, n int) Result {
-	r := Result{System: s.system, Workload: s.workload, RateTarget: s.rate, Run: s.run}
+	r := Result{System: s.system, Workload: s.workload, RateTarget: s.rate, Run: s.run, ValueBytes: s.valueBytes, Partitions: s.partitions}
 	if s.wan != nil {
 		r.RTTMillis, r.BandwidthKBs = s.wan.RTT.Milliseconds(), s.wan.BandwidthKBs
 	}
@@ -352,10 +416,10 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 	}
 	defer c.stop()
 	src, dst := c.source.Addr(), c.target.Addr()
-	if err := createTopic(ctx, src, topic, cfg.Partitions); err != nil {
+	if err := createTopic(ctx, src, topic, s.partitions); err != nil {
 		return err
 	}
-	wl := workload.Options{Topic: topic, Partitions: int32(cfg.Partitions), ValueBytes: cfg.ValueBytes, Seed: 1}
+	wl := workload.Options{Topic: topic, Partitions: int32(s.partitions), ValueBytes: s.valueBytes, Seed: 1}
 	if s.workload != Live {
 		wl.Records = s.records
 		start := time.Now()
@@ -370,7 +434,7 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 	// topic created by the replicator is found only at their next metadata
 	// refresh, seconds later; a fast copy could be over by then and the
 	// copy window would come out near zero.
-	if err := createTopic(ctx, dst, targetTopic, cfg.Partitions); err != nil {
+	if err := createTopic(ctx, dst, targetTopic, s.partitions); err != nil {
 		return err
 	}
 	t, err := startTail([]string{dst}, targetTopic)
@@ -441,7 +505,7 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 		if s.system == Floor {
 			rep, err = startFloor(cfg.Self, dir, FloorOptions{Source: sourceForReplicator, Target: dst, Topic: topic, Dest: targetTopic})
 		} else {
-			rep, err = startMM2(ctx, s.system, dir, sourceForReplicator, dst, topic, cfg.Partitions)
+			rep, err = startMM2(ctx, s.system, dir, sourceForReplicator, dst, topic, s.partitions)
 		}
 		if err != nil {
 			return err
@@ -598,7 +662,7 @@ func measureLive(ctx context.Context, cfg Config, c *cluster, wl workload.Option
 	t := p.tail
 	var m measured
 	primer := wl
-	primer.Records, primer.Seed = primerPer*cfg.Partitions, 2
+	primer.Records, primer.Seed = primerPer*int(wl.Partitions), 2
 	if err := produce(ctx, c.source.Addr(), primer); err != nil {
 		return m, fmt.Errorf("primer: %w", err)
 	}

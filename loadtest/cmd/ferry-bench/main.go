@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string) error {
 		"systems for the catch-up runs (mm2-tuned first: it sets the live rates); also ferry-trace-0, ferry-trace-1, ferry-trace-100 (tracing overhead) and ferry-baseline")
 	liveSystems := fs.String("live-systems", "", "systems for the live runs (default: -systems without ferry-zstd and the ferry-trace-* variants)")
 	wanSystems := fs.String("wan-systems", "mm2-tuned,ferry,ferry-records", "systems for the WAN runs")
-	workloads := fs.String("workloads", "catch-up,live,wan", "workloads to run: catch-up, live, wan")
+	workloads := fs.String("workloads", "catch-up,live,wan,sizes,partitions", "workloads to run: catch-up, live, wan, sizes (catch-up at each -size-value-bytes), partitions (catch-up with -many-partitions)")
 	records := fs.Int("records", 1_000_000, "catch-up records (~1 KiB each)")
 	valueBytes := fs.Int("value-bytes", 1024, "approximate value size")
 	partitions := fs.Int("partitions", 8, "partitions of the source topic")
@@ -73,6 +73,11 @@ func run(ctx context.Context, args []string) error {
 	wanRTTs := fs.String("wan-rtts", "50ms,100ms", "round trips added on the WAN hop")
 	wanBandwidth := fs.Int("wan-bandwidth-kbs", 0, "bandwidth cap per connection and direction on the WAN hop, KB/s (0: none)")
 	wanRecords := fs.Int("wan-records", 200_000, "catch-up records of the WAN runs")
+	sizeValueBytes := fs.String("size-value-bytes", "100,1024,10240,51200", "record sizes of the sizes workload, comma-separated")
+	sizeMB := fs.Int("size-mb", 256, "logical megabytes copied at each size of the sizes workload")
+	sizeSystems := fs.String("size-systems", "mm2-tuned,ferry,floor", "systems of the sizes workload")
+	manyPartitions := fs.Int("many-partitions", 64, "source partitions of the partitions workload (a catch-up of -records)")
+	partitionSystems := fs.String("partition-systems", "mm2-tuned,ferry,ferry-eos,floor", "systems of the partitions workload")
 	runTimeout := fs.Duration("run-timeout", 20*time.Minute, "limit of one run")
 	baselineBin := fs.String("baseline-bin", "", "folder of an older build's ferry-fetcher and ferry-writer, for system ferry-baseline")
 	baselineCommit := fs.String("baseline-commit", "", "the commit -baseline-bin was built from, for the report")
@@ -98,11 +103,17 @@ func run(ctx context.Context, args []string) error {
 		def("wan-rtts", func() { *wanRTTs = "50ms" })
 		def("systems", func() { *systems = "mm2-tuned,ferry,ferry-eos" })
 		def("repeat", func() { *repeat = 1 })
+		def("size-value-bytes", func() { *sizeValueBytes = "100,10240" })
+		def("size-mb", func() { *sizeMB = 20 })
+		def("size-systems", func() { *sizeSystems = "ferry,floor" })
+		def("many-partitions", func() { *manyPartitions = 32 })
+		def("partition-systems", func() { *partitionSystems = "ferry" })
 	}
 	cfg := bench.Config{
 		Bin: *binDir, WorkDir: *work,
 		Records: *records, ValueBytes: *valueBytes, Partitions: *partitions,
 		LiveDuration: *liveDuration, WANBandwidthKBs: *wanBandwidth, WANRecords: *wanRecords,
+		SizeMB: *sizeMB, ManyPartitions: *manyPartitions,
 		RunTimeout: *runTimeout, Repeat: *repeat, Out: os.Stdout,
 	}
 	var err error
@@ -120,6 +131,10 @@ func run(ctx context.Context, args []string) error {
 			cfg.Live = true
 		case bench.WAN:
 			cfg.WAN = true
+		case bench.Sizes:
+			cfg.Sizes = true
+		case bench.Partitions:
+			cfg.ManyParts = true
 		default:
 			return fmt.Errorf("-workloads: unknown %q", w)
 		}
@@ -138,6 +153,25 @@ func run(ctx context.Context, args []string) error {
 	}
 	if cfg.WANSystems, err = parseSystems(*wanSystems); err != nil {
 		return err
+	}
+	if cfg.SizeSystems, err = parseSystems(*sizeSystems); err != nil {
+		return err
+	}
+	if cfg.PartitionSystems, err = parseSystems(*partitionSystems); err != nil {
+		return err
+	}
+	for _, s := range splitList(*sizeValueBytes) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-size-value-bytes: bad size %q", s)
+		}
+		cfg.SizeValueBytes = append(cfg.SizeValueBytes, n)
+	}
+	if cfg.Sizes && (cfg.SizeMB <= 0 || len(cfg.SizeValueBytes) == 0) {
+		return errors.New("-size-mb must be positive and -size-value-bytes must name a size for the sizes workload")
+	}
+	if cfg.ManyParts && cfg.ManyPartitions <= 0 {
+		return errors.New("-many-partitions must be positive for the partitions workload")
 	}
 	for _, s := range splitList(*liveRates) {
 		n, err := strconv.Atoi(s)
