@@ -67,7 +67,7 @@ func Describe(cfg Config) ConfigDesc {
 
 func systemSettings(sys System, partitions int) string {
 	switch sys {
-	case Ferry, FerryEOS, FerryZstd, FerryRecords, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline:
+	case Ferry, FerryEOS, FerryZstd, FerryRecords, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryWin64K:
 		v := ferryVariants[sys]
 		tr := "tracing off"
 		if v.sampling >= 0 {
@@ -79,6 +79,9 @@ func systemSettings(sys System, partitions int) string {
 		}
 		if v.records {
 			codec += ", link.pass_through false (the record path)"
+		}
+		if v.window > 0 {
+			codec += fmt.Sprintf(", writer grpc.stream_window and grpc.conn_window %d KiB (fixed, not gRPC's dynamic windows)", v.window>>10)
 		}
 		return "one ferry-fetcher, one ferry-writer, at their defaults (link.pass_through true, link.codec lz4 (for uncompressed source batches), link.batch.max_bytes 1MiB, link.batch.linger 20ms, " +
 			"link.max_inflight_bytes 16MiB, link.fetch_max_bytes 1MiB, link.shards 64, writer producer.compression lz4) but for delivery " + v.delivery + codec + " and " + tr +

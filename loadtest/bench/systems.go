@@ -40,11 +40,16 @@ const (
 	// (Config.BaselineBin): an older build, for before/after ratios of a
 	// change measured in one run.
 	FerryBaseline System = "ferry-baseline"
+	// FerryWin64K is Ferry at-least-once with the writer's gRPC windows
+	// fixed at 64 KiB (grpc.stream_window, grpc.conn_window) instead of
+	// gRPC's dynamic ones: over a long round trip it shows the ceiling a
+	// window sets, window ÷ RTT in wire bytes.
+	FerryWin64K System = "ferry-win64k"
 )
 
 // AllSystems in the order they run. MM2 tuned runs first: its catch-up
 // throughput sets the default live rates.
-var AllSystems = []System{MM2Tuned, Ferry, FerryEOS, FerryRecords, FerryZstd, MM2Default, MM2EOS, Floor, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline}
+var AllSystems = []System{MM2Tuned, Ferry, FerryEOS, FerryRecords, FerryZstd, MM2Default, MM2EOS, Floor, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryWin64K}
 
 // TracingSystems are the tracing overhead variants.
 var TracingSystems = []System{FerryTrace0, FerryTrace1, FerryTrace100}
@@ -75,6 +80,7 @@ type ferryVariant struct {
 	records  bool    // link.pass_through false: the record path
 	sampling float64 // tracing sampling ratio; < 0: tracing off
 	baseline bool    // run the binaries of Config.BaselineBin
+	window   int     // the writer's fixed gRPC windows, bytes; 0: dynamic
 }
 
 var ferryVariants = map[System]ferryVariant{
@@ -86,6 +92,7 @@ var ferryVariants = map[System]ferryVariant{
 	FerryTrace1:   {delivery: "at_least_once", sampling: 0.01},
 	FerryTrace100: {delivery: "at_least_once", sampling: 1},
 	FerryBaseline: {delivery: "at_least_once", sampling: -1, baseline: true},
+	FerryWin64K:   {delivery: "at_least_once", sampling: -1, window: 64 << 10},
 }
 
 // Names used on both clusters.
@@ -171,6 +178,9 @@ func startFerry(ctx context.Context, v ferryVariant, otlp, bin, dir, sourceAddr,
 	wcfg["tls"] = map[string]any{"insecure": true}
 	if v.sampling >= 0 {
 		wcfg["tracing"] = tracingConfig(otlp, v.sampling)
+	}
+	if v.window > 0 {
+		wcfg["grpc"] = map[string]any{"stream_window": v.window, "conn_window": v.window}
 	}
 	writer, err := harness.Start(dir, filepath.Join(bin, "ferry-writer"), "writer", wcfg)
 	if err != nil {

@@ -127,6 +127,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		grpc.MaxRecvMsgSize(int(cfg.MaxBatchBytes) + grpcOverhead),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
+	if w := cfg.GRPC; w.StreamWindow > 0 {
+		opts = append(opts, grpc.InitialWindowSize(int32(w.StreamWindow)), grpc.InitialConnWindowSize(int32(w.ConnWindow)))
+	}
 	// With tracing on, each stream has an otelgrpc server span, the child
 	// of the fetcher's client span (trace context in the stream's metadata).
 	opts = append(opts, tracing.ServerOptions(tp)...)

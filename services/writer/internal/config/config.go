@@ -18,6 +18,18 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 )
 
+// GRPC holds the gRPC port's HTTP/2 flow-control windows. Both zero (the
+// default) keeps gRPC-Go's dynamic windows: they start at 64 KiB and grow
+// with the measured bandwidth-delay product up to 16 MiB. Fixed windows are
+// for a link whose bandwidth-delay product, in wire bytes, is above 16 MiB
+// (docs/configuration.md, "Long round trips").
+type GRPC struct {
+	// StreamWindow is each stream's window (one stream per shard).
+	StreamWindow config.ByteSize `yaml:"stream_window"`
+	// ConnWindow is the connection's window, shared by its streams.
+	ConnWindow config.ByteSize `yaml:"conn_window"`
+}
+
 // Config is the whole writer configuration.
 type Config struct {
 	// ID names this writer in logs, status and checkpoints. Default: hostname.
@@ -43,6 +55,9 @@ type Config struct {
 	MaxGroupBytes config.ByteSize `yaml:"max_group_bytes"`
 	// ShutdownTimeout bounds the drain at SIGTERM.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// GRPC sizes the flow-control windows of the gRPC port, which bound how
+	// many bytes a fetcher has on the wire before the writer reads them.
+	GRPC GRPC `yaml:"grpc"`
 	// TLS secures the gRPC port: mutual TLS with an allow list of fetcher
 	// identities, on by default.
 	TLS tlsconfig.Config `yaml:"tls"`
@@ -208,6 +223,19 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBatchBytes < 1024 || c.MaxBatchBytes > 256<<20 {
 		p.Addf("max_batch_bytes", "%v: must be between 1KiB and 256MiB", c.MaxBatchBytes)
+	}
+	if g := c.GRPC; g.StreamWindow != 0 || g.ConnWindow != 0 {
+		// gRPC-Go ignores windows under 64 KiB, and either window set
+		// turns the dynamic sizing off for both: half a setting would
+		// leave the other window at 64 KiB.
+		switch {
+		case g.StreamWindow == 0 || g.ConnWindow == 0:
+			p.Addf("grpc", "set both stream_window and conn_window, or neither (dynamic windows)")
+		case g.StreamWindow < 64<<10 || g.StreamWindow > 1<<30:
+			p.Addf("grpc.stream_window", "%v: must be between 64KiB and 1GiB", g.StreamWindow)
+		case g.ConnWindow < g.StreamWindow || g.ConnWindow > 1<<30:
+			p.Addf("grpc.conn_window", "%v: must be at least grpc.stream_window (%v) and at most 1GiB", g.ConnWindow, g.StreamWindow)
+		}
 	}
 	if c.MaxGroupBytes < c.MaxBatchBytes {
 		p.Addf("max_group_bytes", "%v: must be at least max_batch_bytes (%v)", c.MaxGroupBytes, c.MaxBatchBytes)

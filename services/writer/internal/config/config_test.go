@@ -35,6 +35,10 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		{"connection age with insecure", "target: {bootstrap_servers: [\"127.0.0.1:9092\"]}\ntls: {insecure: true, max_connection_age: 7h}\nlinks: [{name: a}]\n", "tls.max_connection_age: has no effect"},
 		{"advertise without registration", base + "registration: {advertise: 'w:7400'}\nlinks: [{name: a}]\n", "registration.advertise: has no effect without registration.address"},
 		{"registration with its address", base + "registration: {address: '127.0.0.1:8500', advertise: 'w:7400'}\nlinks: [{name: a}]\n", ""},
+		{"fixed grpc windows", base + "grpc: {stream_window: 32MiB, conn_window: 64MiB}\nlinks: [{name: a}]\n", ""},
+		{"half a grpc window setting", base + "grpc: {stream_window: 32MiB}\nlinks: [{name: a}]\n", "grpc: set both stream_window and conn_window"},
+		{"grpc window below gRPC's floor", base + "grpc: {stream_window: 16KiB, conn_window: 1MiB}\nlinks: [{name: a}]\n", "grpc.stream_window: 16KiB"},
+		{"grpc conn window below the stream's", base + "grpc: {stream_window: 8MiB, conn_window: 1MiB}\nlinks: [{name: a}]\n", "grpc.conn_window"},
 		{"sampling without tracing", base + "tracing: {sampling_ratio: 0.5}\nlinks: [{name: a}]\n", "tracing.sampling_ratio: has no effect without tracing.endpoint"},
 	}
 	for _, tt := range tests {
