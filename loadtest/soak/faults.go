@@ -63,6 +63,16 @@ var kinds = []kind{
 	{name: "scale-writers", min: 10 * time.Second, max: 20 * time.Second, settle: 20 * time.Second},
 }
 
+// activeActiveKinds act on the link back's own processes (ferry-aa only):
+// its one writer (into the source) and its one fetcher (of the target).
+// They are drawn only for ferry-aa, so the other systems' schedules of a
+// seed stay what they were.
+var activeActiveKinds = []kind{
+	{name: "back-kill", targets: []string{"writer", "fetcher"}, min: time.Second, max: 4 * time.Second, settle: 10 * time.Second},
+	{name: "back-pause", targets: []string{"writer", "fetcher"}, min: fetcherPause, max: fetcherPause + 5*time.Second, settle: 10 * time.Second},
+	{name: "back-restart", targets: []string{"writer", "fetcher"}, min: 0, max: 2 * time.Second, settle: 10 * time.Second},
+}
+
 // resources are what a fault holds while it acts: two faults sharing one
 // never overlap, all others may.
 func resources(f Fault) []string {
@@ -83,6 +93,8 @@ func resources(f Fault) []string {
 		return []string{"fetcher-1", "fetcher-2"}
 	case "scale-writers":
 		return []string{"writer-1", "writer-2"}
+	case "back-kill", "back-pause", "back-restart":
+		return []string{"back-" + f.Target}
 	}
 	return nil
 }
@@ -92,6 +104,9 @@ func resources(f Fault) []string {
 // one process stands in for the writers and the fetchers; it has no
 // fetcher↔writer hop, no Consul and no tiers to scale.
 func applies(system string, f Fault) bool {
+	if strings.HasPrefix(f.Kind, "back-") {
+		return system == SystemFerryActiveActive
+	}
 	if system != SystemMM2EOS {
 		return true
 	}
@@ -122,10 +137,14 @@ func resourcesFor(system string, f Fault) []string {
 	return resources(f)
 }
 
-// Schedule draws the faults of a run from seed: a new fault every 6 to 16
-// seconds, so with the longer ones several overlap, each on resources no
-// other fault holds until it has settled.
-func Schedule(seed uint64, d time.Duration) []Fault {
+// Schedule draws the faults of a run of system from seed: a new fault
+// every 6 to 16 seconds, so with the longer ones several overlap, each on
+// resources no other fault holds until it has settled.
+func Schedule(seed uint64, d time.Duration, system string) []Fault {
+	kinds := kinds
+	if system == SystemFerryActiveActive {
+		kinds = append(slices.Clone(kinds), activeActiveKinds...)
+	}
 	rng := rand.New(rand.NewPCG(seed, 0x50a4))
 	busyUntil := map[string]time.Duration{}
 	var out []Fault
@@ -266,6 +285,11 @@ func (e *env) apply(ctx context.Context, f Fault) error {
 		return e.scale(ctx, f, false)
 	case "scale-writers":
 		return e.scale(ctx, f, true)
+	case "back-kill", "back-pause", "back-restart":
+		if f.Target == "writer" {
+			return e.processFault(ctx, f, e.back[0], true)
+		}
+		return e.processFault(ctx, f, e.back[1], false)
 	}
 	return fmt.Errorf("unknown fault kind %q", f.Kind)
 }

@@ -157,8 +157,8 @@ type env struct {
 	writers, fetchers [slots]*member
 	// mm2 is the MirrorMaker 2 of mm2-eos; nil for Ferry.
 	mm2 *kafkabroker.MirrorMaker
-	// back are the link back's writer and fetcher (ferry-aa only); no
-	// fault acts on them, only on the brokers and hops they share.
+	// back are the link back's writer and fetcher (ferry-aa only): the
+	// back-* faults act on them, besides the brokers and hops they share.
 	back [2]*member
 }
 
@@ -181,7 +181,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := e.start(ctx); err != nil {
 		return nil, err
 	}
-	sched := Schedule(opts.Seed, opts.Duration)
+	sched := Schedule(opts.Seed, opts.Duration, opts.System)
 	prog := newProgress(e, opts.Rate+opts.Rate/4)
 	runCtx, stopRun := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -557,10 +557,14 @@ func (e *env) heal() {
 			}
 		}
 	}
-	// The link back is under no fault of its own, but a writer ends when
-	// its checkpoint view fails (a broker restart can do that), as its
-	// orchestrator would restart it.
+	// The link back's processes come back too: a back-* fault may have
+	// left one paused or down, and a writer ends when its checkpoint view
+	// fails (a broker restart can do that), as its orchestrator would
+	// restart it.
 	for i, m := range e.back {
+		if m != nil && running(m) {
+			_ = m.proc.Resume()
+		}
 		if m != nil && m.proc != nil && !running(m) {
 			e.log.Warn("heal: the link back's process had exited; starting it", "process", m.name, "err", m.proc.Err())
 			if err := e.launch(m, []string{"ferry-writer", "ferry-fetcher"}[i]); err != nil {

@@ -66,16 +66,19 @@ func TestSoak(t *testing.T) {
 }
 
 func TestScheduleIsSeededAndKeepsResourcesApart(t *testing.T) {
-	a, b := Schedule(7, 10*time.Minute), Schedule(7, 10*time.Minute)
+	a, b := Schedule(7, 10*time.Minute, SystemFerry), Schedule(7, 10*time.Minute, SystemFerry)
 	if !slices.Equal(a, b) {
 		t.Fatal("the same seed gave two schedules")
 	}
-	if slices.Equal(a, Schedule(8, 10*time.Minute)) {
+	if !slices.Equal(a, Schedule(7, 10*time.Minute, SystemMM2EOS)) {
+		t.Fatal("ferry and mm2-eos got two schedules from one seed")
+	}
+	if slices.Equal(a, Schedule(8, 10*time.Minute, SystemFerry)) {
 		t.Fatal("two seeds gave the same schedule")
 	}
 	seen := map[string]bool{}
 	for seed := range uint64(20) {
-		s := Schedule(seed, 5*time.Minute)
+		s := Schedule(seed, 5*time.Minute, SystemFerry)
 		if len(s) < 15 {
 			t.Fatalf("seed %d: %d faults in 5 minutes", seed, len(s))
 		}
@@ -101,6 +104,41 @@ func TestScheduleIsSeededAndKeepsResourcesApart(t *testing.T) {
 	for _, k := range kinds {
 		if !seen[k.name] {
 			t.Errorf("no seed of 20 drew %s", k.name)
+		}
+	}
+	if seen["back-kill"] || seen["back-pause"] || seen["back-restart"] {
+		t.Error("a ferry schedule drew a fault of the link back")
+	}
+}
+
+// The active-active schedule adds faults on the link back's own processes,
+// each holding its process apart from the others, and only there.
+func TestActiveActiveScheduleActsOnTheLinkBack(t *testing.T) {
+	seen := map[string]bool{}
+	for seed := range uint64(20) {
+		s := Schedule(seed, 5*time.Minute, SystemFerryActiveActive)
+		for i, f := range s {
+			if !strings.HasPrefix(f.Kind, "back-") {
+				continue
+			}
+			seen[f.Kind+"/"+f.Target] = true
+			if !applies(SystemFerryActiveActive, f) || applies(SystemFerry, f) || applies(SystemMM2EOS, f) {
+				t.Fatalf("%+v applies to the wrong systems", f)
+			}
+			for _, g := range s[:i] {
+				if strings.HasPrefix(g.Kind, "back-") && g.Target == f.Target {
+					if g.At+g.For+kindOf(g.Kind).settle > f.At {
+						t.Fatalf("seed %d: %+v and %+v act on the same process at once", seed, g, f)
+					}
+				}
+			}
+		}
+	}
+	for _, k := range activeActiveKinds {
+		for _, target := range k.targets {
+			if !seen[k.name+"/"+target] {
+				t.Errorf("no seed of 20 drew %s on the link back's %s", k.name, target)
+			}
 		}
 	}
 }
@@ -232,7 +270,7 @@ func TestMM2Mapping(t *testing.T) {
 }
 
 func kindOf(name string) kind {
-	for _, k := range kinds {
+	for _, k := range append(slices.Clone(kinds), activeActiveKinds...) {
 		if k.name == name {
 			return k
 		}
