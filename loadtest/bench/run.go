@@ -76,6 +76,12 @@ type Config struct {
 	// on shared cores one run can be twice as fast as the next.
 	Repeat int
 
+	// ProfileSeconds, when above 0, takes a CPU profile of each Ferry
+	// process (pprof on its admin port) for that long from the first
+	// record of every copy but the live ones, into ProfileDir.
+	ProfileSeconds int
+	ProfileDir     string
+
 	RunTimeout time.Duration
 	Out        io.Writer // progress
 	// OnResult, if set, is called with all results so far after each run.
@@ -524,6 +530,11 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 	}
 	defer ends.close()
 	p := &progress{rep: rep, tail: t, ends: ends, start: start, txn: s.system.transactional()}
+	if f, ok := rep.(*ferry); ok && cfg.ProfileSeconds > 0 && s.workload != Live {
+		prof := &profiler{dir: cfg.ProfileDir, name: filepath.Base(dir), seconds: cfg.ProfileSeconds, out: cfg.Out}
+		p.onCopy = func() { prof.start(ctx, map[string]string{"writer": f.admins[0], "fetcher": f.admins[1]}) }
+		defer prof.wait() // before the replicator stops: the profiles need it
+	}
 	var m measured
 	if s.workload == Live {
 		m, err = measureLive(ctx, cfg, c, wl, s.rate, p)
@@ -588,7 +599,8 @@ type progress struct {
 	ends   *endOffsets
 	start  time.Time
 	series []int64
-	txn    bool // the system writes transactions
+	txn    bool   // the system writes transactions
+	onCopy func() // if set, runs when the first record shows up
 }
 
 // waitFor returns once the tail holds want records (and the end offsets
@@ -611,6 +623,9 @@ func (p *progress) waitFor(ctx context.Context, want int64, onFirst func()) (tim
 		if !first && end > 0 {
 			first = true
 			onFirst()
+			if p.onCopy != nil {
+				p.onCopy()
+			}
 		}
 		if last.IsZero() && end >= want && !p.txn {
 			last = now

@@ -78,6 +78,7 @@ func run(ctx context.Context, args []string) error {
 	sizeSystems := fs.String("size-systems", "mm2-tuned,ferry,floor", "systems of the sizes workload")
 	manyPartitions := fs.Int("many-partitions", 64, "source partitions of the partitions workload (a catch-up of -records)")
 	partitionSystems := fs.String("partition-systems", "mm2-tuned,ferry,ferry-eos,floor", "systems of the partitions workload")
+	profileSeconds := fs.Int("profile-seconds", 0, "CPU profile of each Ferry process for this long from the first record of every non-live copy, into -out/profiles (0: none)")
 	runTimeout := fs.Duration("run-timeout", 20*time.Minute, "limit of one run")
 	baselineBin := fs.String("baseline-bin", "", "folder of an older build's ferry-fetcher and ferry-writer, for system ferry-baseline")
 	baselineCommit := fs.String("baseline-commit", "", "the commit -baseline-bin was built from, for the report")
@@ -114,6 +115,7 @@ func run(ctx context.Context, args []string) error {
 		Records: *records, ValueBytes: *valueBytes, Partitions: *partitions,
 		LiveDuration: *liveDuration, WANBandwidthKBs: *wanBandwidth, WANRecords: *wanRecords,
 		SizeMB: *sizeMB, ManyPartitions: *manyPartitions,
+		ProfileSeconds: *profileSeconds, ProfileDir: filepath.Join(*out, "profiles"),
 		RunTimeout: *runTimeout, Repeat: *repeat, Out: os.Stdout,
 	}
 	var err error

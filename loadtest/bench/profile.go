@@ -1,0 +1,64 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// profiler takes CPU profiles of a run's Ferry processes from their admin
+// ports (/debug/pprof/profile), one file per process:
+// <dir>/<name>-<process>.pprof.
+type profiler struct {
+	dir, name string
+	seconds   int
+	out       io.Writer
+	wg        sync.WaitGroup
+}
+
+// start asks each admin address for a profile of p.seconds; admins maps a
+// process name to its admin address.
+func (p *profiler) start(ctx context.Context, admins map[string]string) {
+	for proc, addr := range admins {
+		p.wg.Go(func() {
+			path := filepath.Join(p.dir, fmt.Sprintf("%s-%s.pprof", p.name, proc))
+			if err := p.take(ctx, addr, path); err != nil {
+				fmt.Fprintf(p.out, "    profile %s: %v\n", proc, err)
+			}
+		})
+	}
+}
+
+func (p *profiler) take(ctx context.Context, addr, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(p.seconds)*time.Second+30*time.Second)
+	defer cancel()
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, p.seconds)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// wait returns once every profile asked for has been written or failed.
+func (p *profiler) wait() { p.wg.Wait() }
