@@ -13,7 +13,8 @@ import (
 
 // profiler takes CPU profiles of a run's Ferry processes from their admin
 // ports (/debug/pprof/profile), one file per process:
-// <dir>/<name>-<process>.pprof.
+// <dir>/<name>-<process>.pprof, and then a heap profile of each
+// (/debug/pprof/heap, what is in use at that moment): <name>-<process>.heap.pprof.
 type profiler struct {
 	dir, name string
 	seconds   int
@@ -27,17 +28,21 @@ func (p *profiler) start(ctx context.Context, admins map[string]string) {
 	for proc, addr := range admins {
 		p.wg.Go(func() {
 			path := filepath.Join(p.dir, fmt.Sprintf("%s-%s.pprof", p.name, proc))
-			if err := p.take(ctx, addr, path); err != nil {
+			if err := p.take(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, p.seconds), path); err != nil {
 				fmt.Fprintf(p.out, "    profile %s: %v\n", proc, err)
+				return
+			}
+			path = filepath.Join(p.dir, fmt.Sprintf("%s-%s.heap.pprof", p.name, proc))
+			if err := p.take(ctx, fmt.Sprintf("http://%s/debug/pprof/heap", addr), path); err != nil {
+				fmt.Fprintf(p.out, "    heap profile %s: %v\n", proc, err)
 			}
 		})
 	}
 }
 
-func (p *profiler) take(ctx context.Context, addr, path string) error {
+func (p *profiler) take(ctx context.Context, url, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(p.seconds)*time.Second+30*time.Second)
 	defer cancel()
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, p.seconds)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

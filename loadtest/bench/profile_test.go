@@ -16,6 +16,7 @@ import (
 func TestProfilerWritesAProfilePerProcess(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.Handle("/debug/pprof/heap", pprof.Handler("heap"))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	broken := httptest.NewServer(http.NotFoundHandler())
@@ -31,6 +32,9 @@ func TestProfilerWritesAProfilePerProcess(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(dir, "03-ferry-catch-up-writer.pprof"))
 	if err != nil || len(b) == 0 {
 		t.Fatalf("writer profile: %d bytes, %v", len(b), err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "03-ferry-catch-up-writer.heap.pprof")); err != nil || len(b) == 0 {
+		t.Fatalf("writer heap profile: %d bytes, %v", len(b), err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "03-ferry-catch-up-fetcher.pprof")); err == nil {
 		t.Fatal("a profile was written from a 404")
