@@ -78,7 +78,8 @@ type Config struct {
 
 	// ProfileSeconds, when above 0, takes a CPU profile of each Ferry
 	// process (pprof on its admin port) for that long from the first
-	// record of every copy but the live ones, into ProfileDir.
+	// record of every copy but the live ones, then a heap profile, into
+	// ProfileDir.
 	ProfileSeconds int
 	ProfileDir     string
 
