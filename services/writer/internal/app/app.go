@@ -113,7 +113,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		ID:     cfg.ID,
 		Target: franzOpts,
 		Producer: server.ProducerSettings{
-			Compression: compression, MaxMessageBytes: int(cfg.Producer.MaxMessageBytes),
+			Compression: compression, MaxMessageBytes: int(cfg.Producer.MaxMessageBytes), MergeBelow: int(cfg.Producer.MergeBelow),
 			Timeout: cfg.Producer.Timeout, TransactionTimeout: cfg.Producer.TransactionTimeout,
 		},
 		MaxBatchBytes: int(cfg.MaxBatchBytes),

@@ -84,6 +84,12 @@ type Producer struct {
 	// MaxMessageBytes bounds one produce request batch; keep it at or below
 	// the target broker's message.max.bytes.
 	MaxMessageBytes config.ByteSize `yaml:"max_message_bytes"`
+	// MergeBelow is the size under which a source batch that shares a
+	// round with other batches of its partition is merged with them into
+	// larger batches (decompressed and compressed again) instead of
+	// passing as it is in a produce request of its own; 0 passes every
+	// batch that can.
+	MergeBelow config.ByteSize `yaml:"merge_below"`
 	// Timeout bounds one produce round before the shard's stream fails and
 	// resumes from its checkpoint.
 	Timeout time.Duration `yaml:"timeout"`
@@ -130,6 +136,10 @@ func (l *Link) TopicFilter() topicfilter.Filter { return l.topics }
 
 // DefaultConfigExclude is MirrorMaker 2's default list of topic configs
 // that describe the source cluster rather than the data.
+// DefaultMergeBelow is producer.merge_below's default (docs/benchmark.md
+// has the measurements behind it).
+const DefaultMergeBelow = 64 << 10
+
 var DefaultConfigExclude = []string{
 	`follower\.replication\.throttled\.replicas`,
 	`leader\.replication\.throttled\.replicas`,
@@ -148,7 +158,7 @@ func Defaults() Config {
 		Log:             telemetry.LogConfig{Level: "info", Format: "text"},
 		Target:          kafkaclient.Defaults("ferry-writer"),
 		Checkpoints:     Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
-		Producer:        Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, Timeout: 30 * time.Second, TransactionTimeout: 10 * time.Second},
+		Producer:        Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 30 * time.Second, TransactionTimeout: 10 * time.Second},
 		MaxBatchBytes:   4 << 20,
 		MaxGroupBytes:   8 << 20,
 		ShutdownTimeout: 20 * time.Second,
@@ -214,6 +224,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Producer.MaxMessageBytes < 1024 {
 		p.Addf("producer.max_message_bytes", "must be at least 1KiB")
+	}
+	if c.Producer.MergeBelow < 0 || c.Producer.MergeBelow > c.Producer.MaxMessageBytes {
+		p.Addf("producer.merge_below", "%v: must be between 0 and producer.max_message_bytes", c.Producer.MergeBelow)
 	}
 	if c.Producer.Timeout <= 0 {
 		p.Addf("producer.timeout", "must be positive")

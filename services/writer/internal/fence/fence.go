@@ -52,8 +52,8 @@ type Partitions map[string][]int32
 // recorded; its markers are written after that, before the coordinator lets
 // the next producer of the id initialise or begin (it answers
 // CONCURRENT_TRANSACTIONS until then). cl must cap its requests at
-// producer.MaxVersions.
-func Abort(ctx context.Context, cl *kgo.Client, transactionalID string, timeout time.Duration, parts Partitions) error {
+// producer.MaxVersions (producer.NewClient).
+func Abort(ctx context.Context, cl *producer.Client, transactionalID string, timeout time.Duration, parts Partitions) error {
 	p, err := producer.New(ctx, cl, producer.Options{TransactionalID: transactionalID, TransactionTimeout: timeout})
 	if err != nil {
 		return err

@@ -44,7 +44,7 @@ func TestAbortEndsAnOpenTransactionAndFencesItsProducer(t *testing.T) {
 		}
 	}
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.MaxVersions(producer.MaxVersions()))
+	cl, err := producer.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestAbortEndsAnOpenTransactionAndFencesItsProducer(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := Partitions{"data": {0, 1}}
-	if err := CheckClosed(ctx, cl, data, id64); !errors.Is(err, ErrStillOpen) {
+	if err := CheckClosed(ctx, cl.Client, data, id64); !errors.Is(err, ErrStillOpen) {
 		t.Fatalf("CheckClosed with a transaction open = %v, want ErrStillOpen", err)
 	}
 
@@ -81,7 +81,7 @@ func TestAbortEndsAnOpenTransactionAndFencesItsProducer(t *testing.T) {
 	// next producer start; wait for that as the writer's producer does.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := CheckClosed(ctx, cl, data, id64)
+		err := CheckClosed(ctx, cl.Client, data, id64)
 		if err == nil {
 			break
 		}
@@ -91,7 +91,7 @@ func TestAbortEndsAnOpenTransactionAndFencesItsProducer(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	if err := CheckClosed(ctx, cl, data, otherID(ctx, t, other)); !errors.Is(err, ErrStillOpen) {
+	if err := CheckClosed(ctx, cl.Client, data, otherID(ctx, t, other)); !errors.Is(err, ErrStillOpen) {
 		t.Fatalf("CheckClosed of the application's producer = %v, want ErrStillOpen (the check must see a transaction that is there)", err)
 	}
 	if err := other.EndTransaction(ctx, kgo.TryAbort); err != nil {

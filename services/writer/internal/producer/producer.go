@@ -12,10 +12,15 @@
 //
 //   - A Producer serves one stream. Its batches carry per-partition
 //     sequence numbers from zero, and the batches of a partition are sent
-//     one request after another, so the target takes them in order or not
-//     at all.
+//     in order on one connection, up to MaxInFlight requests to a broker
+//     on the wire at once (pipelined: each is written once the one before
+//     it is, without waiting for its answer). Kafka serves a connection's
+//     requests one at a time, in order, and refuses a batch whose sequence
+//     does not follow the partition's last one, so the target takes a
+//     partition's batches in order or not at all: a batch behind a refused
+//     one is refused too (OUT_OF_ORDER_SEQUENCE_NUMBER).
 //   - Any error ends the Producer: no produce request is retried, and
-//     nothing is sent after a failure. The stream ends, and the next one
+//     nothing new is sent after a failure is seen. The stream ends, and the next one
 //     starts a new Producer (which fences, for a transactional id) and
 //     resumes from what is committed. (Requests to the transaction
 //     coordinator go through kgo's Client.Request, which sends them again
@@ -31,6 +36,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,6 +58,76 @@ func MaxVersions() *kversion.Versions {
 	v.SetMaxKeyVersion(kmsg.EndTxn.Int16(), 4)
 	v.SetMaxKeyVersion(kmsg.Produce.Int16(), 11)
 	return v
+}
+
+// MaxInFlight is how many produce requests a Producer keeps on the wire to
+// one broker: Kafka's limit for an idempotent producer
+// (max.in.flight.requests.per.connection), the number of recent batches a
+// broker remembers per producer and partition. A source that writes small
+// batches (a producer lingering a few milliseconds) is copied batch for
+// batch, each in a request of its own, so the requests of a partition must
+// not wait for each other's answers.
+const MaxInFlight = 5
+
+// Client is a target client made for Producers.
+type Client struct {
+	*kgo.Client
+	writes *writes
+}
+
+// NewClient returns a client for Producers: its requests capped at
+// MaxVersions, and a hook that tells its Producers when each produce
+// request is on the wire.
+func NewClient(opts ...kgo.Opt) (*Client, error) {
+	w := &writes{n: map[int32]uint64{}, changed: make(chan struct{})}
+	cl, err := kgo.NewClient(append(slices.Clip(opts), kgo.MaxVersions(MaxVersions()), kgo.WithHooks(w))...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Client: cl, writes: w}, nil
+}
+
+// writes counts, per broker, the produce requests a client has written
+// (kgo's write hook). kgo writes a broker's requests in the order they are
+// enqueued, but Broker.Request enqueues inside the call: a Producer that
+// waits until request k is written before it calls for request k+1 keeps
+// their order without waiting for k's answer.
+type writes struct {
+	mu      sync.Mutex
+	n       map[int32]uint64
+	changed chan struct{} // closed and replaced at every count
+}
+
+func (w *writes) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key != kmsg.Produce.Int16() || err != nil {
+		return // a write that failed is not on the wire (kgo may write it again on a new connection)
+	}
+	w.mu.Lock()
+	w.n[meta.NodeID]++
+	close(w.changed)
+	w.changed = make(chan struct{})
+	w.mu.Unlock()
+}
+
+func (w *writes) count(broker int32) (uint64, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n[broker], w.changed
+}
+
+// wait returns once broker's count reaches n or done is closed.
+func (w *writes) wait(broker int32, n uint64, done <-chan struct{}) {
+	for {
+		c, changed := w.count(broker)
+		if c >= n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-done:
+			return
+		}
+	}
 }
 
 // Options configure a Producer.
@@ -105,7 +181,7 @@ var ErrFailed = errors.New("producer failed earlier")
 // Producer writes batches for one stream. Its methods are not safe for
 // concurrent use.
 type Producer struct {
-	cl      *kgo.Client
+	cl      *Client
 	opts    Options
 	id      int64
 	epoch   int16
@@ -118,7 +194,7 @@ type Producer struct {
 // New initialises a producer id on the target (for a transactional id this
 // fences every older producer of it, and waits until any transaction they
 // left is completed).
-func New(ctx context.Context, cl *kgo.Client, opts Options) (*Producer, error) {
+func New(ctx context.Context, cl *Client, opts Options) (*Producer, error) {
 	req := kmsg.NewPtrInitProducerIDRequest()
 	if opts.TransactionalID != "" {
 		req.TransactionalID = &opts.TransactionalID
@@ -223,8 +299,8 @@ func (p *Producer) AddPartitions(ctx context.Context, tps []TopicPartition) erro
 
 // Produce writes batches and returns the target offset of each batch's
 // first record. The batches of one partition are written in the order
-// given, one request after another; partitions on different brokers are
-// written in parallel. Any error ends the Producer; what it wrote before
+// given, one request after another (pipelined, see MaxInFlight);
+// partitions on different brokers are written in parallel. Any error ends the Producer; what it wrote before
 // is the caller's to commit (idempotent) or is aborted with the
 // transaction.
 func (p *Producer) Produce(ctx context.Context, batches []Batch) ([]int64, error) {
@@ -310,70 +386,140 @@ func nextSequence(seq, records int32) int32 {
 	return int32((int64(seq) + int64(records)) % (1 << 31))
 }
 
-// produceTo sends the batches of parts, all led by leader, request after
-// request: request k carries the k-th batch of each partition.
+// produceTo sends the batches of parts, all led by leader: request k
+// carries the k-th batch of each partition, and up to MaxInFlight requests
+// are on the wire at once. The first refusal stops the sending; the
+// requests already on the wire are answered (those behind a refused batch
+// are refused for their sequence) and the earliest request's error, the
+// cause, is returned.
 func (p *Producer) produceTo(ctx context.Context, leader int32, parts []TopicPartition, order map[TopicPartition][]int, batches []Batch, offsets []int64) error {
 	br := p.cl.Broker(int(leader))
-	for k := 0; ; k++ {
-		req := kmsg.NewPtrProduceRequest()
-		if p.transactional() {
-			req.TransactionID = &p.opts.TransactionalID
-		}
-		req.Acks = -1
-		req.TimeoutMillis = int32(p.opts.Timeout.Milliseconds())
-		var sent []int
-		byTopic := map[string]int{}
-		for _, tp := range parts {
-			if k >= len(order[tp]) {
-				continue
-			}
-			i := order[tp][k]
-			ti, ok := byTopic[tp.Topic]
-			if !ok {
-				ti = len(req.Topics)
-				byTopic[tp.Topic] = ti
-				t := kmsg.NewProduceRequestTopic()
-				t.Topic = tp.Topic
-				req.Topics = append(req.Topics, t)
-			}
-			rp := kmsg.NewProduceRequestTopicPartition()
-			rp.Partition, rp.Records = tp.Partition, batches[i].Raw
-			req.Topics[ti].Partitions = append(req.Topics[ti].Partitions, rp)
-			sent = append(sent, i)
-		}
-		if len(sent) == 0 {
-			return nil
-		}
-		// The answer may take the brokers' whole timeout; the wait for it
-		// a little longer, so a broker that never answers ends the call.
-		rctx, cancel := context.WithTimeout(ctx, p.opts.Timeout+5*time.Second)
-		kresp, err := br.Request(rctx, req)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("produce to broker %d: %w", leader, err)
-		}
-		resp := kresp.(*kmsg.ProduceResponse)
-		answered := 0
-		for _, t := range resp.Topics {
-			for _, rp := range t.Partitions {
-				i, ok := batchOf(batches, sent, t.Topic, rp.Partition)
-				if !ok {
-					return fmt.Errorf("produce to broker %d: answer for %s/%d, which was not asked", leader, t.Topic, rp.Partition)
-				}
-				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-					if rp.ErrorMessage != nil && *rp.ErrorMessage != "" {
-						err = fmt.Errorf("%w (%s)", err, *rp.ErrorMessage)
-					}
-					return &PartitionError{TopicPartition: TopicPartition{t.Topic, rp.Partition}, Batch: i, Err: err}
-				}
-				offsets[i] = rp.BaseOffset
-				answered++
-			}
-		}
-		if answered != len(sent) {
-			return fmt.Errorf("produce to broker %d: %d partitions answered of %d", leader, answered, len(sent))
+	type answer struct {
+		k   int
+		err error
+	}
+	answers := make(chan answer, MaxInFlight)
+	var (
+		errs     = map[int]error{}
+		inflight int
+	)
+	take := func(a answer) {
+		inflight--
+		if a.err != nil {
+			errs[a.k] = a.err
 		}
 	}
+	for k := 0; len(errs) == 0; k++ {
+		req, sent := p.request(parts, order, batches, k)
+		if len(sent) == 0 {
+			break
+		}
+		for inflight >= MaxInFlight && len(errs) == 0 {
+			take(<-answers)
+		}
+		if len(errs) > 0 {
+			break
+		}
+		written, _ := p.cl.writes.count(leader)
+		done := make(chan struct{})
+		inflight++
+		go func() {
+			err := p.send(ctx, br, leader, req, sent, batches, offsets)
+			answers <- answer{k, err}
+			close(done)
+		}()
+		// The next request follows once this one is written (or failed
+		// before it was).
+		p.cl.writes.wait(leader, written+1, done)
+		for drained := false; !drained; {
+			select {
+			case a := <-answers:
+				take(a)
+			default:
+				drained = true
+			}
+		}
+	}
+	for inflight > 0 {
+		take(<-answers)
+	}
+	first := -1
+	for k := range errs {
+		if first < 0 || k < first {
+			first = k
+		}
+	}
+	if first >= 0 {
+		return errs[first]
+	}
+	return nil
+}
+
+// request builds produce request k of parts: the k-th batch of each
+// partition that has one; sent are those batches' indexes.
+func (p *Producer) request(parts []TopicPartition, order map[TopicPartition][]int, batches []Batch, k int) (*kmsg.ProduceRequest, []int) {
+	req := kmsg.NewPtrProduceRequest()
+	if p.transactional() {
+		req.TransactionID = &p.opts.TransactionalID
+	}
+	req.Acks = -1
+	req.TimeoutMillis = int32(p.opts.Timeout.Milliseconds())
+	var sent []int
+	byTopic := map[string]int{}
+	for _, tp := range parts {
+		if k >= len(order[tp]) {
+			continue
+		}
+		i := order[tp][k]
+		ti, ok := byTopic[tp.Topic]
+		if !ok {
+			ti = len(req.Topics)
+			byTopic[tp.Topic] = ti
+			t := kmsg.NewProduceRequestTopic()
+			t.Topic = tp.Topic
+			req.Topics = append(req.Topics, t)
+		}
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition, rp.Records = tp.Partition, batches[i].Raw
+		req.Topics[ti].Partitions = append(req.Topics[ti].Partitions, rp)
+		sent = append(sent, i)
+	}
+	return req, sent
+}
+
+// send sends one produce request and records the base offsets of its
+// batches (sent) in offsets.
+func (p *Producer) send(ctx context.Context, br *kgo.Broker, leader int32, req *kmsg.ProduceRequest, sent []int, batches []Batch, offsets []int64) error {
+	// The answer may take the brokers' whole timeout; the wait for it
+	// a little longer, so a broker that never answers ends the call.
+	rctx, cancel := context.WithTimeout(ctx, p.opts.Timeout+5*time.Second)
+	kresp, err := br.Request(rctx, req)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("produce to broker %d: %w", leader, err)
+	}
+	resp := kresp.(*kmsg.ProduceResponse)
+	answered := 0
+	for _, t := range resp.Topics {
+		for _, rp := range t.Partitions {
+			i, ok := batchOf(batches, sent, t.Topic, rp.Partition)
+			if !ok {
+				return fmt.Errorf("produce to broker %d: answer for %s/%d, which was not asked", leader, t.Topic, rp.Partition)
+			}
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				if rp.ErrorMessage != nil && *rp.ErrorMessage != "" {
+					err = fmt.Errorf("%w (%s)", err, *rp.ErrorMessage)
+				}
+				return &PartitionError{TopicPartition: TopicPartition{t.Topic, rp.Partition}, Batch: i, Err: err}
+			}
+			offsets[i] = rp.BaseOffset
+			answered++
+		}
+	}
+	if answered != len(sent) {
+		return fmt.Errorf("produce to broker %d: %d partitions answered of %d", leader, answered, len(sent))
+	}
+	return nil
 }
 
 func batchOf(batches []Batch, sent []int, topic string, partition int32) (int, bool) {

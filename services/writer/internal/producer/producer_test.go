@@ -31,9 +31,9 @@ func newCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 	return c
 }
 
-func newClient(t *testing.T, c *kfake.Cluster) *kgo.Client {
+func newClient(t *testing.T, c *kfake.Cluster) *Client {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.MaxVersions(MaxVersions()))
+	cl, err := NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,9 +168,10 @@ func TestIdempotentBatchesArriveInOrderWithTheirOffsets(t *testing.T) {
 }
 
 // TestAFailedBatchStopsItsPartitionAndTheProducer fails the second of three
-// requests for partition 0 (kfake ControlKey): the third batch must never be
-// sent, so nothing after a failed batch reaches the target before it, and
-// every later call fails.
+// requests for partition 0 (kfake ControlKey): the third batch may already
+// be on the wire (pipelined), but the broker refuses it for its sequence,
+// so nothing after a failed batch reaches the target, the error names the
+// failed batch, not the one refused behind it, and every later call fails.
 func TestAFailedBatchStopsItsPartitionAndTheProducer(t *testing.T) {
 	c := newCluster(t, kfake.NumBrokers(1))
 	cl := newClient(t, c)
@@ -205,8 +206,8 @@ func TestAFailedBatchStopsItsPartitionAndTheProducer(t *testing.T) {
 	if !errors.As(err, &perr) || !errors.Is(err, kerr.NotEnoughReplicas) || perr.Batch != 1 || perr.Partition != 0 {
 		t.Fatalf("Produce = %v, want NOT_ENOUGH_REPLICAS for batch 1 of %s/0", err, topic)
 	}
-	if produces != 2 {
-		t.Fatalf("%d produce requests, want 2: nothing after the failed batch", produces)
+	if produces > 3 {
+		t.Fatalf("%d produce requests, want at most 3", produces)
 	}
 	if _, err := p.Produce(ctx, []Batch{newBatch(t, 1, "d", 1)}); !errors.Is(err, ErrFailed) {
 		t.Fatalf("Produce after a failure = %v, want ErrFailed", err)
@@ -214,6 +215,66 @@ func TestAFailedBatchStopsItsPartitionAndTheProducer(t *testing.T) {
 	got := readAll(t, c, false)
 	if want := values("a", 0, 2); fmt.Sprint(got[0]) != fmt.Sprint(want) || len(got[1]) != 0 {
 		t.Fatalf("target holds %v, want only %v on partition 0", got, want)
+	}
+}
+
+// TestRequestsArePipelined holds the first produce request in the broker
+// until the second is on the wire: a producer that waited for each answer
+// before sending the next request would never send it. Then the target
+// holds every batch in order.
+func TestRequestsArePipelined(t *testing.T) {
+	c := newCluster(t, kfake.NumBrokers(1))
+	cl := newClient(t, c)
+	ctx := context.Background()
+	p, err := New(ctx, cl, Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		produces, held int
+		waited         bool
+	)
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		produces++
+		if produces != 1 {
+			return nil, nil, false
+		}
+		// Sleeping yields the broker to its other requests; the second
+		// produce request is behind this one on the same connection, so
+		// it is only written, not served, until this one is answered.
+		c.SleepControl(func() {
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				if n, _ := cl.writes.count(0); n >= 2 {
+					held = int(n)
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			waited = true
+		})
+		return nil, nil, false
+	})
+	batches := make([]Batch, 6)
+	var want []string
+	for i := range batches {
+		tag := string(rune('a' + i))
+		batches[i] = newBatch(t, 0, tag, 2)
+		want = append(want, values(tag, 0, 2)...)
+	}
+	offs, err := p.Produce(ctx, batches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited || held < 2 {
+		t.Fatalf("the second produce request was not written while the first was unanswered (%d written)", held)
+	}
+	if fmt.Sprint(offs) != fmt.Sprint([]int64{0, 2, 4, 6, 8, 10}) {
+		t.Fatalf("base offsets %v", offs)
+	}
+	if got := readAll(t, c, false); fmt.Sprint(got[0]) != fmt.Sprint(want) {
+		t.Fatalf("target holds %v, want %v", got[0], want)
 	}
 }
 

@@ -36,17 +36,9 @@ type (
 	batchRecord struct{ batch, index int }
 )
 
-// passMin is the smallest source batch that passes as it is when its
-// partition has more than one batch in a round. Kafka takes one batch per
-// partition in a produce request, so a round of many small batches (a
-// source producer that lingers little, copied after an outage) would cost
-// a request, one after another, for each; their records are merged into
-// batches as large as the target takes instead, which costs compressing
-// them again.
-const passMin = 64 << 10
-
 // build turns group's parts into target batches: a passing Kafka batch as
-// it is (see passMin), records rebuilt into batches under the shard's
+// it is, unless it is smaller than producer.merge_below and shares the
+// round with other batches of its partition, records rebuilt into batches under the shard's
 // batch limit (ss.maxBatch). A rebuilt batch that compression made larger than the
 // limit (incompressible records) is built again uncompressed, where the
 // size is known: every record was checked against ss.maxRecord.
@@ -92,7 +84,7 @@ func (ss *session) build(group []work) (*round, error) {
 		for _, j := range byPartition[tp] {
 			for k := range group[j].parts {
 				p := &group[j].parts[k]
-				if p.passes() && (parts == 1 || len(p.kafka.Raw) >= passMin) {
+				if p.passes() && (parts == 1 || len(p.kafka.Raw) >= ss.s.opts.Producer.MergeBelow) {
 					if err := flush(); err != nil {
 						return nil, err
 					}

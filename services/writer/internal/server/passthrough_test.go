@@ -345,6 +345,40 @@ func TestSmallKafkaBatchesAreMerged(t *testing.T) {
 	}
 }
 
+// With producer.merge_below 0 every source batch that can pass does, each
+// in a request of its own (pipelined): 50 small batches of a round reach
+// the target as 50 batches, byte for byte past the header the producer
+// rewrites.
+func TestMergeBelowZeroPassesEveryBatch(t *testing.T) {
+	for _, exactlyOnce := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exactly-once %v", exactlyOnce), func(t *testing.T) {
+			w := startWriterWith(t, passthroughLinks(t, exactlyOnce), func(p *ProducerSettings) { p.MergeBelow = 0 })
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			stream := w.openOrders(ctx, t, "east")
+			var raws [][]byte
+			for i := range int64(50) {
+				raws = append(raws, sourceBatch(t, i*2, 2, nil, recordbatch.LZ4, 0))
+			}
+			if err := sendKafka(t, stream, 1, 0, raws...); err != nil {
+				t.Fatalf("stream ended: %v", err)
+			}
+			if got, want := targetValues(t, w), vals(0, 100); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("target values %v, want %v", got, want)
+			}
+			_, data := targetRaw(t, w)
+			if len(data) != len(raws) {
+				t.Fatalf("50 small source batches became %d target batches, want 50", len(data))
+			}
+			for i := range raws {
+				if !bytes.Equal(data[i][recordbatch.HeaderSize:], raws[i][recordbatch.HeaderSize:]) {
+					t.Fatalf("target batch %d differs from source batch %d past the header", i, i)
+				}
+			}
+		})
+	}
+}
+
 // A Skip (offsets holding only batches a Ferry writer produced into the
 // source, left out against loops) writes nothing and moves the partition's
 // checkpoint past it, keeping the target offset after the last record

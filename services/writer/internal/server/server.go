@@ -68,6 +68,9 @@ type ProducerSettings struct {
 	// MaxMessageBytes bounds one batch (Kafka's max.message.bytes counts
 	// the batch as written).
 	MaxMessageBytes int
+	// MergeBelow: a source batch smaller than this that shares a round
+	// with other batches of its partition is merged with them (build.go).
+	MergeBelow int
 	// Timeout bounds one produce request.
 	Timeout time.Duration
 	// TransactionTimeout is how long the target keeps an exactly-once

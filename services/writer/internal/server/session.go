@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
@@ -132,7 +130,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	// Each stream has a client of its own: Kafka serves one request of a
 	// connection at a time, so shards sharing connections would wait for
 	// each other's acknowledgements.
-	cl, err := kgo.NewClient(append(slices.Clip(s.opts.Target), kgo.MaxVersions(producer.MaxVersions()))...)
+	cl, err := producer.NewClient(s.opts.Target...)
 	if err != nil {
 		return fmt.Errorf("target client: %w", err)
 	}
@@ -205,7 +203,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		if ss.link.ExactlyOnce {
 			err := step(log, "check no transaction open", func() error {
 				id, _ := prod.ID()
-				return fence.CheckClosed(ss.ctx, cl, ss.dataPartitions(), id)
+				return fence.CheckClosed(ss.ctx, cl.Client, ss.dataPartitions(), id)
 			})
 			if err != nil {
 				return fmt.Errorf("open shard %d: %w", ss.shard, err)

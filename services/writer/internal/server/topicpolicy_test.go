@@ -119,7 +119,7 @@ func startWriterWith(t *testing.T, links []Link, producer func(*ProducerSettings
 		t.Fatal(err)
 	}
 	t.Cleanup(codecs.Close)
-	pcfg := ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second}
+	pcfg := ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, MergeBelow: 64 << 10, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second}
 	producer(&pcfg)
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
