@@ -167,19 +167,20 @@ func appendXerial(dst, src []byte) []byte {
 	return dst
 }
 
-// decompress inflates src, compressed with c. A positive limit bounds the
+// decompress inflates src, compressed with c, into dst's memory (reused
+// when it is large enough; nil allocates). A positive limit bounds the
 // result: sizes the codec declares up front are checked before decoding,
 // and streams are read one byte past the limit at most.
-func decompress(src []byte, c Compression, limit int) ([]byte, error) {
+func decompress(dst, src []byte, c Compression, limit int) ([]byte, error) {
 	switch c {
 	case Gzip:
-		return inflateGzip(src, limit)
+		return inflateGzip(dst, src, limit)
 	case LZ4:
-		return inflateLZ4(src, limit)
+		return inflateLZ4(dst, src, limit)
 	case Zstd:
-		return inflateZstd(src, limit)
+		return inflateZstd(dst, src, limit)
 	case Snappy:
-		return inflateSnappy(src, limit)
+		return inflateSnappy(dst, src, limit)
 	}
 	return nil, fmt.Errorf("unknown codec %v", c)
 }
@@ -217,7 +218,7 @@ var (
 	})
 )
 
-func inflateGzip(src []byte, limit int) ([]byte, error) {
+func inflateGzip(dst, src []byte, limit int) ([]byte, error) {
 	r := gzipReaders.Get().(*gzipReader)
 	defer gzipReaders.Put(r)
 	defer r.src.Reset(nil)
@@ -225,33 +226,33 @@ func inflateGzip(src []byte, limit int) ([]byte, error) {
 	if err := r.zr.Reset(&r.src); err != nil {
 		return nil, fmt.Errorf("gzip: %w", err)
 	}
-	out, err := readBounded(&r.zr, len(src), limit)
+	out, err := readBounded(dst, &r.zr, len(src), limit)
 	if err != nil {
 		return nil, fmt.Errorf("gzip: %w", err)
 	}
 	return out, nil
 }
 
-func inflateLZ4(src []byte, limit int) ([]byte, error) {
+func inflateLZ4(dst, src []byte, limit int) ([]byte, error) {
 	r := lz4Readers.Get().(*lz4Reader)
 	defer lz4Readers.Put(r)
 	defer r.src.Reset(nil)
 	r.src.Reset(src)
 	r.zr.Reset(&r.src)
-	out, err := readBounded(r.zr, len(src), limit)
+	out, err := readBounded(dst, r.zr, len(src), limit)
 	if err != nil {
 		return nil, fmt.Errorf("lz4: %w", err)
 	}
 	return out, nil
 }
 
-func inflateZstd(src []byte, limit int) ([]byte, error) {
+func inflateZstd(dst, src []byte, limit int) ([]byte, error) {
 	if limit <= 0 {
 		dec, err := zstdDecoder()
 		if err != nil {
 			return nil, fmt.Errorf("zstd decoder: %w", err)
 		}
-		out, err := dec.DecodeAll(src, nil)
+		out, err := dec.DecodeAll(src, dst[:0])
 		if err != nil {
 			return nil, fmt.Errorf("zstd: %w", err)
 		}
@@ -280,22 +281,22 @@ func inflateZstd(src []byte, limit int) ([]byte, error) {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
 	defer zs.zr.Reset(nil)
-	out, err := readBounded(zs.zr, len(src), limit)
+	out, err := readBounded(dst, zs.zr, len(src), limit)
 	if err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
 	return out, nil
 }
 
-// readBounded reads r to its end; with a positive limit it stops one byte
-// past the limit and fails.
-func readBounded(r io.Reader, srcLen, limit int) ([]byte, error) {
+// readBounded reads r to its end into dst's memory (grown as needed); with
+// a positive limit it stops one byte past the limit and fails.
+func readBounded(dst []byte, r io.Reader, srcLen, limit int) ([]byte, error) {
 	guess := 4*srcLen + 512
 	if limit > 0 {
 		guess = min(guess, limit+1)
 		r = &io.LimitedReader{R: r, N: int64(limit) + 1}
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, guess))
+	buf := bytes.NewBuffer(slices.Grow(dst[:0], guess))
 	if _, err := buf.ReadFrom(r); err != nil {
 		return nil, err
 	}
@@ -309,7 +310,7 @@ var errXerial = errors.New("malformed xerial framing")
 
 // inflateSnappy reads both what Kafka's producer writes (xerial framing)
 // and raw snappy blocks, which other clients send and Kafka accepts.
-func inflateSnappy(src []byte, limit int) ([]byte, error) {
+func inflateSnappy(dst, src []byte, limit int) ([]byte, error) {
 	if len(src) < xerialHeaderSize || !bytes.HasPrefix(src, xerialMagic) {
 		n, err := snappy.DecodedLen(src)
 		if err != nil {
@@ -318,7 +319,7 @@ func inflateSnappy(src []byte, limit int) ([]byte, error) {
 		if limit > 0 && n > limit {
 			return nil, fmt.Errorf("snappy: block declares %d bytes: %w (%d)", n, errTooLarge, limit)
 		}
-		out, err := snappy.Decode(make([]byte, n), src)
+		out, err := snappy.Decode(slices.Grow(dst[:0], n)[:n], src)
 		if err != nil {
 			return nil, fmt.Errorf("snappy: %w", err)
 		}
@@ -333,7 +334,7 @@ func inflateSnappy(src []byte, limit int) ([]byte, error) {
 	if limit > 0 && total > limit {
 		return nil, fmt.Errorf("snappy: blocks declare %d bytes: %w (%d)", total, errTooLarge, limit)
 	}
-	out := make([]byte, total)
+	out := slices.Grow(dst[:0], total)[:total]
 	at := 0
 	if _, err := walkXerial(src, func(block []byte, n int) error {
 		if _, err := snappy.Decode(out[at:at+n], block); err != nil {

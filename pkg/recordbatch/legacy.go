@@ -213,7 +213,7 @@ func unwrapLegacy(m legacyMsg, c Compression, budget int) ([]legacyMsg, int, err
 	if c == LZ4 && m.magic == 0 {
 		src = fixKafka3160(src)
 	}
-	raw, err := decompress(src, c, budget)
+	raw, err := decompress(nil, src, c, budget)
 	if err != nil {
 		return nil, 0, err
 	}

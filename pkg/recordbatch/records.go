@@ -194,7 +194,7 @@ func Records(b []byte, maxDecompressed int) ([]Record, error) {
 	// Compaction can empty a batch and keep it for its producer state; such
 	// a batch has no records bytes to decompress, whatever its codec.
 	if c := info.Compression(); c != None && (len(raw) > 0 || info.NumRecords > 0) {
-		if raw, err = decompress(raw, c, maxDecompressed); err != nil {
+		if raw, err = decompress(nil, raw, c, maxDecompressed); err != nil {
 			return nil, fmt.Errorf("batch at offset %d: %w", info.BaseOffset, err)
 		}
 	}

@@ -53,6 +53,13 @@ type session struct {
 	acked    bool   // the writer acknowledged something this session
 }
 
+// outSlots is how many sealed batches wait for the sender (and its
+// in-flight credit). Each holds up to link.batch.max_bytes of a shard's
+// memory, and one ready batch is all the sender needs to start on while
+// the reader fetches the next: 8 held about 70 MB over 8 shards in the
+// 2026-12-01 catch-up's heap profile, for no throughput.
+const outSlots = 2
+
 type sent struct {
 	seq    uint64
 	weight int64
@@ -91,7 +98,7 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 
 	s := &session{
 		r: r, stream: stream, streamSpan: r.traceStream(stream),
-		out:      make(chan queued, 8),
+		out:      make(chan queued, outSlots),
 		credit:   semaphore.NewWeighted(int64(r.set.MaxInflightBytes)),
 		pcs:      map[discovery.Partition]sarama.PartitionConsumer{},
 		probe:    tracing.NewRecordProbe(),

@@ -38,10 +38,10 @@ type (
 
 // build turns group's parts into target batches: a passing Kafka batch as
 // it is, unless it is smaller than producer.merge_below and shares the
-// round with other batches of its partition, records rebuilt into batches under the shard's
-// batch limit (ss.maxBatch). A rebuilt batch that compression made larger than the
-// limit (incompressible records) is built again uncompressed, where the
-// size is known: every record was checked against ss.maxRecord.
+// round with other batches of its partition; records and merged batches
+// rebuilt (recordbatch.Builder) into batches under the shard's batch limit
+// (ss.maxBatch) uncompressed. A rebuilt batch that compression made larger
+// than the limit (incompressible records) is built again uncompressed.
 func (ss *session) build(group []work) (*round, error) {
 	r := &round{last: make([]batchRecord, len(group))}
 	for j := range r.last {
@@ -56,25 +56,25 @@ func (ss *session) build(group []work) (*round, error) {
 		}
 		byPartition[tp] = append(byPartition[tp], j)
 	}
-	var recs []recordbatch.Record
+	b := &ss.builder
+	b.Reset() // nothing of a round that failed to build (the stream ends then anyway)
 	for _, tp := range order {
 		target := ss.link.Naming.Target(tp.topic)
-		size := recordbatch.HeaderSize
-		var start recordAt // where recs[0] comes from
+		var start recordAt // where the builder's first record comes from
 		add := func(raw []byte, from recordAt, n int) {
 			r.batches = append(r.batches, producer.Batch{Topic: target, Partition: tp.partition, Raw: raw})
 			r.from, r.count = append(r.from, from), append(r.count, n)
 		}
 		flush := func() error {
-			if len(recs) == 0 {
+			if b.Records() == 0 {
 				return nil
 			}
-			raw, err := ss.seal(recs)
+			raw, err := ss.seal()
 			if err != nil {
 				return fmt.Errorf("build batch for %s/%d: %w", target, tp.partition, err)
 			}
-			add(raw, start, len(recs))
-			recs, size = recs[:0], recordbatch.HeaderSize
+			add(raw, start, b.Records())
+			b.Reset()
 			return nil
 		}
 		parts := 0
@@ -92,23 +92,36 @@ func (ss *session) build(group []work) (*round, error) {
 					add(p.kafka.Raw, recordAt{j, k, 0}, p.count())
 					continue
 				}
-				out, err := p.targetRecords() // a small passing batch is merged with its neighbours
+				if p.passes() { // a small one is merged with its neighbours
+					ok, err := ss.merge(p, recordAt{j, k, 0}, &start, flush)
+					if err != nil {
+						return nil, err
+					}
+					if ok {
+						r.last[j] = batchRecord{len(r.batches), b.Records() - 1}
+						continue
+					}
+					// Larger than a batch once decompressed: record by record.
+				}
+				out, err := p.targetRecords()
 				if err != nil {
 					return nil, err
 				}
 				for i, rec := range out {
-					n := recordbatch.RecordSize(rec)
-					if len(recs) > 0 && size+n > ss.maxBatch {
+					if !b.AddRecord(rec, ss.maxBatch) {
 						if err := flush(); err != nil {
 							return nil, err
 						}
+						// oversized refused every record above ss.maxRecord,
+						// so one fits an empty batch.
+						if !b.AddRecord(rec, ss.maxBatch) {
+							return nil, fmt.Errorf("record %d of %s/%d does not fit a batch of %d bytes", i, tp.topic, tp.partition, ss.maxBatch)
+						}
 					}
-					if len(recs) == 0 {
+					if b.Records() == 1 {
 						start = recordAt{j, k, i}
 					}
-					recs = append(recs, rec)
-					size += n
-					r.last[j] = batchRecord{len(r.batches), len(recs) - 1}
+					r.last[j] = batchRecord{len(r.batches), b.Records() - 1}
 				}
 			}
 		}
@@ -120,15 +133,43 @@ func (ss *session) build(group []work) (*round, error) {
 	return r, nil
 }
 
-// seal builds one batch of recs with the producer's compression, or
-// uncompressed if compression made it larger than the limit.
-func (ss *session) seal(recs []recordbatch.Record) ([]byte, error) {
+// merge adds a small passing Kafka batch's records to the builder, after
+// sealing what it holds if they do not fit with it (at, the part, becomes
+// start then). It reports false, having added nothing, for a batch whose
+// records alone are larger than a batch once decompressed.
+func (ss *session) merge(p *part, at recordAt, start *recordAt, flush func() error) (bool, error) {
+	b := &ss.builder
+	for {
+		empty := b.Records() == 0
+		ok, err := b.AddBatch(p.kafka.Raw, maxInflated, ss.maxBatch)
+		if err != nil {
+			return false, fmt.Errorf("%w: Kafka batch at %d: %v", batch.ErrMalformed, p.kafka.Info.BaseOffset, err)
+		}
+		if ok {
+			if empty {
+				*start = at
+			}
+			return true, nil
+		}
+		if empty {
+			return false, nil
+		}
+		if err := flush(); err != nil {
+			return false, err
+		}
+	}
+}
+
+// seal builds the builder's records into one batch with the producer's
+// compression, or uncompressed if compression made it larger than the
+// limit (the builder kept them within it uncompressed).
+func (ss *session) seal() ([]byte, error) {
 	c := ss.s.opts.Producer.Compression
-	raw, err := recordbatch.Build(nil, recs, c)
+	raw, err := ss.builder.Build(c)
 	if err != nil || len(raw) <= ss.maxBatch || c == recordbatch.None {
 		return raw, err
 	}
-	return recordbatch.Build(nil, recs, recordbatch.None)
+	return ss.builder.Build(recordbatch.None)
 }
 
 func toRecord(r *batch.Record) recordbatch.Record {

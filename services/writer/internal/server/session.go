@@ -60,6 +60,9 @@ type session struct {
 	// one is in flight, and a fetcher cannot make the writer hold more.
 	queued     *semaphore.Weighted
 	queueBytes int64
+	// builder rebuilds the round's batches that cannot pass as they are
+	// (build.go); its buffers serve round after round.
+	builder recordbatch.Builder
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
