@@ -39,6 +39,8 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		{"half a grpc window setting", base + "grpc: {stream_window: 32MiB}\nlinks: [{name: a}]\n", "grpc: set both stream_window and conn_window"},
 		{"grpc window below gRPC's floor", base + "grpc: {stream_window: 16KiB, conn_window: 1MiB}\nlinks: [{name: a}]\n", "grpc.stream_window: 16KiB"},
 		{"grpc conn window below the stream's", base + "grpc: {stream_window: 8MiB, conn_window: 1MiB}\nlinks: [{name: a}]\n", "grpc.conn_window"},
+		{"merge every small batch", base + "producer: {merge_below: 0}\nlinks: [{name: a}]\n", ""},
+		{"merge below above the batch limit", base + "producer: {merge_below: 2MiB}\nlinks: [{name: a}]\n", "producer.merge_below: 2MiB"},
 		{"sampling without tracing", base + "tracing: {sampling_ratio: 0.5}\nlinks: [{name: a}]\n", "tracing.sampling_ratio: has no effect without tracing.endpoint"},
 	}
 	for _, tt := range tests {
