@@ -95,8 +95,8 @@ func TestBuilderRefuses(t *testing.T) {
 	swapped := mustBuild(t, manyRecords(1), None)
 	swapped = rawBatch(None, append(append([]byte{}, swapped[HeaderSize:]...), swapped[HeaderSize:]...), 2, baseTS) // two records, both offset delta 0
 	for _, tc := range []struct {
-		name    string
-		raw     []byte
+		name     string
+		raw      []byte
 		sentinel error
 	}{
 		{"LogAppendTime", lat, ErrCannotMerge},
