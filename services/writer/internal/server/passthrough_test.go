@@ -322,16 +322,7 @@ func TestSmallKafkaBatchesAreMerged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stream := w.openOrders(ctx, t, "east")
-	var raws [][]byte
-	for i := range int64(50) {
-		raws = append(raws, sourceBatch(t, i*2, 2, nil, recordbatch.LZ4, 0))
-	}
-	if err := sendKafka(t, stream, 1, 0, raws...); err != nil {
-		t.Fatalf("stream ended: %v", err)
-	}
-	if got, want := targetValues(t, w), vals(0, 100); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("target values %v, want %v", got, want)
-	}
+	sendSmallBatches(t, w, stream)
 	if n := len(targetBatches(t, w)); n != 1 {
 		t.Errorf("50 small source batches became %d target batches, want 1", n)
 	}
@@ -345,6 +336,24 @@ func TestSmallKafkaBatchesAreMerged(t *testing.T) {
 	}
 }
 
+// sendSmallBatches sends 50 small lz4 source batches of 2 records each in
+// one wire batch, waits for its acknowledgement and checks the target
+// holds their 100 values in order; it returns the source batches.
+func sendSmallBatches(t *testing.T, w *testWriter, stream ferryv1.ReplicationService_ReplicateClient) [][]byte {
+	t.Helper()
+	var raws [][]byte
+	for i := range int64(50) {
+		raws = append(raws, sourceBatch(t, i*2, 2, nil, recordbatch.LZ4, 0))
+	}
+	if err := sendKafka(t, stream, 1, 0, raws...); err != nil {
+		t.Fatalf("stream ended: %v", err)
+	}
+	if got, want := targetValues(t, w), vals(0, 100); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("target values %v, want %v", got, want)
+	}
+	return raws
+}
+
 // With producer.merge_below 0 every source batch that can pass does, each
 // in a request of its own (pipelined): 50 small batches of a round reach
 // the target as 50 batches, byte for byte past the header the producer
@@ -355,17 +364,7 @@ func TestMergeBelowZeroPassesEveryBatch(t *testing.T) {
 			w := startWriterWith(t, passthroughLinks(t, exactlyOnce), func(p *ProducerSettings) { p.MergeBelow = 0 })
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			stream := w.openOrders(ctx, t, "east")
-			var raws [][]byte
-			for i := range int64(50) {
-				raws = append(raws, sourceBatch(t, i*2, 2, nil, recordbatch.LZ4, 0))
-			}
-			if err := sendKafka(t, stream, 1, 0, raws...); err != nil {
-				t.Fatalf("stream ended: %v", err)
-			}
-			if got, want := targetValues(t, w), vals(0, 100); fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("target values %v, want %v", got, want)
-			}
+			raws := sendSmallBatches(t, w, w.openOrders(ctx, t, "east"))
 			_, data := targetRaw(t, w)
 			if len(data) != len(raws) {
 				t.Fatalf("50 small source batches became %d target batches, want 50", len(data))
