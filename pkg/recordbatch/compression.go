@@ -190,11 +190,6 @@ type gzipReader struct {
 	src bytes.Reader
 }
 
-type lz4Reader struct {
-	zr  *lz4.Reader
-	src bytes.Reader
-}
-
 // zstdStream decodes one stream at a time: with concurrency 1 the decoder
 // runs on the caller's goroutine, so a pooled one owns no goroutines.
 type zstdStream struct {
@@ -204,7 +199,6 @@ type zstdStream struct {
 
 var (
 	gzipReaders = sync.Pool{New: func() any { return new(gzipReader) }}
-	lz4Readers  = sync.Pool{New: func() any { return &lz4Reader{zr: lz4.NewReader(nil)} }}
 	zstdStreams = sync.Pool{New: func() any {
 		zr, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
 		if err != nil {
@@ -233,17 +227,105 @@ func inflateGzip(dst, src []byte, limit int) ([]byte, error) {
 	return out, nil
 }
 
+// inflateLZ4 decodes LZ4 frames as Kafka writes them (KafkaLZ4BlockOutputStream
+// and every client's LZ4 codec): independent blocks, each decoded straight
+// into dst, so no block buffer of the frame's declared size (pierrec/lz4's
+// Reader takes one from a pool per frame: 4 MiB for producers that declare
+// 4 MiB blocks, however small the batch) is held. The header checksum is
+// checked, as Kafka checks it; block and content checksums are skipped:
+// the batch's CRC-32C covers every byte. Frames may follow each other.
 func inflateLZ4(dst, src []byte, limit int) ([]byte, error) {
-	r := lz4Readers.Get().(*lz4Reader)
-	defer lz4Readers.Put(r)
-	defer r.src.Reset(nil)
-	r.src.Reset(src)
-	r.zr.Reset(&r.src)
-	out, err := readBounded(dst, r.zr, len(src), limit)
-	if err != nil {
-		return nil, fmt.Errorf("lz4: %w", err)
+	out := dst[:0]
+	for len(src) > 0 {
+		var err error
+		if out, src, err = inflateLZ4Frame(out, src, limit); err != nil {
+			return nil, fmt.Errorf("lz4: %w", err)
+		}
 	}
 	return out, nil
+}
+
+// lz4BlockSizes are the block maximum sizes a frame descriptor's BD byte
+// names (bits 6-4, values 4 to 7).
+var lz4BlockSizes = [8]int{4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
+
+// inflateLZ4Frame appends the frame at the start of src to out and returns
+// what follows it.
+func inflateLZ4Frame(out, src []byte, limit int) ([]byte, []byte, error) {
+	if len(src) < 7 || !bytes.HasPrefix(src, lz4FrameMagic) {
+		return nil, nil, errors.New("no LZ4 frame magic")
+	}
+	flg, bd := src[4], src[5]
+	if flg>>6 != 1 {
+		return nil, nil, fmt.Errorf("frame version %d", flg>>6)
+	}
+	if flg&0x20 == 0 {
+		return nil, nil, errors.New("dependent blocks (Kafka reads only independent ones)")
+	}
+	if flg&0x02 != 0 || bd&0x8f != 0 {
+		return nil, nil, errors.New("reserved frame descriptor bits set")
+	}
+	blockMax := lz4BlockSizes[bd>>4&7]
+	if blockMax == 0 {
+		return nil, nil, fmt.Errorf("block size code %d", bd>>4&7)
+	}
+	at := 6
+	if flg&0x08 != 0 {
+		at += 8 // content size
+	}
+	if flg&0x01 != 0 {
+		at += 4 // dictionary id
+	}
+	if len(src) <= at {
+		return nil, nil, errors.New("frame descriptor truncated")
+	}
+	if want := byte(xxh32Short(src[4:at]) >> 8); src[at] != want {
+		return nil, nil, fmt.Errorf("frame descriptor checksum %#x, want %#x", src[at], want)
+	}
+	src = src[at+1:]
+	blockSum, contentSum := flg&0x10 != 0, flg&0x04 != 0
+	for {
+		if len(src) < 4 {
+			return nil, nil, errors.New("frame truncated before its end mark")
+		}
+		word := binary.LittleEndian.Uint32(src)
+		src = src[4:]
+		if word == 0 { // the end mark
+			break
+		}
+		n := int(word &^ (1 << 31))
+		if n > blockMax || n > len(src) {
+			return nil, nil, fmt.Errorf("block of %d bytes (frame's blocks at most %d, %d bytes left)", n, blockMax, len(src))
+		}
+		block := src[:n]
+		src = src[n:]
+		if blockSum {
+			if len(src) < 4 {
+				return nil, nil, errors.New("block checksum truncated")
+			}
+			src = src[4:]
+		}
+		if word&(1<<31) != 0 { // stored uncompressed
+			out = append(out, block...)
+		} else {
+			out = slices.Grow(out, blockMax)
+			got, err := lz4.UncompressBlock(block, out[len(out):len(out)+blockMax])
+			if err != nil {
+				return nil, nil, err
+			}
+			out = out[:len(out)+got]
+		}
+		if limit > 0 && len(out) > limit {
+			return nil, nil, fmt.Errorf("%w (%d)", errTooLarge, limit)
+		}
+	}
+	if contentSum {
+		if len(src) < 4 {
+			return nil, nil, errors.New("content checksum truncated")
+		}
+		src = src[4:]
+	}
+	return out, src, nil
 }
 
 func inflateZstd(dst, src []byte, limit int) ([]byte, error) {

@@ -261,6 +261,17 @@ func TestReadForeignFraming(t *testing.T) {
 			w.Close()
 			return buf.Bytes()
 		}},
+		{"two lz4 frames", LZ4, func() []byte {
+			first, err := compress(nil, raw[:half], LZ4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := compress(nil, raw[half:], LZ4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return append(first, second...)
+		}},
 		{"streamed zstd frame", Zstd, func() []byte { return zstdStreamed(t, raw) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -275,6 +286,52 @@ func TestReadForeignFraming(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLZ4Frames covers the LZ4 frame reader's own cases: a block stored
+// uncompressed, and the frames Kafka refuses.
+func TestLZ4Frames(t *testing.T) {
+	noise := make([]byte, 100_000)
+	x := uint32(1)
+	for i := range noise {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		noise[i] = byte(x)
+	}
+	frame, err := compress(nil, noise, LZ4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if binary.LittleEndian.Uint32(frame[7:])&(1<<31) == 0 {
+		t.Fatal("the incompressible block was not stored")
+	}
+	got, err := inflateLZ4(nil, frame, 0)
+	if err != nil || !bytes.Equal(got, noise) {
+		t.Fatalf("stored blocks: %v, equal %v", err, bytes.Equal(got, noise))
+	}
+	if _, err := inflateLZ4(nil, frame, 1000); !errors.Is(err, errTooLarge) {
+		t.Fatalf("limit: %v, want errTooLarge", err)
+	}
+	withHC := func(mutate func(f []byte)) []byte {
+		f := bytes.Clone(frame)
+		mutate(f)
+		f[6] = byte(xxh32Short(f[4:6]) >> 8)
+		return f
+	}
+	for name, bad := range map[string][]byte{
+		"dependent blocks":   withHC(func(f []byte) { f[4] &^= 0x20 }),
+		"frame version 2":    withHC(func(f []byte) { f[4] ^= 0xc0 }),
+		"block size code 3":  withHC(func(f []byte) { f[5] = 3 << 4 }),
+		"header checksum":    append(append(bytes.Clone(frame[:6]), frame[6]+1), frame[7:]...),
+		"no end mark":        frame[:len(frame)-4],
+		"truncated block":    frame[:20],
+		"trailing non-frame": append(bytes.Clone(frame), 1, 2, 3, 4, 5, 6, 7, 8),
+	} {
+		if _, err := inflateLZ4(nil, bad, 0); err == nil {
+			t.Errorf("%s: read without error", name)
+		}
 	}
 }
 
