@@ -77,6 +77,9 @@ type Result struct {
 	// legacy message holds its records whole): records before it are the
 	// caller's to skip.
 	Batches [][]byte
+	// Records are the partition's bytes as the response holds them: the
+	// Batches that alias the response are slices of it.
+	Records []byte
 	// Next is the offset to ask next: one past the last complete batch
 	// seen, returned or dropped (control, aborted), or the asked offset
 	// if there was none.

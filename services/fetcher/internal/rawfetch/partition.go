@@ -35,6 +35,7 @@ var maxLegacy = 64 << 20
 // again reaches the same bytes.
 func readPartition(asked int64, rp *kmsg.FetchResponseTopicPartition) Result {
 	r := Result{
+		Records:          rp.RecordBatches,
 		Next:             asked,
 		HighWatermark:    rp.HighWatermark,
 		LastStableOffset: rp.LastStableOffset,

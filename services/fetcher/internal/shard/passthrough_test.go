@@ -3,6 +3,7 @@ package shard
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -670,4 +671,52 @@ func TestPassThroughSkipsWhatFerryWrote(t *testing.T) {
 	if v := testutil.ToFloat64(m.Replicated.WithLabelValues(testLink, topic, "0")); v != 17 {
 		t.Errorf("replicated records skipped: %v, want 17", v)
 	}
+}
+
+// contiguous joins batches that follow each other in the response's bytes
+// without copying them, and refuses any other layout (the caller copies
+// then).
+func TestContiguousAliasesConsecutiveBatches(t *testing.T) {
+	var resp []byte
+	var ks []batch.KafkaBatch
+	for i := range 4 {
+		resp = append(resp, sourceTestBatch(t, int64(i*3), 3)...)
+	}
+	raws, _, err := recordbatch.Split(resp)
+	if err != nil || len(raws) != 4 {
+		t.Fatal(raws, err)
+	}
+	for _, raw := range raws {
+		ks = append(ks, batch.KafkaBatch{Raw: raw})
+	}
+	joined := contiguous(resp, ks[1:3])
+	want := append(append([]byte{}, raws[1]...), raws[2]...)
+	if !bytes.Equal(joined, want) || &joined[0] != &raws[1][0] || cap(joined) != len(joined) {
+		t.Fatalf("contiguous: %d bytes (cap %d), want batches 1 and 2 aliased, capped", len(joined), cap(joined))
+	}
+	for name, group := range map[string][]batch.KafkaBatch{
+		"a batch left out between": {ks[0], ks[2]},
+		"out of order":             {ks[1], ks[0]},
+		"a copy":                   {ks[0], {Raw: bytes.Clone(raws[1])}},
+		"not in the response":      {{Raw: bytes.Clone(raws[0])}},
+	} {
+		if got := contiguous(resp, group); got != nil {
+			t.Errorf("%s: contiguous = %d bytes, want nil", name, len(got))
+		}
+	}
+}
+
+// sourceTestBatch is one uncompressed batch of n records from offset base.
+func sourceTestBatch(t *testing.T, base int64, n int) []byte {
+	t.Helper()
+	recs := make([]recordbatch.Record, n)
+	for i := range recs {
+		recs[i] = recordbatch.Record{Timestamp: 1, Value: []byte(strconv.Itoa(i))}
+	}
+	raw, err := recordbatch.Build(nil, recs, recordbatch.None)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.BigEndian.PutUint64(raw, uint64(base)) // the base offset is not under the CRC
+	return raw
 }
