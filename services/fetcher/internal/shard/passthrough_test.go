@@ -374,14 +374,15 @@ func TestPassThroughRecordsDeletedWhileReadingStopThePartition(t *testing.T) {
 	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 	writer.HoldAcks()
 	// Each source batch a wire batch of its own and one batch in flight:
-	// with acks held, one is sent, one waits for credit, the queue holds 8
-	// and the loop blocks sealing the 11th, inside the round that read it.
+	// with acks held, one is sent, one waits for credit, the queue holds
+	// outSlots and the loop blocks sealing the next, inside the round that
+	// read it.
 	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) {
 		s.PassThrough, s.BatchMaxBytes, s.MaxInflightBytes = true, 1, 1
 	}, topic)
 	src.produce(t, topic, 30) // 30 batches
 	records := func() float64 { return testutil.ToFloat64(m.Records.WithLabelValues(testLink, topic, "0")) }
-	writertest.WaitFor(t, 10*time.Second, "the loop blocked", func() bool { return records() == 11 })
+	writertest.WaitFor(t, 10*time.Second, "the loop blocked", func() bool { return records() == outSlots+3 })
 	src.produce(t, topic, 20)
 	deleteRecords(t, src, topic, 50) // the blocked round ends at 30 at most
 	writer.ReleaseAcks()
