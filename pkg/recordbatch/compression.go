@@ -249,6 +249,26 @@ func inflateLZ4(dst, src []byte, limit int) ([]byte, error) {
 // names (bits 6-4, values 4 to 7).
 var lz4BlockSizes = [8]int{4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
 
+// uncompressLZ4Block appends the decoded block to out. A block does not say
+// how large it decodes, and frames often declare 4 MiB blocks however small
+// they are, so room for a few times the block is tried first and the
+// frame's maximum only if that was too little (pierrec/lz4 does not tell a
+// short destination from a damaged block).
+func uncompressLZ4Block(out, block []byte, blockMax int) ([]byte, error) {
+	guess := min(blockMax, 4*len(block)+64<<10)
+	for {
+		out = slices.Grow(out, guess)
+		got, err := lz4.UncompressBlock(block, out[len(out):len(out)+guess])
+		if err == nil {
+			return out[:len(out)+got], nil
+		}
+		if guess == blockMax {
+			return nil, err
+		}
+		guess = blockMax
+	}
+}
+
 // inflateLZ4Frame appends the frame at the start of src to out and returns
 // what follows it.
 func inflateLZ4Frame(out, src []byte, limit int) ([]byte, []byte, error) {
@@ -308,12 +328,10 @@ func inflateLZ4Frame(out, src []byte, limit int) ([]byte, []byte, error) {
 		if word&(1<<31) != 0 { // stored uncompressed
 			out = append(out, block...)
 		} else {
-			out = slices.Grow(out, blockMax)
-			got, err := lz4.UncompressBlock(block, out[len(out):len(out)+blockMax])
-			if err != nil {
+			var err error
+			if out, err = uncompressLZ4Block(out, block, blockMax); err != nil {
 				return nil, nil, err
 			}
-			out = out[:len(out)+got]
 		}
 		if limit > 0 && len(out) > limit {
 			return nil, nil, fmt.Errorf("%w (%d)", errTooLarge, limit)

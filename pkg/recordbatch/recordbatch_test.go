@@ -311,6 +311,23 @@ func TestLZ4Frames(t *testing.T) {
 	if err != nil || !bytes.Equal(got, noise) {
 		t.Fatalf("stored blocks: %v, equal %v", err, bytes.Equal(got, noise))
 	}
+	// A block that decodes to far more than a few times its size (the
+	// first guess at its room) still decodes whole.
+	zeros := make([]byte, 3<<20)
+	var buf bytes.Buffer
+	w := lz4.NewWriter(&buf)
+	if err := w.Apply(lz4.BlockSizeOption(lz4.Block4Mb)); err != nil {
+		t.Fatal(err)
+	}
+	w.Write(zeros)
+	w.Close()
+	packed := buf.Bytes()
+	if n := binary.LittleEndian.Uint32(packed[7:]); n > 1<<20 {
+		t.Fatalf("the zeros' block takes %d bytes: not the case the test is for", n)
+	}
+	if got, err := inflateLZ4(nil, packed, 0); err != nil || !bytes.Equal(got, zeros) {
+		t.Fatalf("highly compressible blocks: %v, %d bytes", err, len(got))
+	}
 	if _, err := inflateLZ4(nil, frame, 1000); !errors.Is(err, errTooLarge) {
 		t.Fatalf("limit: %v, want errTooLarge", err)
 	}
