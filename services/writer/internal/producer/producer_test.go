@@ -244,15 +244,14 @@ func TestRequestsArePipelined(t *testing.T) {
 		// produce request is behind this one on the same connection, so
 		// it is only written, not served, until this one is answered.
 		c.SleepControl(func() {
-			deadline := time.Now().Add(10 * time.Second)
-			for time.Now().Before(deadline) {
-				if n, _ := cl.writes.count(0); n >= 2 {
-					held = int(n)
-					return
-				}
-				time.Sleep(time.Millisecond)
-			}
-			waited = true
+			// The client's own write count, with a deadline: the wait
+			// ends when the second request is written or time is up.
+			expired := make(chan struct{})
+			timer := time.AfterFunc(10*time.Second, func() { close(expired) })
+			defer timer.Stop()
+			cl.writes.wait(0, 2, expired)
+			n, _ := cl.writes.count(0)
+			held, waited = int(n), n < 2
 		})
 		return nil, nil, false
 	})
