@@ -118,16 +118,25 @@ type replicator interface {
 // "default" here is stock MM2 on the data path. Tuned and exactly-once are
 // kafkabroker's, which the fault soak's mm2-eos shares.
 func mm2Props(sys System, partitions int) map[string]string {
+	tasks := min(partitions, mm2MaxTasks)
 	switch sys {
 	case MM2Default:
 		return map[string]string{}
 	case MM2Tuned:
-		return kafkabroker.MM2TunedProps(sourceAlias, targetAlias, partitions)
+		return kafkabroker.MM2TunedProps(sourceAlias, targetAlias, tasks)
 	case MM2EOS:
-		return kafkabroker.MM2ExactlyOnceProps(sourceAlias, targetAlias, partitions)
+		return kafkabroker.MM2ExactlyOnceProps(sourceAlias, targetAlias, tasks)
 	}
 	return nil
 }
+
+// mm2MaxTasks caps the tuned variants' tasks.max: a task per partition up
+// to 8 (the 8-partition workloads), and 8 tasks sharing 64 partitions in
+// the partitions workload. A task per partition there gave 64 producers of
+// 64 MiB buffer.memory each, and the 1 GiB JVM ran out of memory
+// (2026-12-01); 8 tasks on 2 cores is what an operator sizing MM2 would
+// choose.
+const mm2MaxTasks = 8
 
 type mm2 struct{ m *kafkabroker.MirrorMaker }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/admin"
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/budget"
 	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
@@ -119,7 +120,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		MaxMessageBytes: int(cfg.Writers.MaxMessageBytes), PassThrough: cfg.Link.PassThrough,
 	}
 	deps := shard.Deps{Consumer: consumer, Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name),
-		Tracer: tracing.Tracer(tp, "github.com/ferry-replicator/ferry/fetcher")}
+		Tracer: tracing.Tracer(tp, "github.com/ferry-replicator/ferry/fetcher"),
+		Budget: budget.New(int64(cfg.Link.MaxBufferedBytes), func(n int64) { m.BufferedBytes.Set(float64(n)) })}
 	if cfg.Link.PassThrough {
 		raw, err := newRawFetcher(cfg)
 		if err != nil {

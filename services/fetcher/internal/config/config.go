@@ -75,6 +75,10 @@ type Link struct {
 	// MaxInflightBytes bounds the compressed bytes sent on a shard's stream
 	// and not yet acknowledged.
 	MaxInflightBytes config.ByteSize `yaml:"max_inflight_bytes"`
+	// MaxBufferedBytes bounds the source bytes all shards hold at once,
+	// from the fetch that reads them to the writer's acknowledgement: the
+	// fetcher's memory for batches follows this, not the partition count.
+	MaxBufferedBytes config.ByteSize `yaml:"max_buffered_bytes"`
 	// OnDataLoss is what a partition does when going on would lose or skip
 	// data (offset out of range, checkpoint beyond the source, topic
 	// recreated): stop (the default) or skip, counted and logged.
@@ -156,6 +160,7 @@ func Defaults() Config {
 	c.Link.Batch.MaxBytes = 1 << 20
 	c.Link.Batch.Linger = 20 * time.Millisecond
 	c.Link.MaxInflightBytes = 16 << 20
+	c.Link.MaxBufferedBytes = 32 << 20
 	c.Link.FetchMaxBytes = 1 << 20
 	c.Link.OnDataLoss = "stop"
 	c.Link.PassThrough = true
@@ -222,6 +227,9 @@ func (c *Config) Validate() error {
 	}
 	if l.MaxInflightBytes < l.Batch.MaxBytes {
 		p.Addf("link.max_inflight_bytes", "%v: must be at least link.batch.max_bytes (%v)", l.MaxInflightBytes, l.Batch.MaxBytes)
+	}
+	if floor := max(l.Batch.MaxBytes, l.FetchMaxBytes); l.MaxBufferedBytes < floor {
+		p.Addf("link.max_buffered_bytes", "%v: must be at least link.batch.max_bytes and link.fetch_max_bytes (%v)", l.MaxBufferedBytes, floor)
 	}
 	if l.OnDataLoss != "stop" && l.OnDataLoss != "skip" {
 		p.Addf("link.on_data_loss", "%q: want stop or skip", l.OnDataLoss)

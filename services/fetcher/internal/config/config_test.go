@@ -42,6 +42,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "missing bootstrap", yaml: "link: {name: a}\nwriters: {addresses: [x:1]}\n", want: "source.bootstrap_servers: required"},
 		{name: "bad include regex", yaml: valid, sets: []string{"link.topics.include=orders(,x"}, want: "link.topics.include[0]"},
 		{name: "batch above message limit", yaml: valid, sets: []string{"link.batch.max_bytes=8MiB"}, want: "link.batch.max_bytes: 8MiB is above writers.max_message_bytes"},
+		{name: "buffered bytes below a fetch", yaml: valid, sets: []string{"link.max_buffered_bytes=512KiB"}, want: "link.max_buffered_bytes: 512KiB: must be at least link.batch.max_bytes and link.fetch_max_bytes (1MiB)"},
+		{name: "buffered bytes below a larger fetch", yaml: valid, sets: []string{"link.max_buffered_bytes=2MiB", "link.fetch_max_bytes=4MiB"}, want: "link.max_buffered_bytes: 2MiB: must be at least link.batch.max_bytes and link.fetch_max_bytes (4MiB)"},
 		{name: "bad codec", yaml: valid, sets: []string{"link.codec=gzip"}, want: "link.codec"},
 		{name: "bad duration from env", yaml: valid, env: []string{"FERRY_FETCHER_LINK_BATCH_LINGER=soon"}, want: "FERRY_FETCHER_LINK_BATCH_LINGER"},
 		{name: "unknown env setting", yaml: valid, env: []string{"FERRY_FETCHER_NOPE=1"}, want: "FERRY_FETCHER_NOPE: no such setting"},

@@ -12,6 +12,7 @@ type Metrics struct {
 	LagRecords     *prometheus.GaugeVec
 	Committed      *prometheus.GaugeVec
 	InflightBytes  prometheus.Gauge
+	BufferedBytes  prometheus.Gauge
 	StreamRestarts *prometheus.CounterVec
 	PartitionStops *prometheus.CounterVec
 	ShardsOwned    prometheus.Gauge
@@ -41,6 +42,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		InflightBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_fetcher_inflight_bytes", Help: "Compressed bytes sent and not yet acknowledged, all shards.",
 		}),
+		BufferedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_fetcher_buffered_bytes", Help: "Source bytes the fetcher holds for its shards, reserved for fetches under way, queued to send or sent and not yet acknowledged; at most link.max_buffered_bytes.",
+		}),
 		StreamRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_fetcher_stream_restarts_total",
 			Help: "Shard streams that failed and were reopened, by reason: the gRPC status code of the failure in snake case (unavailable, permission_denied, failed_precondition, ...) or other.",
@@ -59,6 +63,6 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "ferry_shards_owned", Help: "Shards this fetcher replicates now.",
 		}),
 	}
-	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.LagRecords, m.Committed, m.InflightBytes, m.StreamRestarts, m.PartitionStops, m.ShardsOwned, m.Skipped, m.Replicated)
+	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.LagRecords, m.Committed, m.InflightBytes, m.BufferedBytes, m.StreamRestarts, m.PartitionStops, m.ShardsOwned, m.Skipped, m.Replicated)
 	return m
 }

@@ -125,6 +125,14 @@ type topicMeta struct {
 // New returns a Fetcher that sends its requests through cl. cl needs no
 // consumer options: Fetch addresses brokers directly and never uses cl's
 // own consumer.
+// RoundBytes is what a round over n partitions reads at most: each
+// partition's PartitionMaxBytes (the one exception, a first batch larger
+// than that, comes back whole). A caller holding memory for a round
+// reserves this much before it asks.
+func (f *Fetcher) RoundBytes(n int) int64 {
+	return int64(n) * int64(f.opts.PartitionMaxBytes)
+}
+
 func New(cl *kgo.Client, opts Options) *Fetcher {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = DefaultMaxWait
@@ -165,6 +173,15 @@ type answer struct {
 // (no Result is returned, and none is lost: positions stay the caller's)
 // or cl was closed.
 func (f *Fetcher) Fetch(ctx context.Context, positions map[Partition]int64) (map[Partition]Result, error) {
+	return f.FetchUpTo(ctx, positions, 0)
+}
+
+// FetchUpTo is Fetch with the round's response bytes limited to about
+// maxBytes (0: only the Options' limits), shared evenly among the leaders
+// asked; as ever, a leader's first batch comes whole even if larger. A
+// caller that holds memory for what it reads sizes the round to what it
+// holds.
+func (f *Fetcher) FetchUpTo(ctx context.Context, positions map[Partition]int64, maxBytes int64) (map[Partition]Result, error) {
 	out := make(map[Partition]Result, len(positions))
 	ask := make(map[Partition]int64, len(positions))
 	for p, off := range positions {
@@ -197,10 +214,14 @@ func (f *Fetcher) Fetch(ctx context.Context, positions map[Partition]int64) (map
 	for leader, parts := range byLeader {
 		rounds = append(rounds, leaderRound{leader: leader, parts: parts})
 	}
+	limit := f.opts.MaxBytes
+	if maxBytes > 0 {
+		limit = int32(min(int64(limit), max(maxBytes/int64(len(rounds)), 1)))
+	}
 	var wg sync.WaitGroup
 	for i := range rounds {
 		r := &rounds[i]
-		wg.Go(func() { r.got, r.err = f.fetchFrom(ctx, r.leader, r.parts, ask) })
+		wg.Go(func() { r.got, r.err = f.fetchFrom(ctx, r.leader, r.parts, ask, limit) })
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -376,12 +397,12 @@ func (f *Fetcher) lookUp(ctx context.Context, topics []string) (map[string]error
 // fetchFrom sends one FetchRequest for parts to leader and returns each
 // part's answer. Its error is only kgo.ErrClientClosed; when ctx ends it
 // returns nothing and Fetch reports ctx.
-func (f *Fetcher) fetchFrom(ctx context.Context, leader int32, parts []Partition, ask map[Partition]int64) (map[Partition]answer, error) {
+func (f *Fetcher) fetchFrom(ctx context.Context, leader int32, parts []Partition, ask map[Partition]int64, maxBytes int32) (map[Partition]answer, error) {
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = int32(min(f.opts.MaxWait.Milliseconds(), math.MaxInt32))
 	req.MinBytes = 1
-	req.MaxBytes = f.opts.MaxBytes
+	req.MaxBytes = maxBytes
 	req.IsolationLevel = 1 // read_committed: up to the last stable offset, with the aborted list
 	req.SessionID = 0      // no fetch session: each request names all its partitions
 	req.SessionEpoch = -1

@@ -94,7 +94,21 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 		for rp, pp := range parts {
 			ask[rp] = pp.next
 		}
-		results, err := r.deps.RawFetch.Fetch(ctx, ask)
+		// The round's memory is reserved before it is read, of the
+		// fetcher-wide budget, and the round reads no more than that, so
+		// the bytes every shard holds stay within link.max_buffered_bytes
+		// however many shards there are. A round asks for what all its
+		// partitions could return, and takes what is free if that is
+		// less, but at least one partition's worth. Each wire batch keeps
+		// its share (draw) until the writer acknowledges it; the rest
+		// comes back once the round is queued.
+		fetch := r.deps.RawFetch
+		reserved, err := s.hold.AcquireUpTo(ctx, fetch.RoundBytes(1), fetch.RoundBytes(len(ask)))
+		if err != nil {
+			return nil // ctx ended
+		}
+		s.reserved = reserved
+		results, err := fetch.FetchUpTo(ctx, ask, reserved)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -123,6 +137,8 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 				delete(parts, rp)
 			}
 		}
+		s.hold.Release(s.reserved)
+		s.reserved = 0
 		if len(results) > 0 && retries == len(results) && !s.retryWait(ctx) {
 			return nil
 		}
@@ -197,6 +213,16 @@ func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, r
 	default:
 		return &StopError{Reason: ReasonSourceUnreadable, Err: res.Err}, true, nil
 	}
+}
+
+// draw takes a wire batch's share of n bytes from what its round
+// reserved: all of n while the reservation lasts (a round can read more
+// than it reserved: a first batch above the partition limit comes whole),
+// then what is left, then nothing (send takes the bytes of such a batch).
+func (s *session) draw(n int) int64 {
+	d := min(int64(n), s.reserved)
+	s.reserved -= d
+	return d
 }
 
 // kafkaBatches parses a round's batches of a partition read from offset
@@ -284,7 +310,7 @@ func (s *session) sealRecords(ctx context.Context, tr *batchTracer, pp *ptPartit
 		pp.wireBytes.Add(float64(len(b.Payload)))
 		enc.Reset()
 		select {
-		case s.out <- queued{b, span}:
+		case s.out <- queued{b, span, s.draw(len(b.Payload))}:
 			pp.sent = b.LastOffset + 1
 			return true
 		case <-ctx.Done():
@@ -365,7 +391,7 @@ func (s *session) sealKafka(ctx context.Context, tr *batchTracer, pp *ptPartitio
 	pp.rawBytes.Add(float64(len(raw)))
 	pp.wireBytes.Add(float64(len(b.Payload)))
 	select {
-	case s.out <- queued{b, span}:
+	case s.out <- queued{b, span, s.draw(len(raw))}:
 		pp.sent = b.LastOffset + 1
 		return true
 	case <-ctx.Done():

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/budget"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
@@ -78,6 +79,10 @@ type Deps struct {
 	// RawFetch reads the source's raw batches; required with
 	// Settings.PassThrough, unused without it.
 	RawFetch *rawfetch.Fetcher
+	// Budget bounds the source bytes all of the fetcher's shards hold at
+	// once, from the fetch that reads them to the writer's acknowledgement
+	// (link.max_buffered_bytes); nil is no limit beyond each shard's own.
+	Budget *budget.Budget
 	// Provenance, when set, tells the source's batches that a Ferry writer
 	// produced, which the pass-through path then leaves out
 	// (link.skip_replicated); nil copies every batch.

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/budget"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
@@ -35,7 +36,15 @@ type session struct {
 	stream ferryv1.ReplicationService_ReplicateClient
 	out    chan queued
 	credit *semaphore.Weighted
-	pcs    map[discovery.Partition]sarama.PartitionConsumer
+	// hold is the session's share of Deps.Budget: what a pass-through
+	// round reserves before it fetches, kept by each wire batch of the
+	// round (queued.held) until the writer acknowledges it, and all of it
+	// given back when the session ends, whatever it was doing.
+	hold *budget.Hold
+	// reserved is what the pass-through loop's current round reserved of
+	// hold and has not given to a wire batch yet; the loop's alone.
+	reserved int64
+	pcs      map[discovery.Partition]sarama.PartitionConsumer
 	// streamSpan is the stream's otelgrpc client span, when sampled: the
 	// batches' send spans link to it.
 	streamSpan trace.SpanContext
@@ -62,7 +71,8 @@ const outSlots = 2
 
 type sent struct {
 	seq    uint64
-	weight int64
+	weight int64 // of credit
+	held   int64 // of hold
 }
 
 // queued is a batch on its way to the stream, with its batch span, open
@@ -70,6 +80,10 @@ type sent struct {
 type queued struct {
 	b    *ferryv1.Batch
 	span trace.Span
+	// held is what the batch holds of the session's hold (zero for a
+	// batch that carries no bytes, or whose round's reservation ran out:
+	// send then takes its payload's bytes).
+	held int64
 }
 
 // session runs one stream. progressed reports whether the writer
@@ -100,10 +114,14 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 		r: r, stream: stream, streamSpan: r.traceStream(stream),
 		out:      make(chan queued, outSlots),
 		credit:   semaphore.NewWeighted(int64(r.set.MaxInflightBytes)),
+		hold:     r.deps.Budget.Hold(),
 		pcs:      map[discovery.Partition]sarama.PartitionConsumer{},
 		probe:    tracing.NewRecordProbe(),
 		recvDone: make(chan struct{}),
 	}
+	// Deferred first, so it runs last: the reader, the sender and the
+	// receiver are done by then, and nothing holds what the session held.
+	defer s.hold.Close()
 	defer func() { progressed = s.progressed() }()
 	readCtx, stopReading := context.WithCancel(sctx)
 	defer stopReading()
@@ -372,7 +390,7 @@ func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.Par
 		enc.Reset()
 		linger.Stop()
 		select {
-		case s.out <- queued{b, span}:
+		case s.out <- queued{b: b, span: span}:
 			return true
 		case <-ctx.Done():
 			return false
@@ -460,9 +478,21 @@ func (s *session) send(ctx context.Context) error {
 		}
 		b := q.b
 		sendSpan := s.startSend(q) // before the credit wait: the span shows it
+		if q.held == 0 && len(b.Payload) > 0 {
+			// A batch of the record path, or one past its round's
+			// reservation: it holds its payload of the fetcher's budget
+			// while it is in flight. (Acknowledgements give bytes back
+			// without waiting for anything here, so this cannot wait on
+			// itself.)
+			held, err := s.hold.Acquire(ctx, int64(len(b.Payload)))
+			if err != nil {
+				return nil // ctx ended
+			}
+			q.held = held
+		}
 		w := min(int64(len(b.Payload)), max)
 		if err := s.credit.Acquire(ctx, w); err != nil {
-			return nil // ctx ended
+			return nil // ctx ended; the session's end gives back q.held
 		}
 		if s.r.isLost() {
 			return errLeaseLost
@@ -470,7 +500,7 @@ func (s *session) send(ctx context.Context) error {
 		s.mu.Lock()
 		s.seq++
 		b.Sequence = s.seq
-		s.inflight = append(s.inflight, sent{seq: s.seq, weight: w})
+		s.inflight = append(s.inflight, sent{seq: s.seq, weight: w, held: q.held})
 		s.mu.Unlock()
 		s.r.deps.Metrics.InflightBytes.Add(float64(w))
 		err := s.stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}})
@@ -502,15 +532,17 @@ func (s *session) receive() error {
 
 func (s *session) applyAck(ack *ferryv1.Ack) {
 	s.mu.Lock()
-	var release int64
+	var release, held int64
 	n := 0
 	for n < len(s.inflight) && s.inflight[n].seq <= ack.GetSequence() {
 		release += s.inflight[n].weight
+		held += s.inflight[n].held
 		n++
 	}
 	s.inflight = s.inflight[n:]
 	s.acked = true
 	s.mu.Unlock()
+	s.hold.Release(held)
 	s.credit.Release(release)
 	s.r.deps.Metrics.InflightBytes.Sub(float64(release))
 	for _, pos := range ack.GetCommitted() {

@@ -116,10 +116,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			Compression: compression, MaxMessageBytes: int(cfg.Producer.MaxMessageBytes), MergeBelow: int(cfg.Producer.MergeBelow),
 			Timeout: cfg.Producer.Timeout, TransactionTimeout: cfg.Producer.TransactionTimeout,
 		},
-		MaxBatchBytes: int(cfg.MaxBatchBytes),
-		MaxGroupBytes: int(cfg.MaxGroupBytes),
-		Tracer:        tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
-		Recorder:      recorder,
+		MaxBatchBytes:    int(cfg.MaxBatchBytes),
+		MaxGroupBytes:    int(cfg.MaxGroupBytes),
+		MaxBufferedBytes: int64(cfg.MaxBufferedBytes),
+		Tracer:           tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
+		Recorder:         recorder,
 	}, links, ens, store, codecs, m, log)
 
 	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}

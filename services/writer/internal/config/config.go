@@ -53,6 +53,10 @@ type Config struct {
 	// MaxGroupBytes bounds the records one produce round (and, in
 	// exactly-once mode, one transaction) groups from several batches.
 	MaxGroupBytes config.ByteSize `yaml:"max_group_bytes"`
+	// MaxBufferedBytes bounds the wire bytes (as received, compressed) of
+	// the batches the writer holds, queued or in a round, across all its
+	// streams: one limit for the process, whatever the number of shards.
+	MaxBufferedBytes config.ByteSize `yaml:"max_buffered_bytes"`
 	// ShutdownTimeout bounds the drain at SIGTERM.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// GRPC sizes the flow-control windows of the gRPC port, which bound how
@@ -153,15 +157,16 @@ var DefaultConfigExclude = []string{
 func Defaults() Config {
 	host, _ := os.Hostname()
 	c := Config{
-		ID:              host,
-		Listen:          "127.0.0.1:7400",
-		Log:             telemetry.LogConfig{Level: "info", Format: "text"},
-		Target:          kafkaclient.Defaults("ferry-writer"),
-		Checkpoints:     Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
-		Producer:        Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 30 * time.Second, TransactionTimeout: 10 * time.Second},
-		MaxBatchBytes:   4 << 20,
-		MaxGroupBytes:   8 << 20,
-		ShutdownTimeout: 20 * time.Second,
+		ID:               host,
+		Listen:           "127.0.0.1:7400",
+		Log:              telemetry.LogConfig{Level: "info", Format: "text"},
+		Target:           kafkaclient.Defaults("ferry-writer"),
+		Checkpoints:      Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
+		Producer:         Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 30 * time.Second, TransactionTimeout: 10 * time.Second},
+		MaxBatchBytes:    4 << 20,
+		MaxGroupBytes:    8 << 20,
+		MaxBufferedBytes: 64 << 20,
+		ShutdownTimeout:  20 * time.Second,
 	}
 	c.Admin.Listen = "127.0.0.1:7401"
 	c.Registration.Service = "ferry-writer"
@@ -252,6 +257,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxGroupBytes < c.MaxBatchBytes {
 		p.Addf("max_group_bytes", "%v: must be at least max_batch_bytes (%v)", c.MaxGroupBytes, c.MaxBatchBytes)
+	}
+	// Not tied to max_batch_bytes, which bounds uncompressed records: this
+	// counts compressed wire bytes, and a batch above it is still admitted
+	// (alone), so only a floor that keeps streams moving is needed.
+	if c.MaxBufferedBytes < 1<<20 || c.MaxBufferedBytes > 64<<30 {
+		p.Addf("max_buffered_bytes", "%v: must be between 1MiB and 64GiB", c.MaxBufferedBytes)
 	}
 	if c.ShutdownTimeout <= 0 {
 		p.Addf("shutdown_timeout", "must be positive")

@@ -15,6 +15,7 @@ type Metrics struct {
 	Streams        prometheus.Gauge
 	ProduceSeconds prometheus.Histogram
 	Checkpoints    *prometheus.CounterVec
+	BufferedBytes  prometheus.Gauge
 }
 
 // LatencyBuckets span a local commit (milliseconds) to a long catch-up
@@ -55,7 +56,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		Checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_writer_checkpoints_total", Help: "Checkpoints committed to the checkpoint topic.",
 		}, []string{"link"}),
+		BufferedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_writer_buffered_bytes",
+			Help: "Wire bytes of received batches the writer holds, queued or in a round, across all streams; at most max_buffered_bytes.",
+		}),
 	}
-	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.Latency, m.Rejected, m.StaleEpochs, m.Streams, m.ProduceSeconds, m.Checkpoints)
+	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.Latency, m.Rejected, m.StaleEpochs, m.Streams, m.ProduceSeconds, m.Checkpoints,
+		m.BufferedBytes)
 	return m
 }

@@ -43,6 +43,15 @@ type (
 // (ss.maxBatch) uncompressed. A rebuilt batch that compression made larger
 // than the limit (incompressible records) is built again uncompressed.
 func (ss *session) build(group []work) (*round, error) {
+	// The builder's buffers (a batch's records, uncompressed and
+	// compressed, and a source batch decompressed) serve whichever
+	// session builds next: kept per session, 64 shards held some 3 MiB
+	// each between rounds. What Build returns is its own memory.
+	ss.builder = ss.s.builders.Get().(*recordbatch.Builder)
+	defer func() {
+		ss.s.builders.Put(ss.builder)
+		ss.builder = nil
+	}()
 	r := &round{last: make([]batchRecord, len(group))}
 	for j := range r.last {
 		r.last[j].batch = -1
@@ -56,7 +65,7 @@ func (ss *session) build(group []work) (*round, error) {
 		}
 		byPartition[tp] = append(byPartition[tp], j)
 	}
-	b := &ss.builder
+	b := ss.builder
 	b.Reset() // nothing of a round that failed to build (the stream ends then anyway)
 	for _, tp := range order {
 		target := ss.link.Naming.Target(tp.topic)
@@ -138,7 +147,7 @@ func (ss *session) build(group []work) (*round, error) {
 // start then). It reports false, having added nothing, for a batch whose
 // records alone are larger than a batch once decompressed.
 func (ss *session) merge(p *part, at recordAt, start *recordAt, flush func() error) (bool, error) {
-	b := &ss.builder
+	b := ss.builder
 	for {
 		empty := b.Records() == 0
 		ok, err := b.AddBatch(p.kafka.Raw, maxInflated, ss.maxBatch)

@@ -79,9 +79,23 @@ func (ss *session) serve(ctx context.Context, stream ferryv1.ReplicationService_
 		if err := ss.ack(stream, done.batches, done.cps); err != nil {
 			return err
 		}
+		ss.releaseAcked(done.batches)
 		ss.s.metrics.Checkpoints.WithLabelValues(ss.link.Name).Add(float64(len(done.cps)))
 		ss.traceCommit(ctx, done.batches, done.since)
 	}
+}
+
+// releaseAcked gives back to the writer's budget what acknowledged batches
+// held: the fetcher will not resend them, so nothing keeps them. Each batch
+// is in one committed only (its round's, or for at-least-once the next
+// round's), so it is released once; batches never acknowledged (dropped on
+// drain, or in a failed round) are released when the stream ends.
+func (ss *session) releaseAcked(acked []work) {
+	var n int64
+	for _, w := range acked {
+		n += w.held
+	}
+	ss.hold.Release(n)
 }
 
 // atLeastOnce is the idempotent committer (see committer).

@@ -142,6 +142,13 @@ func targetBatches(t *testing.T, w *testWriter) []recordbatch.Info {
 
 func targetRaw(t *testing.T, w *testWriter) ([]recordbatch.Info, [][]byte) {
 	t.Helper()
+	return partitionRaw(t, w, 0)
+}
+
+// partitionRaw fetches the data batches of orders/partition raw from the
+// target, with their headers.
+func partitionRaw(t *testing.T, w *testWriter, partition int32) ([]recordbatch.Info, [][]byte) {
+	t.Helper()
 	v := kversion.Stable()
 	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 12) // topics by name
 	cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...), kgo.MaxVersions(v))
@@ -154,7 +161,7 @@ func targetRaw(t *testing.T, w *testWriter) ([]recordbatch.Info, [][]byte) {
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic = "orders"
 	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch = 0, 16<<20, -1
+	rp.Partition, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch = partition, 16<<20, -1
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -165,7 +172,7 @@ func targetRaw(t *testing.T, w *testWriter) ([]recordbatch.Info, [][]byte) {
 	}
 	rpart := resp.Topics[0].Partitions[0]
 	if rpart.ErrorCode != 0 {
-		t.Fatalf("fetch orders/0: error %d", rpart.ErrorCode)
+		t.Fatalf("fetch orders/%d: error %d", partition, rpart.ErrorCode)
 	}
 	raws, _, err := recordbatch.Split(rpart.RecordBatches)
 	if err != nil {
@@ -190,7 +197,13 @@ func targetRaw(t *testing.T, w *testWriter) ([]recordbatch.Info, [][]byte) {
 // targetValues are the values of orders/0 in order.
 func targetValues(t *testing.T, w *testWriter) []string {
 	t.Helper()
-	_, raws := targetRaw(t, w)
+	return partitionValues(t, w, 0)
+}
+
+// partitionValues are the values of orders/partition in order.
+func partitionValues(t *testing.T, w *testWriter, partition int32) []string {
+	t.Helper()
+	_, raws := partitionRaw(t, w, partition)
 	var out []string
 	for _, raw := range raws {
 		recs, err := recordbatch.Records(raw, 0)

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/budget"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
@@ -53,6 +54,9 @@ type Options struct {
 	MaxBatchBytes int
 	// MaxGroupBytes bounds the records of one produce round.
 	MaxGroupBytes int
+	// MaxBufferedBytes bounds the wire bytes of the received batches the
+	// server holds, queued or in a round, across all its streams.
+	MaxBufferedBytes int64
 	// Tracer emits batch and sampled-record spans; nil: tracing off.
 	Tracer trace.Tracer
 	// Recorder records each stream's producer id in the target before
@@ -89,6 +93,12 @@ type Server struct {
 	codecs  *batch.Codecs
 	metrics *metrics.Metrics
 	log     *slog.Logger
+	// budget is MaxBufferedBytes, shared by all streams: each session
+	// holds its batches' wire bytes from it (session.hold).
+	budget *budget.Budget
+	// builders are the recordbatch.Builders sessions take to build a
+	// round (build.go).
+	builders sync.Pool
 
 	mu       sync.Mutex
 	shards   map[shardKey]*shardState
@@ -118,6 +128,8 @@ func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Stor
 	return &Server{
 		opts: opts, links: byName, topics: ens, store: store, codecs: codecs,
 		metrics: m, log: log, shards: map[shardKey]*shardState{}, drain: make(chan struct{}),
+		budget:   budget.New(opts.MaxBufferedBytes, func(n int64) { m.BufferedBytes.Set(float64(n)) }),
+		builders: sync.Pool{New: func() any { return new(recordbatch.Builder) }},
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/budget"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
@@ -63,9 +64,13 @@ type session struct {
 	// 2026-12-02) for no throughput.
 	queued     *semaphore.Weighted
 	queueBytes int64
+	// hold is the stream's share of the writer's budget (Server.budget):
+	// the wire bytes of its batches from receipt until they are
+	// acknowledged, all released when the stream ends (run).
+	hold *budget.Hold
 	// builder rebuilds the round's batches that cannot pass as they are
-	// (build.go); its buffers serve round after round.
-	builder recordbatch.Builder
+	// (build.go): one of the server's, taken for the build only.
+	builder *recordbatch.Builder
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -80,6 +85,9 @@ type work struct {
 	// span is the context of the batch's latest writer span, the parent of
 	// its next stage; invalid when the batch is not traced (trace.go).
 	span trace.SpanContext
+	// held is what the batch holds of session.hold, released when it is
+	// acknowledged.
+	held int64
 }
 
 func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (*session, error) {
@@ -129,8 +137,12 @@ func (ss *session) key(tp topicPartition) checkpoint.Key {
 // the stream or the writer ends.
 func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error {
 	defer close(ss.done)
-	defer ss.cancel(nil)
 	s := ss.s
+	// Released before done closes, so a stream replacing this one finds
+	// the bytes back; a receiver still waiting is refused by Close.
+	ss.hold = s.budget.Hold()
+	defer ss.hold.Close()
+	defer ss.cancel(nil)
 	log := s.log.With("link", ss.link.Name, "shard", ss.shard, "epoch", ss.epoch, "fetcher", ss.fetcher)
 
 	// Each stream has a client of its own: Kafka serves one request of a
@@ -336,6 +348,16 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 		}
 		seq++
 		if err := ss.queued.Acquire(ss.ctx, ss.weight(w)); err != nil {
+			return // the session ended
+		}
+		// The wire payload is what stays in memory until the batch is
+		// acknowledged. Waiting here cannot deadlock: only receivers take
+		// from the budget, never rounds, and every round ends (commits or
+		// fails, ending its stream and releasing its hold) without its
+		// receiver, so held bytes always come back. A batch above the
+		// whole budget takes all of it (Acquire caps), so it is admitted
+		// once the others are gone.
+		if w.held, err = ss.hold.Acquire(ss.ctx, int64(len(w.b.GetPayload()))); err != nil {
 			return // the session ended
 		}
 		select {

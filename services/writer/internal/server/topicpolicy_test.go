@@ -49,6 +49,7 @@ type testWriter struct {
 	reg     *prometheus.Registry
 	client  ferryv1.ReplicationServiceClient
 	store   *checkpoint.Store
+	srv     *Server
 }
 
 // rejected is ferry_writer_rejected_total of the link and reason.
@@ -83,6 +84,12 @@ func startWriter(t *testing.T, links []Link) *testWriter {
 // startWriterWith is startWriter with the shard producers' configuration
 // edited.
 func startWriterWith(t *testing.T, links []Link, producer func(*ProducerSettings)) *testWriter {
+	t.Helper()
+	return startWriterOptions(t, links, func(o *Options) { producer(&o.Producer) })
+}
+
+// startWriterOptions is startWriter with the server's options edited.
+func startWriterOptions(t *testing.T, links []Link, edit func(*Options)) *testWriter {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
@@ -119,12 +126,12 @@ func startWriterWith(t *testing.T, links []Link, producer func(*ProducerSettings
 		t.Fatal(err)
 	}
 	t.Cleanup(codecs.Close)
-	pcfg := ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, MergeBelow: 64 << 10, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second}
-	producer(&pcfg)
+	opts := Options{ID: "w1", Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, MaxBatchBytes: 1 << 20, MaxGroupBytes: 1 << 20, MaxBufferedBytes: 64 << 20, Recorder: recorder,
+		Producer: ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, MergeBelow: 64 << 10, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second}}
+	edit(&opts)
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	srv := New(Options{ID: "w1", Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, Producer: pcfg, MaxBatchBytes: 1 << 20, MaxGroupBytes: 1 << 20, Recorder: recorder},
-		links, ens, store, codecs, m, log)
+	srv := New(opts, links, ens, store, codecs, m, log)
 
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
@@ -147,7 +154,7 @@ func startWriterWith(t *testing.T, links []Link, producer func(*ProducerSettings
 		gs.Stop()
 		<-served
 	})
-	return &testWriter{cluster: cluster, reg: reg, client: ferryv1.NewReplicationServiceClient(conn), store: store}
+	return &testWriter{cluster: cluster, reg: reg, client: ferryv1.NewReplicationServiceClient(conn), store: store, srv: srv}
 }
 
 // open sends an Open of one partition of each topic and returns the
