@@ -115,6 +115,17 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 		if err != nil {
 			return fmt.Errorf("pass-through fetch: %w", err)
 		}
+		// What the response did not fill goes back now, before the round
+		// waits to queue its batches: an idle or half-empty round must not
+		// keep other shards from fetching.
+		read := int64(0)
+		for _, res := range results {
+			read += int64(len(res.Records))
+		}
+		if read < s.reserved {
+			s.hold.Release(s.reserved - read)
+			s.reserved = read
+		}
 		retries := 0
 		for rp, res := range results {
 			pp := parts[rp]

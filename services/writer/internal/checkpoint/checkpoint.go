@@ -171,7 +171,7 @@ func ensureTopic(client sarama.Client, opts Options) (int32, error) {
 	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
 		return 0, fmt.Errorf("create checkpoint topic %s: %w", opts.Topic, err)
 	}
-	if err := client.RefreshMetadata(opts.Topic); err != nil {
+	if err := refreshMetadata(client, opts.Topic); err != nil {
 		return 0, fmt.Errorf("checkpoint topic metadata: %w", err)
 	}
 	parts, err := client.Partitions(opts.Topic)
@@ -182,6 +182,22 @@ func ensureTopic(client sarama.Client, opts Options) (int32, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// refreshMetadata reads the topic's metadata, retrying for a while while
+// the broker does not know it yet: a topic just created is known to the
+// controller before every broker's metadata cache has it (a writer started
+// on a new cluster failed here, 2026-12-02).
+func refreshMetadata(client sarama.Client, topic string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := client.RefreshMetadata(topic)
+		if err == nil || time.Now().After(deadline) ||
+			!(errors.Is(err, sarama.ErrUnknownTopicOrPartition) || errors.Is(err, sarama.ErrLeaderNotAvailable)) {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
 
 // consumePartition starts the tail, retrying for a while: a topic just
 // created, or a broker just restarted, may not have a leader yet.
