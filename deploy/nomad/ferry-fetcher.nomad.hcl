@@ -118,7 +118,8 @@ job "ferry-fetcher" {
             name: east-to-west            # CHANGE; the writers must list a link of this name
             topics:
               include: ["orders.*", "payments"]  # CHANGE
-            shards: 64
+            shards: 16                    # fixed for the link's life
+            max_buffered_bytes: 64MiB     # about 4 MiB per shard with data
           writers:
             consul:                       # address: FERRY_FETCHER_WRITERS_CONSUL_ADDRESS
               datacenter: west            # CHANGE: the target region's datacenter

@@ -84,7 +84,7 @@ func systemSettings(sys System, partitions int) string {
 			codec += fmt.Sprintf(", writer grpc.stream_window and grpc.conn_window %d KiB (fixed, not gRPC's dynamic windows)", v.window>>10)
 		}
 		return "one ferry-fetcher, one ferry-writer, at their defaults (link.pass_through true, link.codec lz4 (for uncompressed source batches), link.batch.max_bytes 1MiB, link.batch.linger 20ms, " +
-			"link.max_inflight_bytes 16MiB, link.fetch_max_bytes 1MiB, link.shards 64, writer producer.compression lz4) but for delivery " + v.delivery + codec + " and " + tr +
+			"link.max_inflight_bytes 16MiB, link.fetch_max_bytes 1MiB, link.shards 8, link.max_buffered_bytes 32MiB, writer max_buffered_bytes 64MiB, writer producer.compression lz4) but for delivery " + v.delivery + codec + " and " + tr +
 			"; naming prefix `src.`; gRPC link in plaintext on loopback (`tls.insecure: true` on both, as MM2's Kafka connections are plaintext here); the harness sets link.discovery_interval 1s"
 	case Floor:
 		return "`ferry-bench floor-copy`: franz-go v1.22.3 consumer (read_committed, 4 MiB per partition per fetch) feeding a producer " +

@@ -148,7 +148,7 @@ func Defaults() Config {
 	c.Tracing = tracing.DefaultConfig()
 	c.Link.Topics.Include = []string{".*"}
 	c.Link.Topics.Exclude = DefaultExclude
-	c.Link.Shards = 64
+	c.Link.Shards = 8
 	c.Link.StartFrom = "earliest"
 	c.Link.DiscoveryInterval = 30 * time.Second
 	// lz4, chosen by the benchmark (docs/benchmark.md, "Wire codec"): in

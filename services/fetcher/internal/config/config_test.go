@@ -48,7 +48,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "bad duration from env", yaml: valid, env: []string{"FERRY_FETCHER_LINK_BATCH_LINGER=soon"}, want: "FERRY_FETCHER_LINK_BATCH_LINGER"},
 		{name: "unknown env setting", yaml: valid, env: []string{"FERRY_FETCHER_NOPE=1"}, want: "FERRY_FETCHER_NOPE: no such setting"},
 		{name: "env overrides file", yaml: valid, env: []string{"FERRY_FETCHER_LINK_START_FROM=middle"}, want: `link.start_from: "middle"`},
-		{name: "owned shard out of range", yaml: valid, sets: []string{"link.owned_shards=3,64"}, want: "shard 64 is outside 0..63"},
+		{name: "owned shard out of range", yaml: valid, sets: []string{"link.owned_shards=3,8"}, want: "shard 8 is outside 0..7"},
 		{name: "tls required by default", yaml: "source: {bootstrap_servers: [k:9092]}\nlink: {name: a}\nwriters: {addresses: [\"w:7400\"]}\n", want: "writers.tls.cert_file: required"},
 		{name: "plaintext to a remote writer refused", yaml: "source: {bootstrap_servers: [k:9092]}\nlink: {name: a}\nwriters: {addresses: [\"10.1.2.3:7400\"], tls: {insecure: true}}\n", want: "writers.tls.insecure"},
 		{name: "unknown --set key", yaml: valid, sets: []string{"link.nme=x"}, want: `no such setting "link.nme"`},
