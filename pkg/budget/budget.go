@@ -56,6 +56,17 @@ func (b *Budget) InUse() int64 {
 	return b.used
 }
 
+// Waiting is how many acquires wait for bytes now: a budget that keeps
+// waiters is the bottleneck.
+func (b *Budget) Waiting() int {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.waiters)
+}
+
 // acquire waits until at least lo bytes are free, in arrival order, and
 // takes up to hi of them (lo <= hi <= max).
 func (b *Budget) acquire(ctx context.Context, lo, hi int64) (int64, error) {

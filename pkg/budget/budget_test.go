@@ -167,15 +167,9 @@ func TestCancelledWaiterLetsOthersThrough(t *testing.T) {
 func waitWaiters(t *testing.T, b *Budget, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b.mu.Lock()
-		got := len(b.waiters)
-		b.mu.Unlock()
-		if got >= n {
-			return
-		}
+	for b.Waiting() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d waiters, want %d", got, n)
+			t.Fatalf("%d waiters, want %d", b.Waiting(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -40,10 +40,9 @@ func TestShardsShareTheFetchersBudget(t *testing.T) {
 			mb := metrics.New(prometheus.NewRegistry())
 			src.produce(t, "b", 30)
 			_, stopB, _ := startRunnerDeps(t, src, newWriters(t, wb.Addr()), mb, passThrough, withBudget, make(chan struct{}), "b")
-			// b's stream opens, but it may not read while a holds the
-			// budget.
-			writertest.WaitFor(t, 10*time.Second, "shard b's stream open", func() bool { return wb.Opens() > 0 })
-			time.Sleep(300 * time.Millisecond)
+			// b's stream opens, and its first round waits for the budget
+			// that a holds.
+			writertest.WaitFor(t, 10*time.Second, "shard b waiting for the budget", func() bool { return wb.Opens() > 0 && b.Waiting() > 0 })
 			if n := wb.Batches(); n != 0 {
 				t.Fatalf("shard b sent %d batches while shard a held the whole budget", n)
 			}

@@ -99,6 +99,18 @@ func (w *testWriter) holdProduce(t *testing.T, partition int32) (held <-chan str
 // buffered is the writer's ferry_writer_buffered_bytes.
 func (w *testWriter) buffered() int64 { return int64(testutil.ToFloat64(w.srv.metrics.BufferedBytes)) }
 
+// waitWaiting waits until a receiver waits for the budget.
+func waitWaiting(t *testing.T, w *testWriter, why string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.srv.budget.Waiting() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no receiver waits for the budget", why)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // waitBuffered waits until the budget holds want bytes.
 func (w *testWriter) waitBuffered(t *testing.T, want int64, why string) {
 	t.Helper()
@@ -181,7 +193,7 @@ func TestBufferedBytesAreSharedByStreams(t *testing.T) {
 			w.waitBuffered(t, int64(len(as[0].GetPayload())), "shard 1's batch at the target")
 			hw := w.cluster.PartitionInfo("orders", 1).HighWatermark // exactly-once: the open's abort markers
 			sendTo(t, b, 1, 1, bs[0])
-			time.Sleep(300 * time.Millisecond)
+			waitWaiting(t, w, "shard 2's receiver waiting for the budget")
 			if got := w.cluster.PartitionInfo("orders", 1).HighWatermark; got != hw {
 				t.Fatalf("shard 2's batch was produced (orders/1 at %d, was %d) while shard 1's held the budget", got, hw)
 			}
@@ -239,17 +251,17 @@ func TestBufferedBytesAreSharedByStreams(t *testing.T) {
 func TestFailedStreamGivesBackItsBytes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		fail func(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, cancel context.CancelFunc)
+		fail func(t *testing.T, w *testWriter, stream ferryv1.ReplicationService_ReplicateClient, cancel context.CancelFunc)
 	}{
-		{"bad batch", func(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, _ context.CancelFunc) {
+		{"bad batch", func(t *testing.T, _ *testWriter, stream ferryv1.ReplicationService_ReplicateClient, _ context.CancelFunc) {
 			bad := wireKafka(t, 1000, sourceBatch(t, 1000, 5, nil, recordbatch.None, 0))
 			bad.Crc32C ^= 1
 			sendTo(t, stream, 3, 0, bad)
 		}},
-		{"fetcher cancels", func(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, cancel context.CancelFunc) {
+		{"fetcher cancels", func(t *testing.T, w *testWriter, stream ferryv1.ReplicationService_ReplicateClient, cancel context.CancelFunc) {
 			// Does not fit: it waits in the receiver when the stream ends.
 			sendTo(t, stream, 3, 0, wireKafka(t, 1000, sourceBatch(t, 1000, 20, nil, recordbatch.None, 0)))
-			time.Sleep(100 * time.Millisecond)
+			waitWaiting(t, w, "the batch waiting in the receiver")
 			cancel()
 		}},
 	} {
@@ -274,7 +286,7 @@ func TestFailedStreamGivesBackItsBytes(t *testing.T) {
 				waitHeld(ctx, t, held, "the round")
 				sendTo(t, a, 2, 0, bs[1])
 				w.waitBuffered(t, int64(len(bs[0].GetPayload())+len(bs[1].GetPayload())), "a round and a queued batch")
-				tc.fail(t, a, cancelFailing)
+				tc.fail(t, w, a, cancelFailing)
 				if err := awaitAck(a, 1); err == nil {
 					t.Fatal("a batch of the failing stream was acknowledged")
 				}
