@@ -115,7 +115,7 @@ func newEnvOn(t *testing.T, src, dst []string) *env {
 // process, and puts the end of each process log in the test output when the
 // test failed; the whole logs stay in e.dir (keptDir).
 func (e *env) dumpLogsOnFailure() {
-	checkRaces(e.t, e.writer, e.fetcher)
+	checkCrashes(e.t, e.writer, e.fetcher)
 	if !e.t.Failed() {
 		return
 	}
@@ -129,15 +129,16 @@ func (e *env) dumpLogsOnFailure() {
 	}
 }
 
-// checkRaces fails t with the race detector's first report from any of ps.
-func checkRaces(t *testing.T, ps ...*harness.Process) {
+// checkCrashes fails t with the first race report, panic or fatal runtime
+// error in the log of any of ps.
+func checkCrashes(t *testing.T, ps ...*harness.Process) {
 	t.Helper()
 	for _, p := range ps {
 		if p == nil {
 			continue
 		}
-		if r := p.Races(); r != "" {
-			t.Errorf("%s: the race detector reported (log %s):\n%s", p.Name, p.LogPath, r)
+		if r := p.Crashes(); r != "" {
+			t.Errorf("%s crashed (log %s):\n%s", p.Name, p.LogPath, r)
 		}
 	}
 }

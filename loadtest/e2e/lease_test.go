@@ -139,7 +139,7 @@ func (f *fleet) addFetcherWith(tweak func(map[string]any)) *member {
 func (f *fleet) dumpFleetLogs() {
 	members := append(append([]*member{}, f.writers...), f.fetchers...)
 	for _, m := range members {
-		checkRaces(f.t, m.proc)
+		checkCrashes(f.t, m.proc)
 	}
 	if !f.t.Failed() {
 		return

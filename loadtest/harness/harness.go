@@ -42,7 +42,7 @@ func RepoRoot() (string, error) {
 
 // Build compiles ferry-fetcher and ferry-writer into dir; with race, with
 // the race detector, so the process-level tests check the binaries too
-// (Process.Races reads what the detector reported).
+// (Process.Crashes reads what the detector reported).
 func Build(ctx context.Context, dir string, race bool) error {
 	root, err := RepoRoot()
 	if err != nil {
@@ -62,21 +62,33 @@ func Build(ctx context.Context, dir string, race bool) error {
 	return nil
 }
 
-// raceReport starts each report of Go's race detector in a process log.
-const raceReport = "WARNING: DATA RACE"
+// crashMarks start what a Ferry process must never write to its log: a
+// report of Go's race detector, a panic, or a fatal runtime error (the
+// last two at a line's start, where the runtime writes them; Ferry's own
+// log lines start with "time=").
+var crashMarks = []string{"WARNING: DATA RACE", "\npanic: ", "\nfatal error: "}
 
-// Races returns the race detector's reports in the process's log (all of
-// its runs), empty when there are none or the binary was built without it.
-func (p *Process) Races() string {
+// Crashes returns the first race report, panic or fatal runtime error in
+// the process's log (all of its runs) and what follows it, empty when
+// there is none. A process that exits by design (a writer whose checkpoint
+// view failed) is not a crash; one that panics is a bug, whatever the
+// copy's outcome.
+func (p *Process) Crashes() string {
 	data, err := os.ReadFile(p.LogPath)
 	if err != nil {
 		return ""
 	}
-	i := strings.Index(string(data), raceReport)
-	if i < 0 {
+	text := "\n" + string(data) // a panic may be the log's first line
+	first := -1
+	for _, m := range crashMarks {
+		if i := strings.Index(text, m); i >= 0 && (first < 0 || i < first) {
+			first = i
+		}
+	}
+	if first < 0 {
 		return ""
 	}
-	return string(data[i:min(len(data), i+8000)])
+	return strings.TrimPrefix(text[first:min(len(text), first+8000)], "\n")
 }
 
 // FreeAddr returns a loopback host:port for a server a test starts (a

@@ -43,7 +43,7 @@ type Report struct {
 	CaughtUp bool `json:"caught_up"`
 	// ProducerErrors counts producer chunks an error ended early.
 	ProducerErrors int64 `json:"producer_errors"`
-	// Processes holds problems of Ferry's processes (race reports).
+	// Processes holds crashes of Ferry's processes (race reports, panics).
 	Processes []string `json:"processes,omitempty"`
 }
 

@@ -625,16 +625,18 @@ func (e *env) verify(ctx context.Context) (verify.Result, error) {
 	}
 }
 
-// processErrors lists the race detector's reports of Ferry's processes
-// (none for mm2-eos).
+// processErrors lists the race reports, panics and fatal runtime errors
+// of Ferry's processes (none for mm2-eos): any of them fails the run, even
+// one whose copy came out exact (a fetcher that panicked was simply not
+// copying until heal started it again).
 func (e *env) processErrors() []string {
 	var out []string
 	for _, m := range append(append(e.writers[:], e.fetchers[:]...), e.back[:]...) {
 		if m == nil || m.proc == nil {
 			continue
 		}
-		if r := m.proc.Races(); r != "" {
-			out = append(out, m.name+": race detector: "+firstLines(r, 30))
+		if r := m.proc.Crashes(); r != "" {
+			out = append(out, m.name+" crashed: "+firstLines(r, 30))
 		}
 	}
 	return out

@@ -215,7 +215,9 @@ func (f *Fetcher) FetchUpTo(ctx context.Context, positions map[Partition]int64, 
 		rounds = append(rounds, leaderRound{leader: leader, parts: parts})
 	}
 	limit := f.opts.MaxBytes
-	if maxBytes > 0 {
+	// No rounds: every partition was unrouted (its leader unknown, as while
+	// the source is down), and there is nothing to share.
+	if maxBytes > 0 && len(rounds) > 0 {
 		limit = int32(min(int64(limit), max(maxBytes/int64(len(rounds)), 1)))
 	}
 	var wg sync.WaitGroup

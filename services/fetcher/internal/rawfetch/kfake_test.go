@@ -565,22 +565,27 @@ func TestBrokerErrors(t *testing.T) {
 }
 
 // TestUnknownTopic: a topic the cluster does not have is a Retry (it may
-// be being created), found once it exists; a negative offset is an Err.
+// be being created), found once it exists; a negative offset is an Err. A
+// round limited in bytes whose partitions all lack a leader (as while the
+// source is down) has no leader to share the limit among, and is the same
+// Retry.
 func TestUnknownTopic(t *testing.T) {
 	c := newCluster(t)
 	ctx := timeout(t, time.Minute)
 	cl := newClient(t, c.ListenAddrs())
 	f := New(cl, Options{MaxWait: 20 * time.Millisecond})
 	p := Partition{"later", 0}
-	res, err := f.Fetch(ctx, map[Partition]int64{p: 0, {"x", 0}: -2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := res[p]; r.Err != nil || !errors.Is(r.Retry, kerr.UnknownTopicOrPartition) {
-		t.Fatalf("unknown topic: Err %v, Retry %v", r.Err, r.Retry)
-	}
-	if r := res[Partition{"x", 0}]; r.Err == nil || r.Next != -2 {
-		t.Fatalf("negative offset: Err %v, Next %d", r.Err, r.Next)
+	for _, maxBytes := range []int64{0, 1 << 20} {
+		res, err := f.FetchUpTo(ctx, map[Partition]int64{p: 0, {"x", 0}: -2}, maxBytes)
+		if err != nil {
+			t.Fatalf("max bytes %d: %v", maxBytes, err)
+		}
+		if r := res[p]; r.Err != nil || !errors.Is(r.Retry, kerr.UnknownTopicOrPartition) {
+			t.Fatalf("max bytes %d: unknown topic: Err %v, Retry %v", maxBytes, r.Err, r.Retry)
+		}
+		if r := res[Partition{"x", 0}]; r.Err == nil || r.Next != -2 {
+			t.Fatalf("max bytes %d: negative offset: Err %v, Next %d", maxBytes, r.Err, r.Next)
+		}
 	}
 	if err := c.CreateTopic("later", 1, nil); err != nil {
 		t.Fatal(err)
