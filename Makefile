@@ -58,7 +58,7 @@ demo: build
 # bench runs Ferry and MirrorMaker 2 side by side on real Apache Kafka and
 # writes loadtest/results/<date>/. Never part of make test.
 BENCH_ARGS ?=
-bench: build kafka
+bench: build kafka jaeger
 	$(GO) run ./loadtest/cmd/ferry-bench --bin $(BIN) $(BENCH_ARGS)
 
 # bench-leases is the lease scale check: 2,000 shards, 4 fetchers, one

@@ -6,16 +6,20 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"io"
 	"log"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -235,6 +239,9 @@ func TestRefusedLoginErrorFromKafka(t *testing.T) {
 	if !errors.Is(err, sarama.ErrSASLAuthenticationFailed) || !strings.Contains(err.Error(), "SASL Authentication failed") {
 		t.Errorf("error %q, want SASL Authentication failed\n%s", err, saramaLogSince(mark))
 	}
+	if Unreachable(err) {
+		t.Errorf("a refused login is Unreachable (worth waiting for): %v", err)
+	}
 	if strings.Contains(err.Error(), pass) || strings.Contains(saramaLogSince(mark), pass) {
 		t.Errorf("the password appears in the error or sarama's log:\n%v\n%s", err, saramaLogSince(mark))
 	}
@@ -289,8 +296,12 @@ func TestTLS(t *testing.T) {
 		sc := clientConfig(t, brokers, func(c *Config) {
 			c.TLS = TLSConfig{Enabled: true, CAFile: caFile, ServerName: "other.test"}
 		})
-		if _, err := sarama.NewClient(brokers, sc); err == nil {
+		_, err := sarama.NewClient(brokers, sc)
+		if err == nil {
 			t.Fatal("connected to a broker whose certificate names another host")
+		}
+		if Unreachable(err) {
+			t.Errorf("a certificate for another host is Unreachable (worth waiting for): %v", err)
 		}
 	})
 	t.Run("unknown CA", func(t *testing.T) {
@@ -305,6 +316,9 @@ func TestTLS(t *testing.T) {
 		if err == nil {
 			client.Close()
 			t.Fatal("connected to a broker from an untrusted CA")
+		}
+		if Unreachable(err) {
+			t.Errorf("an untrusted CA is Unreachable (worth waiting for): %v", err)
 		}
 	})
 	t.Run("plaintext client", func(t *testing.T) {
@@ -525,4 +539,47 @@ func franzPing(t *testing.T, brokers []string, edit func(*Config)) error {
 	defer cancel()
 	_, err = kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
 	return err
+}
+
+// TestUnreachable: a cluster nobody listens for, from either library, is
+// worth waiting for; Kafka's retriable codes are, its refusals are not,
+// whichever library carries them.
+func TestUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := []string{ln.Addr().String()}
+	ln.Close()
+	sc := clientConfig(t, closed, func(*Config) {})
+	sc.Metadata.Retry.Max = 0
+	if _, err := sarama.NewClient(closed, sc); !Unreachable(err) {
+		t.Errorf("sarama, nothing listening: Unreachable false for %v", err)
+	}
+	if err := franzPing(t, closed, func(*Config) {}); !Unreachable(err) {
+		t.Errorf("franz-go, nothing listening: Unreachable false for %v", err)
+	}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{errors.New("some other failure"), false},
+		{sarama.ErrLeaderNotAvailable, true},
+		{fmt.Errorf("checkpoint topic: %w", sarama.ErrNotController), true},
+		{sarama.Wrap(sarama.ErrOutOfBrokers, io.EOF), true},
+		{sarama.Wrap(sarama.ErrOutOfBrokers, sarama.ErrSASLAuthenticationFailed), false},
+		{sarama.ErrTopicAuthorizationFailed, false},
+		{sarama.ConfigurationError("bad"), false},
+		{kerr.NotLeaderForPartition, true},
+		{fmt.Errorf("producer id topic: %w", kerr.CoordinatorLoadInProgress), true},
+		{kerr.ClusterAuthorizationFailed, false},
+		{kerr.InvalidReplicationFactor, false},
+		{syscall.ECONNREFUSED, true},
+		{context.DeadlineExceeded, true},
+	} {
+		if got := Unreachable(tc.err); got != tc.want {
+			t.Errorf("Unreachable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
 }

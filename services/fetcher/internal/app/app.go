@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -23,7 +24,9 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/admin"
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	"github.com/ferry-replicator/ferry/pkg/budget"
+	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/provenance"
+	"github.com/ferry-replicator/ferry/pkg/startup"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/catalog"
@@ -59,28 +62,74 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// batch; sarama's default 100ms would drop the partition from the
 	// next fetches whenever that takes longer on a busy machine.
 	sc.Consumer.MaxProcessingTime = time.Second
-	client, err := sarama.NewClient(cfg.Source.BootstrapServers, sc)
+	// The admin port answers from the start: while the source cannot be
+	// reached (a fetcher started during a broker restart), /healthz is ok
+	// and /readyz says what the start waits for, and the source client is
+	// tried again (package startup) instead of ending the process.
+	wait := startup.New(log.With("component", "startup"))
+	var supp atomic.Pointer[supervisor]
+	adm, err := admin.Listen(cfg.Admin.Listen, reg, admin.Options{
+		Ready: func() error {
+			sup := supp.Load()
+			if sup == nil {
+				return wait.Err()
+			}
+			if !sup.isReady() {
+				return errors.New("source not discovered yet")
+			}
+			return nil
+		},
+		Status: func() any {
+			if sup := supp.Load(); sup != nil {
+				return map[string]any{"fetcher": cfg.ID, "link": cfg.Link.Name, "shards": sup.status()}
+			}
+			return map[string]any{"fetcher": cfg.ID, "link": cfg.Link.Name, "starting": wait.Err().Error()}
+		},
+	}, log)
 	if err != nil {
-		return fmt.Errorf("source client: %w", err)
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	g, gctx := errgroup.WithContext(runCtx)
+	g.Go(func() error { return adm.Run(gctx) })
+	// notStarted ends a start that failed or was stopped: the admin server
+	// stops, and a stop signal during the start is a clean exit.
+	notStarted := func(err error) error {
+		stop()
+		if werr := g.Wait(); werr != nil {
+			return werr
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	var client sarama.Client
+	if err := wait.Do(gctx, "source cluster", kafkaclient.Unreachable, func() (err error) {
+		client, err = sarama.NewClient(cfg.Source.BootstrapServers, sc)
+		return err
+	}); err != nil {
+		return notStarted(fmt.Errorf("source client: %w", err))
 	}
 	defer client.Close()
 	consumer, err := sarama.NewConsumerFromClient(client)
 	if err != nil {
-		return fmt.Errorf("source consumer: %w", err)
+		return notStarted(fmt.Errorf("source consumer: %w", err))
 	}
 	defer consumer.Close()
 	// The admin shares the client, which the deferred Close above releases.
 	lister, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {
-		return fmt.Errorf("source admin: %w", err)
+		return notStarted(fmt.Errorf("source admin: %w", err))
 	}
 	sel, err := discovery.NewSelector(cfg.Link.Topics.Include, cfg.Link.Topics.Exclude)
 	if err != nil {
-		return err
+		return notStarted(err)
 	}
 	codecs, err := batch.NewCodecs(int(cfg.Writers.MaxMessageBytes))
 	if err != nil {
-		return err
+		return notStarted(err)
 	}
 	defer codecs.Close()
 	codec, _ := batch.ParseCodec(cfg.Link.Codec) // checked by Validate
@@ -90,7 +139,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		log.Warn("INSECURE: writer connections are plaintext without peer authentication (writers.tls.insecure); loopback only")
 	} else {
 		if certs, err = tlsconfig.NewSource(cfg.Writers.TLS, log.With("component", "tls")); err != nil {
-			return err
+			return notStarted(err)
 		}
 		creds = credentials.NewTLS(certs.ClientTLS())
 	}
@@ -125,7 +174,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if cfg.Link.PassThrough {
 		raw, err := newRawFetcher(cfg)
 		if err != nil {
-			return err
+			return notStarted(err)
 		}
 		// Deferred before the shards run, so it runs after they drain.
 		defer raw.Close()
@@ -135,11 +184,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if cfg.Link.SkipReplicated { // Validate: only with pass-through
 		opts, err := cfg.Source.Franz()
 		if err != nil {
-			return fmt.Errorf("source: %w", err)
+			return notStarted(fmt.Errorf("source: %w", err))
 		}
 		view, err := provenance.NewView(opts)
 		if err != nil {
-			return err
+			return notStarted(err)
 		}
 		defer view.Close() // deferred before the shards run: after they drain
 		deps.Provenance = view
@@ -151,7 +200,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if cfg.Lease.Address != "" {
 		consul, err = ownership.NewConsul(cfg.Lease, cfg.Link.Name, cfg.ID, ownership.NewMetrics(reg), log)
 		if err != nil {
-			return err
+			return notStarted(err)
 		}
 		owner, balance = consul, cfg.Lease.BalanceInterval
 	}
@@ -164,20 +213,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			return shard.NewRunner(set, deps, l.Shard, l.Epoch, l.Lost, topics, parts)
 		},
 	}
-	adm, err := admin.Listen(cfg.Admin.Listen, reg, admin.Options{
-		Ready: func() error {
-			if !sup.isReady() {
-				return errors.New("source not discovered yet")
-			}
-			return nil
-		},
-		Status: func() any { return map[string]any{"fetcher": cfg.ID, "link": cfg.Link.Name, "shards": sup.status()} },
-	}, log)
-	if err != nil {
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return adm.Run(gctx) })
+	wait.Done()
+	supp.Store(sup)
 	if certs != nil {
 		g.Go(func() error { certs.Run(gctx); return nil })
 		g.Go(func() error { tlsconfig.ReloadOnHangup(gctx, certs, log); return nil })

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,8 +23,10 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/admin"
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/startup"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
@@ -67,45 +70,97 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	store, err := checkpoint.Open(cfg.Target.BootstrapServers, base, checkpoint.Options{
-		Topic: cfg.Checkpoints.Topic, Partitions: cfg.Checkpoints.Partitions,
-		ReplicationFactor: cfg.Checkpoints.ReplicationFactor, Writer: cfg.ID,
-	}, log.With("component", "checkpoints"))
+
+	// The admin port answers from the start: while the target cannot be
+	// reached (a writer started during a broker restart), /healthz is ok
+	// and /readyz says what the start waits for, and the steps that need
+	// the target are tried again (package startup) instead of ending the
+	// process. Readiness and status come from the checker and the server
+	// once they exist.
+	wait := startup.New(log.With("component", "startup"))
+	var readyp atomic.Pointer[readiness.Checker]
+	var srvp atomic.Pointer[server.Server]
+	adm, err := admin.Listen(cfg.Admin.Listen, promReg, admin.Options{
+		Ready: func() error {
+			if r := readyp.Load(); r != nil {
+				return r.Ready()
+			}
+			return wait.Err()
+		},
+		Status: func() any {
+			if srv := srvp.Load(); srv != nil {
+				return map[string]any{"writer": cfg.ID, "shards": srv.Status()}
+			}
+			return map[string]any{"writer": cfg.ID, "starting": wait.Err().Error()}
+		},
+	}, log)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	ens, err := topics.New(cfg.Target.BootstrapServers, base, log.With("component", "topics"))
-	if err != nil {
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	g, gctx := errgroup.WithContext(runCtx)
+	g.Go(func() error { return adm.Run(gctx) })
+	// notStarted ends a start that failed or was stopped: the admin server
+	// stops, and a stop signal during the start is a clean exit.
+	notStarted := func(err error) error {
+		stop()
+		if werr := g.Wait(); werr != nil {
+			return werr
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
+	}
+	const target = "target cluster"
+	var store *checkpoint.Store
+	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
+		store, err = checkpoint.Open(cfg.Target.BootstrapServers, base, checkpoint.Options{
+			Topic: cfg.Checkpoints.Topic, Partitions: cfg.Checkpoints.Partitions,
+			ReplicationFactor: cfg.Checkpoints.ReplicationFactor, Writer: cfg.ID,
+		}, log.With("component", "checkpoints"))
+		return err
+	}); err != nil {
+		return notStarted(err)
+	}
+	defer store.Close()
+	var ens *topics.Ensurer
+	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
+		ens, err = topics.New(cfg.Target.BootstrapServers, base, log.With("component", "topics"))
+		return err
+	}); err != nil {
+		return notStarted(err)
 	}
 	defer ens.Close()
 	codecs, err := batch.NewCodecs(int(cfg.MaxBatchBytes))
 	if err != nil {
-		return err
+		return notStarted(err)
 	}
 	defer codecs.Close()
 	// Each stream's target producer speaks Kafka's protocol itself, over
 	// a franz-go client of its own (services/writer/internal/producer).
 	franzOpts, err := cfg.Target.Franz()
 	if err != nil {
-		return err
+		return notStarted(err)
 	}
 	compression, err := recordbatch.ParseCompression(cfg.Producer.Compression)
 	if err != nil {
-		return err // Validate has checked it
+		return notStarted(err) // Validate has checked it
 	}
 	// Every producer id the writer produces with is recorded in the target
 	// first, so links reading this cluster skip what Ferry wrote into it
 	// (pkg/provenance). The topic is created like the checkpoint topic.
-	if err := ens.Ensure(topics.Spec{
-		Name: provenance.Topic, Partitions: 1, ReplicationFactor: cfg.Checkpoints.ReplicationFactor, Configs: provenance.Configs,
+	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() error {
+		return ens.Ensure(topics.Spec{
+			Name: provenance.Topic, Partitions: 1, ReplicationFactor: cfg.Checkpoints.ReplicationFactor, Configs: provenance.Configs,
+		})
 	}); err != nil {
-		return fmt.Errorf("producer id topic: %w", err)
+		return notStarted(fmt.Errorf("producer id topic: %w", err))
 	}
 	recorder, err := provenance.NewRecorder(franzOpts, cfg.ID)
 	if err != nil {
-		return err
+		return notStarted(err)
 	}
 	defer recorder.Close()
 
@@ -139,7 +194,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		log.Warn("INSECURE: the gRPC port serves plaintext without peer authentication (tls.insecure); loopback only")
 	} else {
 		if certs, err = tlsconfig.NewSource(cfg.TLS, log.With("component", "tls")); err != nil {
-			return err
+			return notStarted(err)
 		}
 		// TLS credentials plus interceptors: a trusted client with the wrong
 		// identity gets PermissionDenied on every call, before any handler.
@@ -155,37 +210,34 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	healthpb.RegisterHealthServer(gs, hs)
 	ferryv1.RegisterReplicationServiceServer(gs, srv)
 	// One readiness answer for /readyz (Consul, Kubernetes) and gRPC health.
-	ready, err := readiness.New(readiness.Options{
-		Addrs: cfg.Target.BootstrapServers, Sarama: base, Topic: store.Topic(), View: store.Err,
-		Health: hs, Services: []string{"", ferryv1.ReplicationService_ServiceDesc.ServiceName},
-		Interval: readyInterval, Timeout: readyTimeout, Log: log.With("component", "readiness"),
-	})
-	if err != nil {
+	var ready *readiness.Checker
+	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
+		ready, err = readiness.New(readiness.Options{
+			Addrs: cfg.Target.BootstrapServers, Sarama: base, Topic: store.Topic(), View: store.Err,
+			Health: hs, Services: []string{"", ferryv1.ReplicationService_ServiceDesc.ServiceName},
+			Interval: readyInterval, Timeout: readyTimeout, Log: log.With("component", "readiness"),
+		})
 		return err
+	}); err != nil {
+		return notStarted(err)
 	}
 	defer ready.Close()
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		return notStarted(fmt.Errorf("listen %s: %w", cfg.Listen, err))
 	}
-	adm, err := admin.Listen(cfg.Admin.Listen, promReg, admin.Options{
-		Ready:  ready.Ready,
-		Status: func() any { return map[string]any{"writer": cfg.ID, "shards": srv.Status()} },
-	}, log)
-	if err != nil {
-		lis.Close()
-		return err
-	}
+	wait.Done()
+	readyp.Store(ready)
+	srvp.Store(srv)
 
 	var reg *registration.Registration
 	if cfg.Registration.Address != "" {
 		reg, err = registration.New(cfg.Registration, cfg.ID, lis.Addr().String(), adm.Addr(), log.With("component", "registration"))
 		if err != nil {
 			lis.Close()
-			return err
+			return notStarted(err)
 		}
 	}
-	g, gctx := errgroup.WithContext(ctx)
 	// Registration retries until Consul answers and leaves the catalog when
 	// the writer stops; the drain waits for it to have left, so fetchers
 	// stop choosing this writer before its streams close.
@@ -203,7 +255,6 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		return nil
 	})
-	g.Go(func() error { return adm.Run(gctx) })
 	// A checkpoint view that failed for good (its tail lost its position)
 	// never serves an open again, so the writer ends, with the error: its
 	// orchestrator restarts it, and the new process reads the checkpoint

@@ -3,10 +3,12 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -202,4 +204,92 @@ func TestFailedCheckpointViewEndsTheWriter(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the writer still runs a minute after its checkpoint topic was recreated under its tail")
 	}
+}
+
+// A writer started while its target is down waits for it: /healthz
+// answers, /readyz says what the start waits for, and once the target
+// listens the writer becomes ready, without a restart. A stop while it
+// waits is a clean exit.
+func TestTargetDownAtStartIsWaitedFor(t *testing.T) {
+	target := freeAddr(t)
+	_, portText, _ := net.SplitHostPort(target)
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(t *testing.T) (*config.Config, context.CancelFunc, chan error) {
+		cfg := config.Defaults()
+		cfg.ID = "w1"
+		cfg.Listen, cfg.Admin.Listen = freeAddr(t), freeAddr(t)
+		cfg.TLS.Insecure = true
+		cfg.Target.BootstrapServers = []string{target}
+		cfg.Links = []config.Link{{Name: "east"}}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		runErr := make(chan error, 1)
+		go func() { runErr <- Run(ctx, &cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+		return &cfg, cancel, runErr
+	}
+	get := func(addr, path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitFor := func(t *testing.T, what string, ok func() bool, last func() string) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if ok() {
+				return
+			}
+		}
+		t.Fatalf("%s: never; last %s", what, last())
+	}
+	waiting := func(t *testing.T, cfg *config.Config) {
+		t.Helper()
+		var code int
+		var body string
+		waitFor(t, "/readyz names the target it waits for", func() bool {
+			code, body = get(cfg.Admin.Listen, "/readyz")
+			return code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for the target cluster")
+		}, func() string { return fmt.Sprintf("/readyz %d %q", code, body) })
+		if code, body := get(cfg.Admin.Listen, "/healthz"); code != http.StatusOK {
+			t.Fatalf("/healthz %d %q while the start waits, want 200", code, body)
+		}
+	}
+
+	t.Run("stopped while waiting", func(t *testing.T) {
+		cfg, cancel, runErr := start(t)
+		waiting(t, cfg)
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Fatalf("Run = %v, want a clean stop", err)
+		}
+	})
+	t.Run("target comes up", func(t *testing.T) {
+		cfg, cancel, runErr := start(t)
+		defer func() {
+			cancel()
+			if err := <-runErr; err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		}()
+		waiting(t, cfg)
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cluster.Close()
+		var code int
+		var body string
+		waitFor(t, "ready once the target listens", func() bool {
+			code, body = get(cfg.Admin.Listen, "/readyz")
+			return code == http.StatusOK
+		}, func() string { return fmt.Sprintf("/readyz %d %q", code, body) })
+	})
 }
