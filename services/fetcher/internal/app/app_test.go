@@ -119,4 +119,3 @@ func TestSourceDownAtStartIsWaitedFor(t *testing.T) {
 		}
 	})
 }
-
