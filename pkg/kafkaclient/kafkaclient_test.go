@@ -365,19 +365,28 @@ func TestMutualTLSAndSCRAM(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("franz-go client with mTLS and SCRAM: %v", err)
 	}
-	if err := franzPing(t, brokers, func(c *Config) {
+	err = franzPing(t, brokers, func(c *Config) {
 		c.TLS = TLSConfig{Enabled: true, CAFile: caFile}
 		c.SASL = sasl
-	}); err == nil {
+	})
+	if err == nil {
 		t.Fatal("franz-go client without certificate admitted by a broker requiring one")
+	}
+	// The broker's refusal arrives as a TLS alert: not worth waiting for.
+	if Unreachable(err) {
+		t.Errorf("franz-go: a broker's refusal of no certificate is Unreachable (worth waiting for): %v", err)
 	}
 	sc = clientConfig(t, brokers, func(c *Config) {
 		c.TLS = TLSConfig{Enabled: true, CAFile: caFile}
 		c.SASL = sasl
 	})
-	if client, err := sarama.NewClient(brokers, sc); err == nil {
+	client, err := sarama.NewClient(brokers, sc)
+	if err == nil {
 		client.Close()
 		t.Fatal("client without certificate admitted by a broker requiring one")
+	}
+	if Unreachable(err) {
+		t.Errorf("sarama: a broker's refusal of no certificate is Unreachable (worth waiting for): %v", err)
 	}
 }
 

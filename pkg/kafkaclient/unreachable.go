@@ -45,7 +45,10 @@ func Unreachable(err error) bool {
 		errors.Is(err, context.DeadlineExceeded)
 }
 
-// refusedTLS: a handshake that failed on a certificate, either side's.
+// refusedTLS: a handshake that failed on a certificate, either side's. A
+// refusal by the broker (no client certificate, one it does not trust)
+// reaches the client as a TLS alert, which crypto/tls returns as a
+// net.OpError of Op "remote error" (its alert type is unexported).
 func refusedTLS(err error) bool {
 	var (
 		unknown  x509.UnknownAuthorityError
@@ -54,7 +57,9 @@ func refusedTLS(err error) bool {
 		verify   *tls.CertificateVerificationError
 		alert    tls.AlertError
 		recordHd tls.RecordHeaderError
+		op       *net.OpError
 	)
 	return errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) ||
-		errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &recordHd)
+		errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &recordHd) ||
+		(errors.As(err, &op) && op.Op == "remote error")
 }
