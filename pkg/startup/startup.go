@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // The waits between tries of a step: from minWait, doubling, to maxWait.
@@ -98,4 +100,41 @@ func (w *Waiter) set(step string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.step, w.last = step, err
+}
+
+// Group is the errgroup a service's goroutines run in, begun with its
+// admin server so that /healthz and /readyz answer while the start waits.
+type Group struct {
+	*errgroup.Group
+	// Ctx ends when the service's context does or a goroutine fails.
+	Ctx    context.Context
+	parent context.Context
+	stop   context.CancelFunc
+}
+
+// Begin starts admin (the admin server's Run) in a new Group under ctx.
+// The caller defers Stop.
+func Begin(ctx context.Context, admin func(context.Context) error) *Group {
+	runCtx, stop := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(runCtx)
+	g.Go(func() error { return admin(gctx) })
+	return &Group{Group: g, Ctx: gctx, parent: ctx, stop: stop}
+}
+
+// Stop releases the Group's context.
+func (g *Group) Stop() { g.stop() }
+
+// Abort ends a start that failed with err, or was stopped: it stops the
+// group's goroutines and waits for them, and returns what the service
+// returns: a goroutine's own failure first, nil when the service's context
+// ended (a stop signal during the start is a clean exit), else err.
+func (g *Group) Abort(err error) error {
+	g.stop()
+	if werr := g.Wait(); werr != nil {
+		return werr
+	}
+	if g.parent.Err() != nil {
+		return nil
+	}
+	return err
 }

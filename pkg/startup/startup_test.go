@@ -78,3 +78,30 @@ func TestDoEndsWithItsContext(t *testing.T) {
 		t.Fatalf("Do = %v after %d tries, want context.Canceled after 3", err, tries)
 	}
 }
+
+// TestAbort: an aborted start stops the admin goroutine and returns the
+// start's error; a stop signal during the start returns nil; a failed
+// admin server's error comes first.
+func TestAbort(t *testing.T) {
+	admin := func(ctx context.Context) error { <-ctx.Done(); return nil }
+	refused := errors.New("refused")
+
+	g := Begin(context.Background(), admin)
+	if err := g.Abort(refused); !errors.Is(err, refused) {
+		t.Fatalf("failed start: Abort = %v, want the start's error", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	g = Begin(ctx, admin)
+	cancel()
+	if err := g.Abort(context.Canceled); err != nil {
+		t.Fatalf("stopped start: Abort = %v, want nil", err)
+	}
+
+	bind := errors.New("admin server: address in use")
+	g = Begin(context.Background(), func(context.Context) error { return bind })
+	<-g.Ctx.Done() // the admin's failure ends the group's context
+	if err := g.Abort(context.Canceled); !errors.Is(err, bind) {
+		t.Fatalf("failed admin: Abort = %v, want its error", err)
+	}
+}

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
@@ -89,22 +88,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	g, gctx := errgroup.WithContext(runCtx)
-	g.Go(func() error { return adm.Run(gctx) })
-	// notStarted ends a start that failed or was stopped: the admin server
-	// stops, and a stop signal during the start is a clean exit.
-	notStarted := func(err error) error {
-		stop()
-		if werr := g.Wait(); werr != nil {
-			return werr
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
+	grp := startup.Begin(ctx, adm.Run)
+	defer grp.Stop()
+	g, gctx, notStarted := grp.Group, grp.Ctx, grp.Abort
 	var client sarama.Client
 	if err := wait.Do(gctx, "source cluster", kafkaclient.Unreachable, func() (err error) {
 		client, err = sarama.NewClient(cfg.Source.BootstrapServers, sc)

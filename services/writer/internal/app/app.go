@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -97,22 +96,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	g, gctx := errgroup.WithContext(runCtx)
-	g.Go(func() error { return adm.Run(gctx) })
-	// notStarted ends a start that failed or was stopped: the admin server
-	// stops, and a stop signal during the start is a clean exit.
-	notStarted := func(err error) error {
-		stop()
-		if werr := g.Wait(); werr != nil {
-			return werr
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
+	grp := startup.Begin(ctx, adm.Run)
+	defer grp.Stop()
+	g, gctx, notStarted := grp.Group, grp.Ctx, grp.Abort
 	const target = "target cluster"
 	var store *checkpoint.Store
 	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
