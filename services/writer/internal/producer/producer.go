@@ -18,7 +18,10 @@
 //     requests one at a time, in order, and refuses a batch whose sequence
 //     does not follow the partition's last one, so the target takes a
 //     partition's batches in order or not at all: a batch behind a refused
-//     one is refused too (OUT_OF_ORDER_SEQUENCE_NUMBER).
+//     one is refused too (OUT_OF_ORDER_SEQUENCE_NUMBER). That holds only
+//     once the broker knows the producer on the partition, so a partition's
+//     first batch of a Producer is sent alone and answered before anything
+//     follows it (produceTo).
 //   - Any error ends the Producer: no produce request is retried, and
 //     nothing new is sent after a failure is seen. The stream ends, and the next one
 //     starts a new Producer (which fences, for a transactional id) and
@@ -80,7 +83,11 @@ type Client struct {
 // request is on the wire.
 func NewClient(opts ...kgo.Opt) (*Client, error) {
 	w := &writes{n: map[int32]uint64{}, changed: make(chan struct{})}
-	cl, err := kgo.NewClient(append(slices.Clip(opts), kgo.MaxVersions(MaxVersions()), kgo.WithHooks(w))...)
+	// Acks: kgo writes its client's setting into every ProduceRequest it
+	// sends, whatever the request says, so all in-sync replicas are
+	// required here, after the caller's options, where nothing overrides
+	// it: a batch acknowledged by the leader alone may be lost with it.
+	cl, err := kgo.NewClient(append(slices.Clip(opts), kgo.MaxVersions(MaxVersions()), kgo.WithHooks(w), kgo.RequiredAcks(kgo.AllISRAcks()))...)
 	if err != nil {
 		return nil, err
 	}
@@ -181,11 +188,14 @@ var ErrFailed = errors.New("producer failed earlier")
 // Producer writes batches for one stream. Its methods are not safe for
 // concurrent use.
 type Producer struct {
-	cl      *Client
-	opts    Options
-	id      int64
-	epoch   int16
-	seq     map[TopicPartition]int32
+	cl    *Client
+	opts  Options
+	id    int64
+	epoch int16
+	seq   map[TopicPartition]int32
+	// acked are the partitions where the target has acknowledged a batch
+	// of this producer (see produceTo: until then one request at a time).
+	acked   map[TopicPartition]bool
 	leaders map[TopicPartition]int32
 	inTxn   map[TopicPartition]bool
 	err     error
@@ -203,7 +213,7 @@ func New(ctx context.Context, cl *Client, opts Options) (*Producer, error) {
 	req.ProducerID, req.ProducerEpoch = -1, -1
 	p := &Producer{
 		cl: cl, opts: opts,
-		seq: map[TopicPartition]int32{}, leaders: map[TopicPartition]int32{}, inTxn: map[TopicPartition]bool{},
+		seq: map[TopicPartition]int32{}, acked: map[TopicPartition]bool{}, leaders: map[TopicPartition]int32{}, inTxn: map[TopicPartition]bool{},
 	}
 	err := Retry(ctx, "init producer id", func() error {
 		resp, err := req.RequestWith(ctx, cl)
@@ -377,6 +387,7 @@ func (p *Producer) Produce(ctx context.Context, batches []Batch) ([]int64, error
 			info, _ := recordbatch.Parse(batches[i].Raw)
 			p.seq[tp] = nextSequence(p.seq[tp], info.NumRecords)
 		}
+		p.acked[tp] = true
 	}
 	return offsets, nil
 }
@@ -392,6 +403,15 @@ func nextSequence(seq, records int32) int32 {
 // requests already on the wire are answered (those behind a refused batch
 // are refused for their sequence) and the earliest request's error, the
 // cause, is returned.
+//
+// Until the target has acknowledged a batch of this producer on each of
+// parts, request 0 is alone on the wire: a broker that holds no state for
+// a producer id on a partition takes any first sequence (Kafka's
+// ProducerStateManager checks the sequence only against a known epoch), so
+// a refused or lost first batch would not stop the ones pipelined behind
+// it, and they would land without it, ahead of the records the next stream
+// sends again. Once one batch is acknowledged, the broker holds the
+// producer's last sequence and refuses any batch that does not follow it.
 func (p *Producer) produceTo(ctx context.Context, leader int32, parts []TopicPartition, order map[TopicPartition][]int, batches []Batch, offsets []int64) error {
 	br := p.cl.Broker(int(leader))
 	type answer struct {
@@ -402,11 +422,16 @@ func (p *Producer) produceTo(ctx context.Context, leader int32, parts []TopicPar
 	var (
 		errs     = map[int]error{}
 		inflight int
+		// known: every partition of parts has an acknowledged batch, so
+		// requests may be pipelined.
+		known = !slices.ContainsFunc(parts, func(tp TopicPartition) bool { return !p.acked[tp] })
 	)
 	take := func(a answer) {
 		inflight--
 		if a.err != nil {
 			errs[a.k] = a.err
+		} else if a.k == 0 {
+			known = true // request 0 held a batch of every partition of parts
 		}
 	}
 	for k := 0; len(errs) == 0; k++ {
@@ -414,7 +439,7 @@ func (p *Producer) produceTo(ctx context.Context, leader int32, parts []TopicPar
 		if len(sent) == 0 {
 			break
 		}
-		for inflight >= MaxInFlight && len(errs) == 0 {
+		for (inflight >= MaxInFlight || !known && inflight > 0) && len(errs) == 0 {
 			take(<-answers)
 		}
 		if len(errs) > 0 {

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,16 +222,21 @@ func TestAFailedBatchStopsItsPartitionAndTheProducer(t *testing.T) {
 	}
 }
 
-// TestRequestsArePipelined holds the first produce request in the broker
-// until the second is on the wire: a producer that waited for each answer
-// before sending the next request would never send it. Then the target
-// holds every batch in order.
+// TestRequestsArePipelined holds a produce request in the broker until the
+// next is on the wire: a producer that waited for each answer before
+// sending the next request would never send it. Then the target holds every
+// batch in order. The partition's first batch goes first, alone (see
+// TestARefusedFirstBatchStopsThoseBehindIt).
 func TestRequestsArePipelined(t *testing.T) {
 	c := newCluster(t, kfake.NumBrokers(1))
 	cl := newClient(t, c)
 	ctx := context.Background()
 	p, err := New(ctx, cl, Options{Timeout: 10 * time.Second})
 	if err != nil {
+		t.Fatal(err)
+	}
+	first := newBatch(t, 0, "first", 1)
+	if _, err := p.Produce(ctx, []Batch{first}); err != nil {
 		t.Fatal(err)
 	}
 	var (
@@ -249,9 +258,9 @@ func TestRequestsArePipelined(t *testing.T) {
 			expired := make(chan struct{})
 			timer := time.AfterFunc(10*time.Second, func() { close(expired) })
 			defer timer.Stop()
-			cl.writes.wait(0, 2, expired)
+			cl.writes.wait(0, 3, expired)
 			n, _ := cl.writes.count(0)
-			held, waited = int(n), n < 2
+			held, waited = int(n)-1, n < 3
 		})
 		return nil, nil, false
 	})
@@ -269,9 +278,10 @@ func TestRequestsArePipelined(t *testing.T) {
 	if waited || held < 2 {
 		t.Fatalf("the second produce request was not written while the first was unanswered (%d written)", held)
 	}
-	if fmt.Sprint(offs) != fmt.Sprint([]int64{0, 2, 4, 6, 8, 10}) {
+	if fmt.Sprint(offs) != fmt.Sprint([]int64{1, 3, 5, 7, 9, 11}) {
 		t.Fatalf("base offsets %v", offs)
 	}
+	want = append(values("first", 0, 1), want...)
 	if got := readAll(t, c, false); fmt.Sprint(got[0]) != fmt.Sprint(want) {
 		t.Fatalf("target holds %v, want %v", got[0], want)
 	}
@@ -417,5 +427,153 @@ func TestAddPartitionsAloneAbortsWhatAnOlderEpochLeftOpen(t *testing.T) {
 	got := readAll(t, c, true)
 	if want := values("live", 0, 1); fmt.Sprint(got[1]) != fmt.Sprint(want) {
 		t.Fatalf("read_committed sees %v on partition 1, want %v", got[1], want)
+	}
+}
+
+// refuse answers every partition of a produce request with code.
+func refuse(req kmsg.Request, code int16) kmsg.Response {
+	r := req.(*kmsg.ProduceRequest)
+	resp := r.ResponseKind().(*kmsg.ProduceResponse)
+	for _, rt := range r.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}
+
+// seedOld writes one record to partition 0 with a client of its own, as an
+// earlier stream's producer would have.
+func seedOld(t *testing.T, c *kfake.Cluster) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Partition: 0, Value: []byte("old-0")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestARefusedFirstBatchStopsThoseBehindIt refuses a new producer's first
+// batch on a partition (INVALID_TIMESTAMP, as a target with
+// message.timestamp.before.max.ms answers). A broker with no state for the
+// producer id takes any first sequence, so batches pipelined behind the
+// refused one were appended without it: duplicated by the next stream,
+// ahead of the records before them. Nothing may follow the refused batch.
+func TestARefusedFirstBatchStopsThoseBehindIt(t *testing.T) {
+	c := newCluster(t, kfake.NumBrokers(1))
+	seedOld(t, c)
+	cl := newClient(t, c)
+	ctx := context.Background()
+	p, err := New(ctx, cl, Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		return refuse(req, kerr.InvalidTimestamp.Code), nil, true
+	})
+	_, err = p.Produce(ctx, []Batch{newBatch(t, 0, "a", 2), newBatch(t, 0, "b", 2), newBatch(t, 0, "c", 2)})
+	var perr *PartitionError
+	if !errors.As(err, &perr) || !errors.Is(err, kerr.InvalidTimestamp) || perr.Batch != 0 {
+		t.Fatalf("Produce = %v, want INVALID_TIMESTAMP for batch 0", err)
+	}
+	if got := readAll(t, c, false); fmt.Sprint(got[0]) != fmt.Sprint([]string{"old-0"}) {
+		t.Fatalf("partition 0 holds %v, want only the old record: batches behind the refused one landed", got[0])
+	}
+}
+
+// dropAfterFirstWrite is a client hook that holds the writing of requests
+// after the first produce request until its connection is gone: the window
+// in which a pipelining producer's next request goes out on a new
+// connection.
+type dropAfterFirstWrite struct {
+	once         sync.Once
+	disconnected chan struct{} // closed at the first disconnect
+	discOnce     sync.Once
+}
+
+func (h *dropAfterFirstWrite) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key != kmsg.Produce.Int16() || err != nil {
+		return
+	}
+	h.once.Do(func() {
+		select {
+		case <-h.disconnected:
+		case <-time.After(time.Second): // kgo notices a closed connection only when it uses it
+		}
+	})
+}
+
+func (h *dropAfterFirstWrite) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) {
+	h.discOnce.Do(func() { close(h.disconnected) })
+}
+
+// TestADroppedFirstRequestStopsThoseBehindIt drops the connection under a
+// new producer's first produce request before the broker appends it: the
+// request behind it, on a new connection, would be taken as the producer's
+// first batch, so it must not be sent.
+func TestADroppedFirstRequestStopsThoseBehindIt(t *testing.T) {
+	c := newCluster(t, kfake.NumBrokers(1))
+	seedOld(t, c)
+	h := &dropAfterFirstWrite{disconnected: make(chan struct{})}
+	cl, err := NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.WithHooks(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	p, err := New(ctx, cl, Options{Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drops atomic.Int32
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		drops.Add(1)
+		return nil, errors.New("connection dropped"), true // closes the connection, appends nothing
+	})
+	if _, err := p.Produce(ctx, []Batch{newBatch(t, 0, "a", 2), newBatch(t, 0, "b", 2), newBatch(t, 0, "c", 2)}); err == nil {
+		t.Fatal("Produce succeeded with its first request dropped")
+	}
+	if n := drops.Load(); n != 1 {
+		t.Fatalf("%d requests dropped, want 1", n)
+	}
+	if got := readAll(t, c, false); fmt.Sprint(got[0]) != fmt.Sprint([]string{"old-0"}) {
+		t.Fatalf("partition 0 holds %v, want only the old record: a request behind the dropped one landed", got[0])
+	}
+}
+
+// TestAllInSyncReplicasAcknowledge gives the client leader-only acks: the
+// producer's requests still ask all in-sync replicas (kgo writes its
+// client's setting into every produce request).
+func TestAllInSyncReplicasAcknowledge(t *testing.T) {
+	c := newCluster(t, kfake.NumBrokers(1))
+	cl, err := NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	p, err := New(ctx, cl, Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acks []int16
+	c.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		acks = append(acks, req.(*kmsg.ProduceRequest).Acks)
+		return nil, nil, false
+	})
+	if _, err := p.Produce(ctx, []Batch{newBatch(t, 0, "a", 1), newBatch(t, 1, "b", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(acks) == 0 || slices.ContainsFunc(acks, func(a int16) bool { return a != -1 }) {
+		t.Fatalf("produce requests asked acks %v, want all -1", acks)
 	}
 }
