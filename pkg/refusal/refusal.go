@@ -1,6 +1,7 @@
 // Package refusal carries, in a gRPC status, a writer's refusal of one
-// source partition: a record the target can never take (too large for it),
-// which no retry would cure. The fetcher stops that partition loudly, as it
+// source partition: a record the target can never take (too large for it,
+// or refused by the target's brokers for what it holds), which no retry
+// would cure. The fetcher stops that partition loudly, as it
 // does at a retention gap, and keeps the shard's other partitions flowing.
 //
 // The refusal rides as a google.rpc.ErrorInfo detail of a FailedPrecondition
@@ -21,6 +22,9 @@ import (
 const (
 	// RecordTooLarge: a record above what the target accepts.
 	RecordTooLarge = "RECORD_TOO_LARGE"
+	// TargetRefused: the target's brokers refused a record for good
+	// (INVALID_RECORD, INVALID_TIMESTAMP, ...); Cause is Kafka's error.
+	TargetRefused = "TARGET_REFUSED"
 )
 
 const domain = "ferry-replicator.io"
@@ -36,10 +40,17 @@ type Refusal struct {
 	// Setting the setting (or target config) that sets the limit.
 	Size, Limit int64
 	Setting     string
+	// Cause is the target's error (TargetRefused): Kafka's error name and
+	// message.
+	Cause string
 }
 
-// Error is the refusal in words: what, where, how big, which limit.
+// Error is the refusal in words: what, where, and why (how big, which
+// limit; or the target's error).
 func (r Refusal) Error() string {
+	if r.Reason == TargetRefused {
+		return fmt.Sprintf("record refused by the target: %s/%d offset %d: %s", r.Topic, r.Partition, r.Offset, r.Cause)
+	}
 	limit := ""
 	if r.Limit > 0 {
 		limit = fmt.Sprintf(" %d", r.Limit)
@@ -56,6 +67,7 @@ func (r Refusal) Status() error {
 		Metadata: map[string]string{
 			"topic": r.Topic, "partition": strconv.Itoa(int(r.Partition)), "offset": strconv.FormatInt(r.Offset, 10),
 			"size": strconv.FormatInt(r.Size, 10), "limit": strconv.FormatInt(r.Limit, 10), "setting": r.Setting,
+			"cause": r.Cause,
 		},
 	})
 	if err != nil { // only for a detail that cannot marshal, which ErrorInfo always can
@@ -89,7 +101,7 @@ func From(err error) (Refusal, bool) {
 			continue
 		}
 		return Refusal{Reason: info.GetReason(), Topic: m["topic"], Partition: int32(p), Offset: off,
-			Size: size, Limit: limit, Setting: m["setting"]}, true
+			Size: size, Limit: limit, Setting: m["setting"], Cause: m["cause"]}, true
 	}
 	return Refusal{}, false
 }

@@ -10,7 +10,16 @@ import (
 )
 
 func TestStatusRoundTrip(t *testing.T) {
-	r := Refusal{Reason: RecordTooLarge, Topic: "orders", Partition: 3, Offset: 1234, Size: 2 << 20, Limit: 1 << 20, Setting: "producer.max_message_bytes"}
+	for _, r := range []Refusal{
+		{Reason: RecordTooLarge, Topic: "orders", Partition: 3, Offset: 1234, Size: 2 << 20, Limit: 1 << 20, Setting: "producer.max_message_bytes"},
+		{Reason: TargetRefused, Topic: "orders", Partition: 1, Offset: 7, Cause: "INVALID_RECORD: ..."},
+	} {
+		roundTrip(t, r)
+	}
+}
+
+func roundTrip(t *testing.T, r Refusal) {
+	t.Helper()
 	err := r.Status()
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("code %v", status.Code(err))

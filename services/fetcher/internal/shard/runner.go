@@ -214,8 +214,9 @@ func (r *Runner) Run(ctx context.Context) {
 			attempt, backoff = 0, r.set.MinBackoff
 			continue
 		}
-		// A record the target can never take stops its partition; the
-		// shard's other partitions go on at once (the writer is fine).
+		// A record the target can never take (too large, or refused by
+		// its brokers for good) stops its partition; the shard's other
+		// partitions go on at once (the writer is fine).
 		if ref, ok := refusal.From(err); ok && r.stopRefused(ref) {
 			r.deps.Metrics.StreamRestarts.WithLabelValues(r.set.Link, restartReason(err)).Inc()
 			attempt, backoff = 0, r.set.MinBackoff
@@ -293,6 +294,12 @@ const (
 	// takes (writers.max_message_bytes, the writer's
 	// producer.max_message_bytes, the target topic's max.message.bytes).
 	ReasonRecordTooLarge = "record_too_large"
+	// ReasonTargetRefused: the target's brokers refused a record for what
+	// it holds, and would refuse it again (INVALID_RECORD, such as a record
+	// without a key into a compacted target topic; INVALID_TIMESTAMP
+	// against the target topic's message.timestamp.*.max.ms; ...): the
+	// writer's refusal names the record and Kafka's error.
+	ReasonTargetRefused = "target_refused"
 	// ReasonSourceUnreadable: the pass-through path cannot read the
 	// partition's batches as they are, and fetching again will not change
 	// it: a batch or legacy message failing its CRC, a legacy message set
@@ -309,8 +316,18 @@ func (r *Runner) stopRefused(ref refusal.Refusal) bool {
 	if !slices.Contains(r.parts, p) {
 		return false
 	}
-	r.stopPartition(p, &StopError{Reason: ReasonRecordTooLarge, Err: ref})
+	r.stopPartition(p, &StopError{Reason: refusedReason(ref), Err: ref})
 	return true
+}
+
+// refusedReason names a writer's refusal as the data-loss metric and
+// /status name stops; a reason this fetcher does not know (a newer writer)
+// is a target refusal.
+func refusedReason(ref refusal.Refusal) string {
+	if ref.Reason == refusal.RecordTooLarge {
+		return ReasonRecordTooLarge
+	}
+	return ReasonTargetRefused
 }
 
 // stopped reports whether p has been stopped (stopPartition): it is not

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ferry-replicator/ferry/pkg/refusal"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/writertest"
 )
@@ -114,18 +115,22 @@ func TestShardReturnsToRecoveredWriter(t *testing.T) {
 }
 
 // A record no writer or target takes stops its partition loudly (metric,
-// /status naming topic, partition, offset and size), and the shard's other
-// partition keeps flowing: whether the writer refuses it (its target's
-// limit) or the fetcher finds it above writers.max_message_bytes itself.
+// /status naming topic, partition, offset and size or Kafka's error), and
+// the shard's other partition keeps flowing: whether the writer refuses it
+// (its target's limit, or the target's brokers refusing it for good) or
+// the fetcher finds it above writers.max_message_bytes itself.
 func TestRecordTooLargeStopsOnlyItsPartition(t *testing.T) {
 	tests := []struct {
 		name            string
-		writerLimit     int // the test writer refuses batches above this
-		maxMessageBytes int // Settings.MaxMessageBytes
+		writerLimit     int    // the test writer refuses batches above this
+		refuseAs        string // with this refusal reason
+		maxMessageBytes int    // Settings.MaxMessageBytes
+		wantReason      string
 		wantSetting     string
 	}{
-		{"refused by the writer", 5_000, 0, "the test writer's limit"},
-		{"above writers.max_message_bytes", 0, 5_000, "writers.max_message_bytes"},
+		{"refused by the writer", 5_000, "", 0, ReasonRecordTooLarge, "the test writer's limit"},
+		{"above writers.max_message_bytes", 0, "", 5_000, ReasonRecordTooLarge, "writers.max_message_bytes"},
+		{"refused by the target's brokers", 5_000, refusal.TargetRefused, 0, ReasonTargetRefused, "INVALID_RECORD"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,6 +141,7 @@ func TestRecordTooLargeStopsOnlyItsPartition(t *testing.T) {
 			}
 			writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 			writer.RefuseBatchesAbove(tt.writerLimit)
+			writer.RefuseAs(tt.refuseAs)
 			r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) { s.MaxMessageBytes = tt.maxMessageBytes }, "ok", "big")
 
 			src.produce(t, "big", 3)
@@ -143,10 +149,14 @@ func TestRecordTooLargeStopsOnlyItsPartition(t *testing.T) {
 			src.produceSized(t, "big", 1, 20_000) // offset 3
 			src.produce(t, "big", 2)
 			writertest.WaitFor(t, 10*time.Second, "big/0 stopped", func() bool {
-				return testutil.ToFloat64(m.PartitionStops.WithLabelValues(testLink, "big", "0", ReasonRecordTooLarge)) == 1
+				return testutil.ToFloat64(m.PartitionStops.WithLabelValues(testLink, "big", "0", tt.wantReason)) == 1
 			})
 			stopped := r.Status().Partitions["big/0"].Stopped
-			for _, want := range []string{"record_too_large", "big/0 offset 3", "20", tt.wantSetting} {
+			wants := []string{tt.wantReason, "big/0 offset 3", tt.wantSetting}
+			if tt.wantReason == ReasonRecordTooLarge {
+				wants = append(wants, "20") // its size, 20,0xx bytes
+			}
+			for _, want := range wants {
 				if !strings.Contains(stopped, want) {
 					t.Errorf("/status says %q, want it to name %q", stopped, want)
 				}
@@ -160,7 +170,7 @@ func TestRecordTooLargeStopsOnlyItsPartition(t *testing.T) {
 			if got := committed("big"); got != 3 {
 				t.Fatalf("big/0 committed to %v, want 3 (stopped before the large record at offset 3)", got)
 			}
-			if n := testutil.ToFloat64(m.PartitionStops.WithLabelValues(testLink, "big", "0", ReasonRecordTooLarge)); n != 1 {
+			if n := testutil.ToFloat64(m.PartitionStops.WithLabelValues(testLink, "big", "0", tt.wantReason)); n != 1 {
 				t.Errorf("big/0 stopped %v times, want once", n)
 			}
 		})

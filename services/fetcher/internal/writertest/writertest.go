@@ -75,6 +75,8 @@ type Writer struct {
 	// with a refusal of its partition, as a writer refuses a record its
 	// target cannot take. Zero: none refused.
 	refuseAbove int
+	// refuseAs is the refusal's reason (refusal.RecordTooLarge when empty).
+	refuseAs string
 	// received is every batch, in the order received.
 	received []*ferryv1.Batch
 }
@@ -85,6 +87,15 @@ func (w *Writer) RefuseBatchesAbove(n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.refuseAbove = n
+}
+
+// RefuseAs makes the refusals of RefuseBatchesAbove carry reason
+// (refusal.TargetRefused: as the target's brokers refuse a record for
+// good), instead of refusal.RecordTooLarge.
+func (w *Writer) RefuseAs(reason string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refuseAs = reason
 }
 
 // Start serves on addr ("127.0.0.1:0" for a free port, or the address of
@@ -199,9 +210,13 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 		w.mu.Lock()
 		w.batches++
 		w.received = append(w.received, b)
-		hold, refuseAbove := w.hold, w.refuseAbove
+		hold, refuseAbove, refuseAs := w.hold, w.refuseAbove, w.refuseAs
 		w.mu.Unlock()
 		if refuseAbove > 0 && int(b.GetUncompressedSize()) > refuseAbove {
+			if refuseAs == refusal.TargetRefused {
+				return refusal.Refusal{Reason: refuseAs, Topic: b.GetTopic(), Partition: b.GetPartition(), Offset: b.GetFirstOffset(),
+					Cause: "INVALID_RECORD: the test writer's target"}.Status()
+			}
 			return refusal.Refusal{Reason: refusal.RecordTooLarge, Topic: b.GetTopic(), Partition: b.GetPartition(),
 				Offset: b.GetFirstOffset(), Size: int64(b.GetUncompressedSize()), Limit: int64(refuseAbove), Setting: "the test writer's limit"}.Status()
 		}

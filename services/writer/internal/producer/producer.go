@@ -172,7 +172,47 @@ type PartitionError struct {
 	TopicPartition
 	// Batch is the refused batch's index in the Produce call.
 	Batch int
-	Err   error
+	// Record is the index in the batch of the first record the target
+	// named as the cause (Produce v8 and up: INVALID_RECORD,
+	// INVALID_TIMESTAMP); -1 when it named none.
+	Record int
+	Err    error
+}
+
+// Permanent reports whether the target refused a batch for what it holds,
+// so that sending the same records again, on any producer or connection,
+// is refused again: the partition cannot go on without an operator.
+// Everything else a produce can fail with (leadership moves, too few
+// in-sync replicas, timeouts, the producer's own state, authorization) is
+// cured by a new stream, or by the operator fixing the cluster while it
+// retries.
+func Permanent(err error) bool {
+	for _, e := range permanent {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// permanent are the per-partition produce errors a batch's contents cause:
+//   - MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE: above the topic's
+//     max.message.bytes or the brokers' message.max.bytes;
+//   - INVALID_RECORD: the broker's record checks (a record without a key
+//     into a compacted topic, a broker-side record validation policy);
+//   - INVALID_TIMESTAMP: a CreateTime outside the topic's
+//     message.timestamp.before.max.ms / after.max.ms (or the older
+//     message.timestamp.difference.max.ms);
+//   - CORRUPT_MESSAGE: the broker's validation of a batch the writer has
+//     already checked (its CRC, built or verified here) and that TCP
+//     carried intact, so it refuses the same bytes again (older brokers
+//     also answer it for a keyless record into a compacted topic);
+//   - UNSUPPORTED_COMPRESSION_TYPE: a codec the target's brokers or
+//     version do not take (zstd below Kafka 2.1);
+//   - POLICY_VIOLATION: a broker plugin's refusal.
+var permanent = []error{
+	kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.InvalidTimestamp,
+	kerr.CorruptMessage, kerr.UnsupportedCompressionType, kerr.PolicyViolation,
 }
 
 func (e *PartitionError) Error() string {
@@ -532,10 +572,19 @@ func (p *Producer) send(ctx context.Context, br *kgo.Broker, leader int32, req *
 				return fmt.Errorf("produce to broker %d: answer for %s/%d, which was not asked", leader, t.Topic, rp.Partition)
 			}
 			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				record := -1
+				for _, re := range rp.ErrorRecords {
+					if record < 0 || int(re.RelativeOffset) < record {
+						record = int(re.RelativeOffset)
+					}
+					if re.ErrorMessage != nil && *re.ErrorMessage != "" {
+						err = fmt.Errorf("%w (record %d: %s)", err, re.RelativeOffset, *re.ErrorMessage)
+					}
+				}
 				if rp.ErrorMessage != nil && *rp.ErrorMessage != "" {
 					err = fmt.Errorf("%w (%s)", err, *rp.ErrorMessage)
 				}
-				return &PartitionError{TopicPartition: TopicPartition{t.Topic, rp.Partition}, Batch: i, Err: err}
+				return &PartitionError{TopicPartition: TopicPartition{t.Topic, rp.Partition}, Batch: i, Record: record, Err: err}
 			}
 			offsets[i] = rp.BaseOffset
 			answered++

@@ -577,3 +577,23 @@ func TestAllInSyncReplicasAcknowledge(t *testing.T) {
 		t.Fatalf("produce requests asked acks %v, want all -1", acks)
 	}
 }
+
+// TestPermanent: the errors a batch's contents cause are permanent,
+// wrapped or not; those a new stream or the cluster's recovery cures are
+// not.
+func TestPermanent(t *testing.T) {
+	for _, err := range []error{kerr.InvalidRecord, kerr.InvalidTimestamp, kerr.MessageTooLarge, kerr.RecordListTooLarge,
+		kerr.CorruptMessage, kerr.UnsupportedCompressionType, kerr.PolicyViolation,
+		&PartitionError{Err: fmt.Errorf("%w (record 3: null key)", kerr.InvalidRecord)}} {
+		if !Permanent(err) {
+			t.Errorf("Permanent(%v) = false", err)
+		}
+	}
+	for _, err := range []error{kerr.NotLeaderForPartition, kerr.NotEnoughReplicas, kerr.NotEnoughReplicasAfterAppend,
+		kerr.RequestTimedOut, kerr.OutOfOrderSequenceNumber, kerr.InvalidProducerEpoch, kerr.ProducerFenced,
+		kerr.TopicAuthorizationFailed, kerr.UnknownTopicOrPartition, kerr.KafkaStorageError, errors.New("connection reset")} {
+		if Permanent(err) {
+			t.Errorf("Permanent(%v) = true", err)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -38,15 +39,49 @@ func (ss *session) oversized(w work) error {
 }
 
 // refusedBy finds, in a failed produce of round r of group, a batch of
-// records the target refused as too large (the target topic's
-// max.message.bytes, or the brokers' message.max.bytes): the refusal of
-// its largest record, counted, or err unchanged.
+// records the target refused for good (producer.Permanent): as too large
+// (the target topic's max.message.bytes, or the brokers'
+// message.max.bytes), the refusal of its largest record; for anything
+// else (INVALID_RECORD, INVALID_TIMESTAMP, ...), the refusal of the record
+// the target named, or of the batch's first. The refusal is counted; any
+// other error is returned unchanged, and the fetcher reopens the stream.
 func (ss *session) refusedBy(err error, group []work, r *round) error {
 	if ref, ok := refusedRecord(err, group, r); ok {
 		ss.s.metrics.Rejected.WithLabelValues(ss.link.Name, "record_too_large").Inc()
 		return ref
 	}
+	if ref, ok := refusedByTarget(err, group, r); ok {
+		ss.s.metrics.Rejected.WithLabelValues(ss.link.Name, "target_refused").Inc()
+		return ref
+	}
 	return err
+}
+
+// refusedByTarget is the refusal of a data batch the target refused for
+// good for another reason than its size.
+func refusedByTarget(err error, group []work, r *round) (refusal.Refusal, bool) {
+	var perr *producer.PartitionError
+	if !errors.As(err, &perr) || perr.Batch >= r.data || !producer.Permanent(err) {
+		return refusal.Refusal{}, false // a checkpoint batch is not the source's
+	}
+	var (
+		named *batch.Record
+		i     int
+	)
+	err = r.eachRecord(group, perr.Batch, func(rec *batch.Record) {
+		if i == max(perr.Record, 0) {
+			named = rec
+		}
+		i++
+	})
+	if err != nil || named == nil {
+		return refusal.Refusal{}, false
+	}
+	w := group[r.from[perr.Batch].member]
+	return refusal.Refusal{
+		Reason: refusal.TargetRefused, Topic: w.b.GetTopic(), Partition: w.b.GetPartition(), Offset: named.Offset,
+		Cause: fmt.Sprintf("target %s/%d refused it: %v", perr.Topic, perr.Partition, perr.Err),
+	}, true
 }
 
 func refusedRecord(err error, group []work, r *round) (refusal.Refusal, bool) {
