@@ -5,6 +5,7 @@ package config
 import (
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -100,8 +101,23 @@ type Producer struct {
 	// TransactionTimeout is how long the target keeps an exactly-once
 	// round's transaction open before aborting it. A dead writer's open
 	// transaction holds back read_committed readers (and the next owner's
-	// checkpoint read) until it is fenced or this passes, so it is short.
+	// checkpoint read) until it is fenced, which the shard's next owner
+	// does at once, or this passes. It must leave a round the time to
+	// finish (MinTransactionTimeout): a coordinator that aborts a round
+	// still producing fails it, and the same round is sent again as it was.
 	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
+}
+
+// commitAllowance is what an exactly-once round needs beyond its two
+// produce waits: the producer's own grace on each answer (5 s, see
+// producer.send) and the commit.
+const commitAllowance = 10 * time.Second
+
+// MinTransactionTimeout is the shortest producer.transaction_timeout that
+// lets an exactly-once round whose produce requests each wait up to
+// timeout commit before its coordinator aborts it.
+func MinTransactionTimeout(timeout time.Duration) time.Duration {
+	return 2*timeout + commitAllowance
 }
 
 // Link is one replication flow as the target side sees it.
@@ -162,7 +178,7 @@ func Defaults() Config {
 		Log:              telemetry.LogConfig{Level: "info", Format: "text"},
 		Target:           kafkaclient.Defaults("ferry-writer"),
 		Checkpoints:      Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
-		Producer:         Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 30 * time.Second, TransactionTimeout: 10 * time.Second},
+		Producer:         Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
 		MaxBatchBytes:    4 << 20,
 		MaxGroupBytes:    8 << 20,
 		MaxBufferedBytes: 64 << 20,
@@ -317,6 +333,13 @@ func (c *Config) Validate() error {
 		}
 		// Parsed once, here; every problem is reported above.
 		l.topics, _ = topicfilter.Parse(l.Topics.Include, l.Topics.Exclude)
+	}
+	// After the links' defaults: delivery is exactly_once unless set.
+	if least := MinTransactionTimeout(c.Producer.Timeout); c.Producer.Timeout > 0 && c.Producer.TransactionTimeout < least &&
+		slices.ContainsFunc(c.Links, func(l Link) bool { return l.Delivery == "exactly_once" }) {
+		p.Addf("producer.transaction_timeout", "%v: must be at least %v with exactly_once links (twice producer.timeout %v, plus %v): "+
+			"a round produces its records and then its checkpoints in one transaction, each waiting up to producer.timeout, "+
+			"and the coordinator aborts a transaction older than this", c.Producer.TransactionTimeout, least, c.Producer.Timeout, commitAllowance)
 	}
 	return p.Err()
 }

@@ -44,6 +44,12 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		{"grpc conn window below the stream's", base + "grpc: {stream_window: 8MiB, conn_window: 1MiB}\nlinks: [{name: a}]\n", "grpc.conn_window"},
 		{"merge every small batch", base + "producer: {merge_below: 0}\nlinks: [{name: a}]\n", ""},
 		{"merge below above the batch limit", base + "producer: {merge_below: 2MiB}\nlinks: [{name: a}]\n", "producer.merge_below: 2MiB"},
+		// An exactly-once round must fit its transaction (issue 21: 10s
+		// under a 30s produce timeout was accepted, and a slow ISR made the
+		// coordinator abort rounds that were then sent again as they were).
+		{"transaction timeout below two produce timeouts", base + "producer: {timeout: 30s, transaction_timeout: 10s}\nlinks: [{name: a}]\n", "producer.transaction_timeout: 10s: must be at least 1m10s"},
+		{"transaction timeout unused at least once", base + "producer: {timeout: 30s, transaction_timeout: 10s}\nlinks: [{name: a, delivery: at_least_once}]\n", ""},
+		{"transaction timeout that fits", base + "producer: {timeout: 5s, transaction_timeout: 20s}\nlinks: [{name: a}]\n", ""},
 		{"sampling without tracing", base + "tracing: {sampling_ratio: 0.5}\nlinks: [{name: a}]\n", "tracing.sampling_ratio: has no effect without tracing.endpoint"},
 	}
 	for _, tt := range tests {
