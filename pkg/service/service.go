@@ -38,6 +38,12 @@ func Main[C Config](name, envPrefix, summary string, cfg C, args []string, env [
 	// (run sees ctx done) instead of killing it.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP asks for a certificate reload (tlsconfig.ReloadOnHangup),
+	// and its default action ends the process: one sent before run's
+	// reloader is listening (a rotation as a pod starts) killed it at
+	// start. Ignored until the reloader takes it; the reloader reads the
+	// files anew when it starts listening.
+	signal.Ignore(syscall.SIGHUP)
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "YAML configuration file")

@@ -55,3 +55,32 @@ func TestStopDuringStartUpExitsCleanly(t *testing.T) {
 		t.Fatalf("exit %d, want 0:\n%s", code, out.String())
 	}
 }
+
+// hangupConfig sends its own process a SIGHUP while it is validated, as a
+// certificate rotation's hangup arriving before the service's reloader
+// listens. kill(2) delivers a signal a process sends itself before it
+// returns, so with SIGHUP's default action this test binary dies here.
+type hangupConfig struct {
+	Name string `yaml:"name"`
+}
+
+func (c *hangupConfig) Validate() error {
+	return syscall.Kill(syscall.Getpid(), syscall.SIGHUP)
+}
+
+func (c *hangupConfig) Logging() telemetry.LogConfig {
+	return telemetry.LogConfig{Level: "info", Format: "text"}
+}
+
+// A hangup during start-up neither kills the service nor stops it.
+func TestHangupDuringStartUpIsHarmless(t *testing.T) {
+	var out bytes.Buffer
+	ran := false
+	code := Main("svc", "SVC_", "test", &hangupConfig{}, nil, nil, &out, func(ctx context.Context, _ *hangupConfig, _ *slog.Logger) error {
+		ran = ctx.Err() == nil
+		return nil
+	})
+	if code != 0 || !ran {
+		t.Fatalf("exit %d, run with a live context %v, want 0 and true:\n%s", code, ran, out.String())
+	}
+}

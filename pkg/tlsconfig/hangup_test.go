@@ -55,3 +55,30 @@ func TestHangupReloadsThenIsHarmlessAfterStop(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Files rotated before the reloader listens (their SIGHUP ignored while
+// the service started) are read as it starts.
+func TestHangupReloaderReadsFilesRotatedBeforeIt(t *testing.T) {
+	ca := newCA(t, "ca")
+	s := newSide(t, valid(t, ca, "spiffe://ferry.local/ferry/fetcher"), []string{"spiffe://ferry.local/ferry/writer"}, ca)
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	src := s.source(log)
+	before := src.cur.Load().cert.Leaf.SerialNumber
+	s.writeLeaf(valid(t, ca, "spiffe://ferry.local/ferry/fetcher"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ReloadOnHangup(ctx, src, log)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for src.cur.Load().cert.Leaf.SerialNumber.Cmp(before) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the rotated certificate was not read:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval of a deadline loop
+	}
+	cancel()
+	<-done
+}
