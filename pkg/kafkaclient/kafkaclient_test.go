@@ -329,7 +329,62 @@ func TestTLS(t *testing.T) {
 			client.Close()
 			t.Fatal("plaintext client talked to a TLS broker")
 		}
+		// The failure alone looks like a broker restarting (a dropped
+		// connection), which a start waits out for ever; explained, it
+		// names the setting and is a refusal.
+		cfg := Config{BootstrapServers: brokers}
+		explained := cfg.Explain(context.Background(), "source.tls", err)
+		var listener *TLSListenerError
+		if !errors.As(explained, &listener) || !strings.Contains(explained.Error(), "source.tls.enabled is false") {
+			t.Fatalf("Explain(%v) = %v, want a TLSListenerError naming source.tls", err, explained)
+		}
+		if Unreachable(explained) {
+			t.Errorf("a plaintext client at a TLS broker is Unreachable (worth waiting for): %v", explained)
+		}
+		// franz-go's view of the same mistake.
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RequestRetries(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err = cl.Ping(ctx)
+		if err == nil {
+			t.Fatal("plaintext franz-go client talked to a TLS broker")
+		}
+		if explained := cfg.Explain(ctx, "target.tls", err); !errors.As(explained, &listener) {
+			t.Fatalf("Explain(%v) = %v, want a TLSListenerError", err, explained)
+		}
 	})
+}
+
+// A dropped connection at a plaintext listener (a broker restarting) stays
+// what it was: worth waiting for.
+func TestExplainLeavesPlaintextDropsAlone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close() // drops every connection, TLS handshake or not
+		}
+	}()
+	cfg := Config{BootstrapServers: []string{ln.Addr().String()}}
+	if err := cfg.Explain(context.Background(), "source.tls", io.EOF); err != io.EOF || !Unreachable(err) {
+		t.Fatalf("Explain(EOF) = %v, want EOF, Unreachable", err)
+	}
+	// With TLS on, a drop is never taken for a missing setting.
+	cfg.TLS.Enabled = true
+	if err := cfg.Explain(context.Background(), "source.tls", io.EOF); err != io.EOF {
+		t.Fatalf("Explain with TLS on = %v, want EOF", err)
+	}
 }
 
 func TestMutualTLSAndSCRAM(t *testing.T) {

@@ -21,7 +21,8 @@ import (
 // Kafka error code its protocol does not call retriable. Kafka's own table
 // of retriable codes (franz-go's kerr) decides for sarama's codes too.
 func Unreachable(err error) bool {
-	if err == nil || refusedTLS(err) {
+	var listener *TLSListenerError
+	if err == nil || refusedTLS(err) || errors.As(err, &listener) {
 		return false
 	}
 	var conf sarama.ConfigurationError

@@ -94,7 +94,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var client sarama.Client
 	if err := wait.Do(gctx, "source cluster", kafkaclient.Unreachable, func() (err error) {
 		client, err = sarama.NewClient(cfg.Source.BootstrapServers, sc)
-		return err
+		return cfg.Source.Explain(gctx, "source.tls", err) // a plaintext client at TLS brokers exits, naming it
 	}); err != nil {
 		return notStarted(fmt.Errorf("source client: %w", err))
 	}

@@ -106,7 +106,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			Topic: cfg.Checkpoints.Topic, Partitions: cfg.Checkpoints.Partitions,
 			ReplicationFactor: cfg.Checkpoints.ReplicationFactor, Writer: cfg.ID,
 		}, log.With("component", "checkpoints"))
-		return err
+		return cfg.Target.Explain(gctx, "target.tls", err) // a plaintext client at TLS brokers exits, naming it
 	}); err != nil {
 		return notStarted(err)
 	}
@@ -114,7 +114,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var ens *topics.Ensurer
 	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
 		ens, err = topics.New(cfg.Target.BootstrapServers, base, log.With("component", "topics"))
-		return err
+		return cfg.Target.Explain(gctx, "target.tls", err)
 	}); err != nil {
 		return notStarted(err)
 	}
@@ -203,7 +203,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			Health: hs, Services: []string{"", ferryv1.ReplicationService_ServiceDesc.ServiceName},
 			Interval: readyInterval, Timeout: readyTimeout, Log: log.With("component", "readiness"),
 		})
-		return err
+		return cfg.Target.Explain(gctx, "target.tls", err)
 	}); err != nil {
 		return notStarted(err)
 	}

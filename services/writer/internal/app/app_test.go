@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
 )
 
@@ -292,4 +294,48 @@ func TestTargetDownAtStartIsWaitedFor(t *testing.T) {
 			return code == http.StatusOK
 		}, func() string { return fmt.Sprintf("/readyz %d %q", code, body) })
 	})
+}
+
+// A writer whose target speaks TLS while its settings do not (target.tls
+// left off) exits at start naming the setting, instead of waiting for ever
+// as for a target that is down: the brokers close plaintext connections,
+// which alone looks like a broker restarting.
+func TestPlaintextClientAtATLSTargetExits(t *testing.T) {
+	now := time.Now()
+	ca, err := devcerts.NewCA("kafka test CA", now.Add(-time.Hour), now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue(devcerts.LeafOptions{IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(leaf.CertPEM, leaf.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.TLS(&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	cfg := config.Defaults()
+	cfg.ID = "w1"
+	cfg.Listen, cfg.Admin.Listen = freeAddr(t), freeAddr(t)
+	cfg.TLS.Insecure = true
+	cfg.Target.BootstrapServers = cluster.ListenAddrs()
+	cfg.Target.DialTimeout = 5 * time.Second
+	cfg.Links = []config.Link{{Name: "east"}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = Run(ctx, &cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if ctx.Err() != nil {
+		t.Fatal("the writer still waited a minute for a target whose brokers speak TLS")
+	}
+	if err == nil || !strings.Contains(err.Error(), "target.tls.enabled is false") {
+		t.Fatalf("Run = %v, want an error naming target.tls", err)
+	}
 }
