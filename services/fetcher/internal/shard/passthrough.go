@@ -88,6 +88,9 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 		}
 	}
 	tr := newBatchTracer(r.deps.Tracer, r.set.Link, r.shard, r.epoch, r.log)
+	// The session's own rounds: each of its partitions takes its turn at
+	// the front of their leader's request, whatever other shards fetch.
+	reader := r.deps.RawFetch.Reader()
 	ask := make(map[rawfetch.Partition]int64, len(parts))
 	for len(parts) > 0 {
 		clear(ask)
@@ -108,7 +111,7 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 			return nil // ctx ended
 		}
 		s.reserved = reserved
-		results, err := fetch.FetchUpTo(ctx, ask, reserved)
+		results, err := reader.FetchUpTo(ctx, ask, reserved)
 		if ctx.Err() != nil {
 			return nil
 		}
