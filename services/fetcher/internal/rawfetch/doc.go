@@ -11,12 +11,20 @@
 // LogAppendTime message makes a LogAppendTime batch). Only these are
 // decompressed here.
 //
-// A Fetcher runs rounds: Fetch is given partitions and the offsets to read
-// from, sends one FetchRequest per partition leader, all at once, and
-// returns what each partition gave. It keeps no positions of its own; the
-// caller owns them and passes each Result's Next back in the next round.
-// That keeps the fetcher's resume point where Ferry wants it: in the
-// caller, which resumes from what the writer says the target committed.
+// A Reader runs rounds through its Fetcher: Fetch is given partitions and
+// the offsets to read from, sends one FetchRequest per partition leader,
+// all at once, and returns what each partition gave. It keeps no
+// positions of its own; the caller owns them and passes each Result's Next
+// back in the next round. That keeps the fetcher's resume point where
+// Ferry wants it: in the caller, which resumes from what the writer says
+// the target committed. Each owner of partitions (a shard's loop) has a
+// Reader of its own, over one Fetcher shared by all: the Fetcher holds
+// what they share (the client, leaders and topic ids), a Reader the order
+// its requests name its partitions in, rotated each of its rounds. A
+// broker returns a batch larger than the limits only as the first batch
+// of the first partition with data (KIP-74), so every partition has to
+// come first in its turn; with one rotation for all owners, another
+// shard's rounds decided the order, and a partition could starve.
 //
 // A Result sorts what went wrong in two. Retry is for problems a later
 // round gets past by itself (the leader moved, a connection failed, a
@@ -29,9 +37,16 @@
 // Leaders and topic ids are cached from MetadataRequests and looked up
 // again only for partitions whose leader was found stale. A topic deleted
 // and created again under its name is read by its new id once the old one
-// is refused: the offsets asked then belong to the new topic, which shows
-// as OFFSET_OUT_OF_RANGE unless the new topic is already longer; telling
-// a recreated topic apart is topic discovery's job.
+// is refused (UNKNOWN_TOPIC_ID, INCONSISTENT_TOPIC_ID: a Retry, and the
+// topic looked up again): the offsets asked then belong to the new topic.
+// So each Result says which topic it came from (TopicID), and the caller,
+// which knows the id it started with, tells a recreated topic apart. By
+// id (Fetch v13+) the id is the one the request named. By name (up to
+// v12) a broker serves whatever topic has the name now, so after such a
+// fetch the same leader is asked for the topic's metadata, which it has
+// applied before serving the new topic: one MetadataRequest per round
+// that gave something, on brokers before Kafka 3.1 or a client capped
+// below v13.
 //
 // Requests are read_committed (isolation level 1) and sessionless (fetch
 // session id 0, epoch -1), with replica id -1 and current leader epoch -1.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -54,11 +55,11 @@ type Options struct {
 	MaxWait time.Duration
 	// PartitionMaxBytes limits each partition's bytes in a response
 	// (DefaultPartitionMaxBytes). The broker still returns the first
-	// batch of a response whole, however large, so a batch of any size
-	// gets through (Fetch rotates the partitions' order in its requests
-	// so that each gets to be first); past it, the broker may cut a
-	// partition's bytes mid-batch, and the cut batch comes whole in a
-	// later round.
+	// batch of the first partition with data whole, however large
+	// (KIP-74), so a batch of any size gets through (each Reader rotates
+	// its partitions' order in its requests so that each gets to be
+	// first); past it, the broker may cut a partition's bytes mid-batch,
+	// and the cut batch comes whole in a later round.
 	PartitionMaxBytes int32
 	// MaxBytes limits each leader's whole response (DefaultMaxBytes),
 	// with the same exception for the first batch.
@@ -102,19 +103,46 @@ type Result struct {
 	// help; the caller just fetches again, and may back off, log or
 	// count Retry.
 	Retry error
+	// TopicID is the id of the topic the answer came from: the id a
+	// request by topic id (Fetch v13+) named, or, for a request by name
+	// (up to v12) whose answer gives the caller something (batches, a
+	// moved Next, an Err), the id the leader's metadata gives the topic
+	// right after it answered. Zero when unknown: a Retry, an answer by
+	// name that gave nothing, a cluster without topic ids. A topic
+	// deleted and created again under its name has a new id, and Fetch
+	// reads the new topic once the old id is refused: the caller
+	// compares TopicID with the id it expects, so that it never takes
+	// the new topic's records for the old one's.
+	TopicID [16]byte
 }
 
-// Fetcher reads raw batches in rounds. It caches partition leaders and
-// topic ids between rounds. It is safe for concurrent use, though rounds
-// are meant to come one after another from the partitions' owner.
+// Fetcher reads raw batches in rounds, through Readers. It caches
+// partition leaders and topic ids between rounds, for all its Readers. It
+// is safe for concurrent use.
 type Fetcher struct {
 	cl   *kgo.Client
 	opts Options
 
 	mu     sync.Mutex
 	topics map[string]*topicMeta // absent: not looked up, or the last lookup failed
-	rounds uint64                // rotates the partitions' order in requests
 }
+
+// Reader runs the rounds of one owner of partitions (a shard's loop)
+// through its Fetcher. Its rounds rotate the order its requests name its
+// partitions in on its own count, so each of its partitions is first in
+// its leader's request within as many of its rounds as that leader has of
+// its partitions, whatever other Readers of the Fetcher do: a count shared
+// by every Reader let another's rounds decide the order, and a partition
+// whose next batch is above PartitionMaxBytes could wait for ever. Its
+// rounds are meant to come one after another; it is safe for concurrent
+// use all the same.
+type Reader struct {
+	f      *Fetcher
+	rounds atomic.Uint64
+}
+
+// Reader returns a new Reader of f.
+func (f *Fetcher) Reader() *Reader { return &Reader{f: f} }
 
 // topicMeta is what the last metadata answer said of a topic.
 type topicMeta struct {
@@ -122,9 +150,6 @@ type topicMeta struct {
 	leaders map[int32]int32 // partition to leader; absent until looked up again
 }
 
-// New returns a Fetcher that sends its requests through cl. cl needs no
-// consumer options: Fetch addresses brokers directly and never uses cl's
-// own consumer.
 // RoundBytes is what a round over n partitions reads at most: each
 // partition's PartitionMaxBytes (the one exception, a first batch larger
 // than that, comes back whole). A caller holding memory for a round
@@ -133,6 +158,9 @@ func (f *Fetcher) RoundBytes(n int) int64 {
 	return int64(n) * int64(f.opts.PartitionMaxBytes)
 }
 
+// New returns a Fetcher that sends its requests through cl. cl needs no
+// consumer options: Fetch addresses brokers directly and never uses cl's
+// own consumer.
 func New(cl *kgo.Client, opts Options) *Fetcher {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = DefaultMaxWait
@@ -172,8 +200,8 @@ type answer struct {
 // The error is non-nil only when the round could not finish: ctx ended
 // (no Result is returned, and none is lost: positions stay the caller's)
 // or cl was closed.
-func (f *Fetcher) Fetch(ctx context.Context, positions map[Partition]int64) (map[Partition]Result, error) {
-	return f.FetchUpTo(ctx, positions, 0)
+func (r *Reader) Fetch(ctx context.Context, positions map[Partition]int64) (map[Partition]Result, error) {
+	return r.FetchUpTo(ctx, positions, 0)
 }
 
 // FetchUpTo is Fetch with the round's response bytes limited to about
@@ -181,7 +209,8 @@ func (f *Fetcher) Fetch(ctx context.Context, positions map[Partition]int64) (map
 // asked; as ever, a leader's first batch comes whole even if larger. A
 // caller that holds memory for what it reads sizes the round to what it
 // holds.
-func (f *Fetcher) FetchUpTo(ctx context.Context, positions map[Partition]int64, maxBytes int64) (map[Partition]Result, error) {
+func (r *Reader) FetchUpTo(ctx context.Context, positions map[Partition]int64, maxBytes int64) (map[Partition]Result, error) {
+	f := r.f
 	out := make(map[Partition]Result, len(positions))
 	ask := make(map[Partition]int64, len(positions))
 	for p, off := range positions {
@@ -196,7 +225,7 @@ func (f *Fetcher) FetchUpTo(ctx context.Context, positions map[Partition]int64, 
 		return out, nil
 	}
 
-	byLeader, unrouted, err := f.route(ctx, ask)
+	byLeader, unrouted, err := f.route(ctx, ask, r.rounds.Add(1))
 	if err != nil {
 		return nil, err
 	}
@@ -254,10 +283,11 @@ func (f *Fetcher) FetchUpTo(ctx context.Context, positions map[Partition]int64, 
 }
 
 // route groups the asked partitions by cached leader, looking up the
-// topics that have partitions without one. It returns the partitions it
-// could not route, with their Results, and an error only if ctx ended or
-// the client is closed.
-func (f *Fetcher) route(ctx context.Context, ask map[Partition]int64) (map[int32][]Partition, map[Partition]answer, error) {
+// topics that have partitions without one, each leader's in the order of
+// the caller's round rotate. It returns the partitions it could not route,
+// with their Results, and an error only if ctx ended or the client is
+// closed.
+func (f *Fetcher) route(ctx context.Context, ask map[Partition]int64, rotate uint64) (map[int32][]Partition, map[Partition]answer, error) {
 	f.mu.Lock()
 	var need []string
 	seen := make(map[string]bool)
@@ -282,8 +312,6 @@ func (f *Fetcher) route(ctx context.Context, ask map[Partition]int64) (map[int32
 	}
 
 	f.mu.Lock()
-	f.rounds++
-	rotate := f.rounds
 	byLeader := make(map[int32][]Partition)
 	unrouted := make(map[Partition]answer)
 	for p, off := range ask {
@@ -307,8 +335,8 @@ func (f *Fetcher) route(ctx context.Context, ask map[Partition]int64) (map[int32
 
 	// A broker fills a response in request order and cuts it at MaxBytes,
 	// so a fixed order could starve the partitions at the end; rotating
-	// it each round gives each partition its turn at the front, where a
-	// batch larger than the limits is still returned whole.
+	// it each of the caller's rounds gives each partition its turn at the
+	// front, where a batch larger than the limits is still returned whole.
 	for leader, parts := range byLeader {
 		slices.SortFunc(parts, func(a, b Partition) int {
 			return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
@@ -479,15 +507,20 @@ func (f *Fetcher) fetchFrom(ctx context.Context, leader int32, parts []Partition
 				continue // not asked of this broker, or a broker repeating itself
 			}
 			off := ask[p]
+			var a answer
 			if code := rp.ErrorCode; code != 0 {
-				got[p] = classify(p, off, fmt.Sprintf("fetch %s from broker %d", p, leader), codeError(code))
-				continue
+				a = classify(p, off, fmt.Sprintf("fetch %s from broker %d", p, leader), codeError(code))
+			} else {
+				a.res = readPartition(off, rp)
+				if a.res.Err != nil {
+					a.res.Err = fmt.Errorf("fetch %s: %w", p, a.res.Err)
+				}
 			}
-			res := readPartition(off, rp)
-			if res.Err != nil {
-				res.Err = fmt.Errorf("fetch %s: %w", p, res.Err)
+			if resp.Version >= 13 && a.res.Retry == nil {
+				// Asked by id, answered by id: whatever came is that topic's.
+				a.res.TopicID = rt.TopicID
 			}
-			got[p] = answer{res: res}
+			got[p] = a
 		}
 	}
 	for _, p := range parts {
@@ -502,7 +535,89 @@ func (f *Fetcher) fetchFrom(ctx context.Context, leader int32, parts []Partition
 		}
 		got[p] = answer{res: empty(ask[p], fmt.Errorf("fetch %s: missing from broker %d's response", p, leader))}
 	}
+	if resp.Version < 13 {
+		if err := f.confirmIDs(ctx, leader, ask, ids, got); err != nil {
+			return nil, err
+		}
+	}
 	return got, nil
+}
+
+// confirmIDs sets the TopicID of the answers a request by name got (Fetch
+// up to v12, which names no topic id) and that give the caller something,
+// from what the leader that answered says of the topics right after: a
+// broker serves a name from the topic it knows by that name, and knows a
+// recreated topic no later than it serves it, so if the id it gives is
+// still the one the request was built with, the answer came from that
+// topic. An answer whose topic it cannot confirm (the request failed, the
+// topic is gone) becomes a Retry, its leader looked up again. Topics
+// cached without an id (a cluster before Kafka 2.8) are left alone:
+// nothing tells their incarnations apart. Its error is only
+// kgo.ErrClientClosed; when ctx ends it clears got, and Fetch reports ctx.
+func (f *Fetcher) confirmIDs(ctx context.Context, leader int32, ask map[Partition]int64, ids map[string][16]byte, got map[Partition]answer) error {
+	var topics []string
+	for p, a := range got {
+		gave := len(a.res.Batches) > 0 || a.res.Next != ask[p] || a.res.Err != nil || a.outOfRange
+		if gave && a.res.Retry == nil && ids[p.Topic] != ([16]byte{}) && !slices.Contains(topics, p.Topic) {
+			topics = append(topics, p.Topic)
+		}
+	}
+	if len(topics) == 0 {
+		return nil
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	req.AllowAutoTopicCreation = false
+	resp, err := req.RequestWith(ctx, f.cl.Broker(int(leader)))
+	if ctx.Err() != nil {
+		clear(got)
+		return nil
+	}
+	if errors.Is(err, kgo.ErrClientClosed) {
+		return fmt.Errorf("fetch round: %w", err)
+	}
+	now := make(map[string][16]byte, len(topics))
+	why := make(map[string]error, len(topics))
+	for _, t := range topics {
+		why[t] = cmp.Or(err, error(kerr.UnknownTopicOrPartition))
+	}
+	if err == nil {
+		for _, rt := range resp.Topics {
+			if rt.Topic == nil {
+				continue
+			}
+			if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
+				why[*rt.Topic] = err
+				continue
+			}
+			now[*rt.Topic] = rt.TopicID // zero from a broker that gives none: unknown
+		}
+	}
+	for p, a := range got {
+		if !slices.Contains(topics, p.Topic) || a.res.Retry != nil {
+			continue
+		}
+		id, ok := now[p.Topic]
+		if !ok {
+			got[p] = answer{res: empty(ask[p], fmt.Errorf("fetch %s from broker %d by name: its topic id: %w", p, leader, why[p.Topic])), stale: true}
+			continue
+		}
+		a.res.TopicID = id
+		got[p] = a
+	}
+	// A new id: the next round looks the topic up again, leaders and all.
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for t, id := range now {
+		if m := f.topics[t]; m != nil && m.id == ids[t] && id != ids[t] && id != ([16]byte{}) {
+			delete(f.topics, t)
+		}
+	}
+	return nil
 }
 
 // codeError is the kerr error of a Kafka error code, naming codes kerr

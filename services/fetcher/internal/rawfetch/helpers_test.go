@@ -60,7 +60,7 @@ type stats struct {
 // round reported), and returns every batch per partition. It fails on any
 // Err, on Next going back, and on batches that overlap or that a batch
 // from a batch boundary would not start at.
-func readAll(t testing.TB, ctx context.Context, f *Fetcher, from map[Partition]int64, done func(Partition, Result) bool) (map[Partition][][]byte, stats) {
+func readAll(t testing.TB, ctx context.Context, f *Reader, from map[Partition]int64, done func(Partition, Result) bool) (map[Partition][][]byte, stats) {
 	t.Helper()
 	if done == nil {
 		done = func(_ Partition, r Result) bool { return r.HighWatermark >= 0 && r.Next >= r.HighWatermark }

@@ -78,7 +78,7 @@ func TestApacheKafka(t *testing.T) {
 				if v.max != nil {
 					opts = append(opts, kgo.MaxVersions(v.max))
 				}
-				f := New(newClient(t, addrs, opts...), Options{MaxWait: 50 * time.Millisecond, PartitionMaxBytes: limit, MaxBytes: 4 * limit})
+				f := New(newClient(t, addrs, opts...), Options{MaxWait: 50 * time.Millisecond, PartitionMaxBytes: limit, MaxBytes: 4 * limit}).Reader()
 				from := make(map[Partition]int64)
 				for p := range want {
 					from[p] = 0
@@ -101,7 +101,7 @@ func TestApacheKafka(t *testing.T) {
 		limit := rawCut(t, ctx, addrs, p)
 		for _, limits := range []Options{{}, {PartitionMaxBytes: limit}, {PartitionMaxBytes: 1, MaxBytes: 1}} {
 			t.Run(fmt.Sprintf("partition max %d", limits.PartitionMaxBytes), func(t *testing.T) {
-				f := New(cl, limits)
+				f := New(cl, limits).Reader()
 				var last Result
 				txnBatches := 0
 				got, st := readAll(t, ctx, f, map[Partition]int64{p: 0}, func(_ Partition, r Result) bool {
@@ -141,7 +141,7 @@ func TestApacheKafka(t *testing.T) {
 			produce(t, ctx, cl, valueRecords(topic, 0, numbered(fmt.Sprint("batch-", i), 3)...)...)
 		}
 		deleteRecords(t, ctx, cl, topic, 0, 12)
-		outOfRangeCases(t, ctx, New(cl, Options{MaxWait: 20 * time.Millisecond}), Partition{topic, 0}, 12, 30)
+		outOfRangeCases(t, ctx, New(cl, Options{MaxWait: 20 * time.Millisecond}).Reader(), Partition{topic, 0}, 12, 30)
 	})
 
 	t.Run("mid batch", func(t *testing.T) {
@@ -150,7 +150,7 @@ func TestApacheKafka(t *testing.T) {
 		createTopic(t, ctx, topic, 1)
 		produce(t, ctx, cl, valueRecords(topic, 0, numbered("one-batch", 10)...)...)
 		p := Partition{topic, 0}
-		r := roundWithoutRetry(t, ctx, New(cl, Options{}), map[Partition]int64{p: 4})[p]
+		r := roundWithoutRetry(t, ctx, New(cl, Options{}).Reader(), map[Partition]int64{p: 4})[p]
 		if r.Err != nil || len(r.Batches) != 1 || r.Next != 10 {
 			t.Fatalf("Err %v, %d batches, Next %d", r.Err, len(r.Batches), r.Next)
 		}

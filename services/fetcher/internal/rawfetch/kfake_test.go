@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -117,7 +118,7 @@ func TestRecords(t *testing.T) {
 				if v.max != nil {
 					opts = append(opts, kgo.MaxVersions(v.max))
 				}
-				f := New(newClient(t, addrs, opts...), limits)
+				f := New(newClient(t, addrs, opts...), limits).Reader()
 				from := make(map[Partition]int64)
 				for p := range want {
 					from[p] = 0
@@ -162,7 +163,7 @@ func TestTransactions(t *testing.T) {
 	// Apache Kafka does not.
 	for _, limits := range []Options{{}, {PartitionMaxBytes: 1}} {
 		t.Run(fmt.Sprintf("partition max %d", limits.PartitionMaxBytes), func(t *testing.T) {
-			f := New(cl, limits)
+			f := New(cl, limits).Reader()
 			p := Partition{topic, 0}
 			var last Result
 			got, st := readAll(t, ctx, f, map[Partition]int64{p: 0}, func(_ Partition, r Result) bool {
@@ -192,7 +193,7 @@ func openTransactionScenario(t *testing.T, ctx context.Context, addrs []string, 
 	p := Partition{topic, 0}
 	plain := newClient(t, addrs, kgo.DefaultProduceTopic(topic))
 	txn := newClient(t, addrs, kgo.DefaultProduceTopic(topic), kgo.TransactionalID("rawfetch-open"))
-	f := New(newClient(t, addrs), Options{MaxWait: 20 * time.Millisecond})
+	f := New(newClient(t, addrs), Options{MaxWait: 20 * time.Millisecond}).Reader()
 
 	produce(t, ctx, plain, valueRecords(topic, 0, "before")...)
 	if err := txn.BeginTransaction(); err != nil {
@@ -234,7 +235,7 @@ func TestMidBatch(t *testing.T) {
 	produce(t, ctx, cl, valueRecords(topic, 0, numbered("next-batch", 5)...)...)
 
 	p := Partition{topic, 0}
-	f := New(cl, Options{})
+	f := New(cl, Options{}).Reader()
 	res := roundWithoutRetry(t, ctx, f, map[Partition]int64{p: 4})[p]
 	if res.Err != nil || len(res.Batches) != 2 || res.Next != 15 {
 		t.Fatalf("Err %v, %d batches, Next %d; want 2 batches, Next 15", res.Err, len(res.Batches), res.Next)
@@ -250,7 +251,7 @@ func TestMidBatch(t *testing.T) {
 }
 
 // roundWithoutRetry runs rounds until no partition has Retry set.
-func roundWithoutRetry(t *testing.T, ctx context.Context, f *Fetcher, pos map[Partition]int64) map[Partition]Result {
+func roundWithoutRetry(t *testing.T, ctx context.Context, f *Reader, pos map[Partition]int64) map[Partition]Result {
 	t.Helper()
 	for {
 		res, err := f.Fetch(ctx, pos)
@@ -280,7 +281,7 @@ func TestLeaderMove(t *testing.T) {
 	c := newCluster(t, kfake.SeedTopics(2, topic))
 	ctx := timeout(t, time.Minute)
 	cl := newClient(t, c.ListenAddrs(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	f := New(cl, Options{MaxWait: 20 * time.Millisecond, PartitionMaxBytes: 1})
+	f := New(cl, Options{MaxWait: 20 * time.Millisecond, PartitionMaxBytes: 1}).Reader()
 	moving, still := Partition{topic, 0}, Partition{topic, 1}
 	var want []string
 	got := make(map[Partition][][]byte)
@@ -314,9 +315,9 @@ func TestLeaderMove(t *testing.T) {
 		for p, bs := range more {
 			got[p] = append(got[p], bs...)
 		}
-		f.mu.Lock()
-		leader := f.topics[topic].leaders[0]
-		f.mu.Unlock()
+		f.f.mu.Lock()
+		leader := f.f.topics[topic].leaders[0]
+		f.f.mu.Unlock()
 		if leader != to {
 			t.Fatalf("phase %d: read with cached leader %d, the leader is %d", phase, leader, to)
 		}
@@ -341,7 +342,7 @@ func TestOffsetOutOfRange(t *testing.T) {
 		produce(t, ctx, cl, valueRecords(topic, 0, numbered(fmt.Sprint("batch-", i), 3)...)...)
 	}
 	deleteRecords(t, ctx, cl, topic, 0, 12)
-	outOfRangeCases(t, ctx, New(cl, Options{MaxWait: 20 * time.Millisecond}), Partition{topic, 0}, 12, 30)
+	outOfRangeCases(t, ctx, New(cl, Options{MaxWait: 20 * time.Millisecond}).Reader(), Partition{topic, 0}, 12, 30)
 }
 
 func deleteRecords(t *testing.T, ctx context.Context, cl *kgo.Client, topic string, partition int32, before int64) {
@@ -364,7 +365,7 @@ func deleteRecords(t *testing.T, ctx context.Context, cl *kgo.Client, topic stri
 }
 
 // outOfRangeCases checks p, whose log runs from start to end.
-func outOfRangeCases(t *testing.T, ctx context.Context, f *Fetcher, p Partition, start, end int64) {
+func outOfRangeCases(t *testing.T, ctx context.Context, f *Reader, p Partition, start, end int64) {
 	for _, c := range []struct {
 		name   string
 		offset int64
@@ -407,7 +408,7 @@ func TestCancel(t *testing.T) {
 	const topic = "idle"
 	c := newCluster(t, kfake.SeedTopics(3, topic))
 	cl := newClient(t, c.ListenAddrs(), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	f := New(cl, Options{MaxWait: time.Minute})
+	f := New(cl, Options{MaxWait: time.Minute}).Reader()
 	pos := map[Partition]int64{{topic, 0}: 0, {topic, 1}: 0, {topic, 2}: 0}
 	// A first round looks the leaders up, so the canceled one is held by
 	// the brokers, not by metadata.
@@ -429,18 +430,18 @@ func TestCancel(t *testing.T) {
 	}
 
 	produce(t, timeout(t, time.Minute), cl, valueRecords(topic, 1, "after")...)
-	f2 := New(cl, Options{MaxWait: 20 * time.Millisecond})
+	f2 := New(cl, Options{MaxWait: 20 * time.Millisecond}).Reader()
 	got, _ := readAll(t, timeout(t, time.Minute), f2, map[Partition]int64{{topic, 1}: 0}, nil)
 	sameValues(t, "after", values(decode(t, got[Partition{topic, 1}])), []string{"after"})
 	// The first Fetcher too.
 	pos = map[Partition]int64{{topic, 1}: 0}
-	f.opts.MaxWait = 20 * time.Millisecond
+	f.f.opts.MaxWait = 20 * time.Millisecond
 	got, _ = readAll(t, timeout(t, time.Minute), f, pos, nil)
 	sameValues(t, "after, first fetcher", values(decode(t, got[Partition{topic, 1}])), []string{"after"})
 }
 
 // TestRotation: a response cut at MaxBytes serves the partitions in
-// request order, so Fetch rotates the order each round and every
+// request order, so a Reader rotates the order each round and every
 // partition gets its turn at the front, rather than the first partition
 // being drained before the others get anything.
 func TestRotation(t *testing.T) {
@@ -455,7 +456,7 @@ func TestRotation(t *testing.T) {
 		}
 		pos[Partition{topic, p}] = 0
 	}
-	f := New(cl, Options{MaxWait: 20 * time.Millisecond, MaxBytes: 1}) // one batch a round
+	f := New(cl, Options{MaxWait: 20 * time.Millisecond, MaxBytes: 1}).Reader() // one batch a round
 	served := make(map[Partition]int)
 	for round := range 3 {
 		res, err := f.Fetch(ctx, pos)
@@ -477,6 +478,143 @@ func TestRotation(t *testing.T) {
 		if served[p] != 1 {
 			t.Fatalf("three rounds served %v, want each partition once", served)
 		}
+	}
+}
+
+// TestRotationIsTheCallers: two shards fetch through one Fetcher, their
+// rounds interleaved. A batch larger than PartitionMaxBytes comes back
+// only when its partition is the first in the response to have data
+// (KIP-74; kfake: the first batch of the response), so each caller's
+// partitions must take turns at the front of its requests on its own
+// count: with one count for the whole Fetcher, shard A's rounds all fell
+// on odd counts, a/1 was always first, and a/0, whose next batch is above
+// the limit, never moved.
+func TestRotationIsTheCallers(t *testing.T) {
+	c := newCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(2, "a"), kfake.SeedTopics(1, "b"))
+	ctx := timeout(t, time.Minute)
+	cl := newClient(t, c.ListenAddrs(), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))
+	const limit = 1 << 10
+	big, a1, b0 := Partition{"a", 0}, Partition{"a", 1}, Partition{"b", 0}
+	produce(t, ctx, cl, &kgo.Record{Topic: "a", Partition: 0, Value: make([]byte, 4*limit)})
+	for i := range 100 { // small batches: a/1 has data in every round of the test
+		produce(t, ctx, cl, valueRecords("a", 1, fmt.Sprintf("a1-%03d-%s", i, strings.Repeat("x", 100)))...)
+	}
+	for i := range 20 {
+		produce(t, ctx, cl, valueRecords("b", 0, fmt.Sprintf("b0-%d", i))...)
+	}
+
+	f := New(cl, Options{MaxWait: 20 * time.Millisecond, PartitionMaxBytes: limit})
+	shardA, shardB := f.Reader(), f.Reader()
+	posA := map[Partition]int64{big: 0, a1: 0}
+	posB := map[Partition]int64{b0: 0}
+	round := func(r *Reader, pos map[Partition]int64) {
+		t.Helper()
+		res, err := r.Fetch(ctx, pos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, r := range res {
+			if r.Err != nil || r.Retry != nil {
+				t.Fatalf("%s: Err %v, Retry %v", p, r.Err, r.Retry)
+			}
+			pos[p] = r.Next
+		}
+	}
+	// Two partitions on one leader: each must be first within two of its
+	// shard's rounds, whatever the other shard does.
+	for i := range 4 {
+		round(shardA, posA)
+		round(shardB, posB)
+		t.Logf("shard A's round %d: a/0 at %d, a/1 at %d", i+1, posA[big], posA[a1])
+	}
+	if posA[big] != 1 {
+		t.Fatalf("a/0 at %d after 4 rounds of its shard, interleaved with another's: its batch above the partition limit never came (a/1 at %d)", posA[big], posA[a1])
+	}
+	if posA[a1] == 0 || posB[b0] == 0 {
+		t.Fatalf("a/1 at %d, b/0 at %d: every partition reads", posA[a1], posB[b0])
+	}
+}
+
+// TestRecreatedTopicShowsItsNewID: a topic deleted and created again
+// under its name while a Reader reads it, the new topic already past the
+// position. By id (v13+) the old id is refused and the topic looked up
+// again; by name (up to v12) the broker serves the new topic at once. Either
+// way, the first Result holding anything of the new topic says the new id,
+// and every Result before it the old one.
+func TestRecreatedTopicShowsItsNewID(t *testing.T) {
+	byName := kversion.Stable()
+	byName.SetMaxKeyVersion(int16(kmsg.Fetch), 12)
+	for _, v := range []struct {
+		name    string
+		opts    []kgo.Opt
+		version int16
+	}{{"by topic id", nil, 18}, {"by name", []kgo.Opt{kgo.MaxVersions(byName)}, 12}} {
+		t.Run(v.name, func(t *testing.T) {
+			const topic = "recreated"
+			c := newCluster(t, kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+			ctx := timeout(t, time.Minute)
+			cl := newClient(t, c.ListenAddrs())
+			adm := kadm.NewClient(cl)
+			topicID := func() [16]byte {
+				t.Helper()
+				// A client of its own each time: kgo answers a metadata
+				// request from what it learned shortly before.
+				details, err := kadm.NewClient(newClient(t, c.ListenAddrs())).ListTopics(ctx, topic)
+				if err != nil || details[topic].Err != nil {
+					t.Fatalf("list %s: %v %v", topic, err, details[topic].Err)
+				}
+				return details[topic].ID
+			}
+			p := Partition{topic, 0}
+			produce(t, ctx, cl, valueRecords(topic, 0, numbered("old", 5)...)...)
+			oldID := topicID()
+			versions := watchFetchVersions(c)
+			f := New(newClient(t, c.ListenAddrs(), v.opts...), Options{MaxWait: 20 * time.Millisecond}).Reader()
+			r := roundWithoutRetry(t, ctx, f, map[Partition]int64{p: 0})[p]
+			if r.Next != 5 || r.TopicID != oldID {
+				t.Fatalf("first round: Next %d, topic id %x; want 5, %x", r.Next, r.TopicID, oldID)
+			}
+
+			if _, err := adm.DeleteTopic(ctx, topic); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+				t.Fatal(err)
+			}
+			// A new producer: cl's has the old id cached.
+			produce(t, ctx, newClient(t, c.ListenAddrs()), valueRecords(topic, 0, numbered("new", 10)...)...)
+			newID := topicID()
+			if newID == oldID {
+				t.Fatal("the recreated topic kept its id")
+			}
+			for round := 0; ; round++ {
+				if round == 50 {
+					t.Fatal("nothing of the new topic after 50 rounds")
+				}
+				res, err := f.Fetch(ctx, map[Partition]int64{p: 5})
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := res[p]
+				if r.Retry != nil {
+					if r.TopicID != ([16]byte{}) {
+						t.Fatalf("a Retry (%v) with topic id %x", r.Retry, r.TopicID)
+					}
+					t.Logf("round %d: retry: %v", round, r.Retry)
+					continue
+				}
+				if r.Err != nil {
+					t.Fatalf("round %d: %v", round, r.Err)
+				}
+				if r.TopicID != newID {
+					t.Fatalf("round %d: %d batches, Next %d from topic id %x; want the new topic's id %x (old %x)", round, len(r.Batches), r.Next, r.TopicID, newID, oldID)
+				}
+				sameValues(t, "new topic", values(decode(t, r.Batches)), numbered("new", 10))
+				break
+			}
+			versions.only(t, v.version)
+		})
 	}
 }
 
@@ -505,6 +643,7 @@ func TestBrokerErrors(t *testing.T) {
 		{name: "unknown topic or partition", code: kerr.UnknownTopicOrPartition.Code, relooked: true},
 		{name: "leader not available", code: kerr.LeaderNotAvailable.Code, relooked: true},
 		{name: "unknown topic id", code: kerr.UnknownTopicID.Code, relooked: true},
+		{name: "inconsistent topic id", code: kerr.InconsistentTopicID.Code, relooked: true},
 		{name: "offset not available (retriable, same leader)", code: kerr.OffsetNotAvailable.Code},
 		{name: "connection closed", drop: true, relooked: true},
 		{name: "top-level retriable", top: kerr.FetchSessionIDNotFound.Code},
@@ -513,7 +652,7 @@ func TestBrokerErrors(t *testing.T) {
 		{name: "unknown code", code: 32000, err: kerr.UnknownServerError, errText: "error code 32000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := New(cl, Options{MaxWait: 20 * time.Millisecond})
+			f := New(cl, Options{MaxWait: 20 * time.Millisecond}).Reader()
 			roundWithoutRetry(t, ctx, f, map[Partition]int64{p: 0}) // leaders cached
 			c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 				if tc.drop {
@@ -550,9 +689,9 @@ func TestBrokerErrors(t *testing.T) {
 				t.Fatalf("Err %v, Retry %v; want a Retry only", r.Err, r.Retry)
 			}
 			t.Logf("Err %v, Retry %v", r.Err, r.Retry)
-			f.mu.Lock()
-			_, cached := f.topics[topic].leaders[0]
-			f.mu.Unlock()
+			f.f.mu.Lock()
+			_, cached := f.f.topics[topic].leaders[0]
+			f.f.mu.Unlock()
 			if cached == tc.relooked {
 				t.Fatalf("leader still cached: %v, want %v", cached, !tc.relooked)
 			}
@@ -573,7 +712,7 @@ func TestUnknownTopic(t *testing.T) {
 	c := newCluster(t)
 	ctx := timeout(t, time.Minute)
 	cl := newClient(t, c.ListenAddrs())
-	f := New(cl, Options{MaxWait: 20 * time.Millisecond})
+	f := New(cl, Options{MaxWait: 20 * time.Millisecond}).Reader()
 	p := Partition{"later", 0}
 	for _, maxBytes := range []int64{0, 1 << 20} {
 		res, err := f.FetchUpTo(ctx, map[Partition]int64{p: 0, {"x", 0}: -2}, maxBytes)
@@ -613,11 +752,11 @@ func TestNoTopicID(t *testing.T) {
 		err  bool
 	}{{"by id", nil, true}, {"by name", []kgo.Opt{kgo.MaxVersions(byName)}, false}} {
 		t.Run(v.name, func(t *testing.T) {
-			f := New(newClient(t, c.ListenAddrs(), v.opts...), Options{MaxWait: 20 * time.Millisecond})
+			f := New(newClient(t, c.ListenAddrs(), v.opts...), Options{MaxWait: 20 * time.Millisecond}).Reader()
 			roundWithoutRetry(t, ctx, f, map[Partition]int64{p: 0})
-			f.mu.Lock()
-			f.topics[topic].id = [16]byte{} // as metadata without ids gives it
-			f.mu.Unlock()
+			f.f.mu.Lock()
+			f.f.topics[topic].id = [16]byte{} // as metadata without ids gives it
+			f.f.mu.Unlock()
 			r := roundWithoutRetry(t, ctx, f, map[Partition]int64{p: 0})[p]
 			if v.err {
 				if r.Err == nil || !strings.Contains(r.Err.Error(), "cap Fetch at v12") {

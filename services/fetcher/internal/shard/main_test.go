@@ -73,10 +73,10 @@ func newSource(t *testing.T, topics ...string) *source {
 }
 
 // rawFetcher is a pass-through Fetcher of the source, closed when the test
-// ends.
-func (s *source) rawFetcher(t *testing.T) *rawfetch.Fetcher {
+// ends, its client built with opts.
+func (s *source) rawFetcher(t *testing.T, opts ...kgo.Opt) *rawfetch.Fetcher {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(s.addrs...))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.addrs...)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,8 @@ func startRunnerDeps(t *testing.T, src *source, w *Writers, m *metrics.Metrics, 
 	var ts []discovery.Topic
 	var ps []discovery.Partition
 	for _, topic := range topics {
-		ts = append(ts, discovery.Topic{Name: topic, Partitions: 1})
+		// The topic's id, as discovery gives it to the runner.
+		ts = append(ts, discovery.Topic{Name: topic, Partitions: 1, ID: src.topicID(t, topic)})
 		ps = append(ps, discovery.Partition{Topic: topic, Partition: 0})
 	}
 	r = NewRunner(set, deps, 0, 1, lost, ts, ps)

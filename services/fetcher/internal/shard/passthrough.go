@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,8 +45,12 @@ const maxTraceDecode = 64 << 20
 
 // ptPartition is a partition the pass-through loop reads.
 type ptPartition struct {
-	p    discovery.Partition
-	next int64 // the offset the next round asks
+	p discovery.Partition
+	// topicID is the id of the topic the shard opened with (nil if the
+	// source gives none): a round from another topic of the same name is
+	// a recreated topic's.
+	topicID []byte
+	next    int64 // the offset the next round asks
 	// sent is the offset after the last wire batch queued: where the
 	// writer's checkpoint will be once that batch is acknowledged.
 	sent int64
@@ -74,20 +79,23 @@ func (r *Runner) positions(resume map[discovery.Partition]*ferryv1.PartitionPosi
 // passThrough fetches rounds from the partitions' start offsets until ctx
 // ends (a drain or a lost lease) or every partition has stopped. Its error
 // is the fetcher's own failure (its client closed), which fails the
-// session.
+// session, or errTopicReopen.
 func (s *session) passThrough(ctx context.Context, start map[discovery.Partition]int64) error {
 	r := s.r
 	parts := make(map[rawfetch.Partition]*ptPartition, len(start))
 	for p, off := range start {
 		part := strconv.Itoa(int(p.Partition))
 		parts[rawfetch.Partition{Topic: p.Topic, Partition: p.Partition}] = &ptPartition{
-			p: p, next: off, sent: off,
+			p: p, topicID: r.topicID(p.Topic), next: off, sent: off,
 			records:   r.deps.Metrics.Records.WithLabelValues(r.set.Link, p.Topic, part),
 			rawBytes:  r.deps.Metrics.Bytes.WithLabelValues(r.set.Link, p.Topic, part),
 			wireBytes: r.deps.Metrics.WireBytes.WithLabelValues(r.set.Link, p.Topic, part),
 		}
 	}
 	tr := newBatchTracer(r.deps.Tracer, r.set.Link, r.shard, r.epoch, r.log)
+	// The session's own rounds: each of its partitions takes its turn at
+	// the front of their leader's request, whatever other shards fetch.
+	reader := r.deps.RawFetch.Reader()
 	ask := make(map[rawfetch.Partition]int64, len(parts))
 	for len(parts) > 0 {
 		clear(ask)
@@ -108,7 +116,7 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 			return nil // ctx ended
 		}
 		s.reserved = reserved
-		results, err := fetch.FetchUpTo(ctx, ask, reserved)
+		results, err := reader.FetchUpTo(ctx, ask, reserved)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -160,8 +168,15 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 // apply takes a partition's Result of a round: its high watermark, its
 // batches queued to the stream, its next position, and the StopError its
 // Err means, if any. ok is false when ctx ended before the batches were
-// queued; err is a failure of the session's own (see withoutReplicated).
+// queued; err is a failure of the session's own (see withoutReplicated),
+// or errTopicReopen.
 func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, res rawfetch.Result) (stop *StopError, ok bool, err error) {
+	if id := res.TopicID; id != ([16]byte{}) && len(pp.topicID) > 0 && !bytes.Equal(id[:], pp.topicID) {
+		// The round read another topic of the partition's name: nothing
+		// of it is taken, not even its high watermark.
+		stop, err := s.r.recreatedWhileReading(pp.p, pp.topicID, id[:])
+		return stop, err == nil, err
+	}
 	if res.HighWatermark >= 0 {
 		s.r.setHighWater(pp.p, res.HighWatermark) // keeps the lag right between the watcher's rounds
 	}

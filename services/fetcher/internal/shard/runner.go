@@ -91,17 +91,24 @@ type Deps struct {
 
 // Runner replicates one shard until its context ends.
 type Runner struct {
-	set    Settings
-	deps   Deps
-	shard  int
-	epoch  uint64
-	lost   <-chan struct{}
-	topics []discovery.Topic
-	parts  []discovery.Partition
-	log    *slog.Logger
+	set   Settings
+	deps  Deps
+	shard int
+	epoch uint64
+	lost  <-chan struct{}
+	parts []discovery.Partition
+	log   *slog.Logger
 
 	mu     sync.Mutex
 	status Status
+	// topics are the shard's topics; a topic's ID changes when its
+	// recreation while it was read is accepted (recreatedWhileReading).
+	topics []discovery.Topic
+	// fromStart are the partitions the next session reads from their
+	// topic's start: the topic was recreated while they were read, and
+	// link.on_data_loss: skip accepted it. A partition leaves once a
+	// session that started it there has a checkpoint acknowledged.
+	fromStart map[discovery.Partition]bool
 }
 
 // Status is a shard's line in the fetcher's /status.
@@ -210,7 +217,7 @@ func (r *Runner) Run(ctx context.Context) {
 			return
 		}
 		r.update(func(s *Status) { s.Connected = false })
-		if errors.Is(err, errRepin) { // drained on purpose: no failure, no wait
+		if errors.Is(err, errRepin) || errors.Is(err, errTopicReopen) { // drained on purpose: no failure, no wait
 			attempt, backoff = 0, r.set.MinBackoff
 			continue
 		}

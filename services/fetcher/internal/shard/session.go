@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -28,6 +30,11 @@ var (
 	// errRepin ends a session drained to move its shard to the writer it
 	// prefers now.
 	errRepin = errors.New("shard moved to its preferred writer")
+	// errTopicReopen ends a session drained so that the next one opens
+	// with a source topic's new id and reads it from its start: the
+	// topic was recreated while it was read, and link.on_data_loss: skip
+	// accepts it (recreatedWhileReading).
+	errTopicReopen = errors.New("source topic recreated: reopening to read the new topic from its start")
 )
 
 // session is one stream's life.
@@ -52,6 +59,10 @@ type session struct {
 	// probe says which passed-through batches are decoded for tracing
 	// (traceRecords); used by the pass-through loop only.
 	probe *tracing.RecordProbe
+	// startedOver are the partitions this session reads from a recreated
+	// topic's start (Runner.fromStart): its acknowledgements of them are
+	// the new topic's, and end the runner's mark.
+	startedOver map[discovery.Partition]bool
 
 	recvDone chan struct{} // closed when receive returns
 	recvErr  error         // receive's result, set before recvDone closes
@@ -126,6 +137,7 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	readCtx, stopReading := context.WithCancel(sctx)
 	defer stopReading()
 	g, gctx := errgroup.WithContext(readCtx)
+	s.startedOver = r.fromStartNow()
 	if r.set.PassThrough {
 		pos, err := r.positions(resume)
 		if err != nil {
@@ -192,6 +204,13 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 			}
 			return false, s.recvErr
 		case err := <-sendDone:
+			if errors.Is(err, errTopicReopen) {
+				// On purpose, as for a repin: what was sent is
+				// acknowledged before the next session starts over.
+				if derr := s.drain(); derr != nil {
+					return false, derr
+				}
+			}
 			return false, err // the deferred stop ends the receiver
 		}
 	}
@@ -200,7 +219,10 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 // open sends the Open and waits for the writer's resume offsets.
 func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardStop context.CancelFunc) (map[discovery.Partition]*ferryv1.PartitionPosition, error) {
 	open := &ferryv1.Open{Link: r.set.Link, Shard: uint32(r.shard), Epoch: r.epoch, Fetcher: r.set.FetcherID}
-	for _, t := range r.topics {
+	r.mu.Lock()
+	topics := slices.Clone(r.topics)
+	r.mu.Unlock()
+	for _, t := range topics {
 		open.Topics = append(open.Topics, &ferryv1.TopicSpec{Name: t.Name, PartitionCount: t.Partitions, Configs: t.Configs, TopicId: t.ID})
 	}
 	for _, p := range r.parts {
@@ -290,6 +312,11 @@ func (r *Runner) consume(p discovery.Partition, offset int64) (sarama.PartitionC
 // instead of skipping), or StartFrom without a checkpoint. Both read paths
 // start from it.
 func (r *Runner) startOffset(p discovery.Partition, pos *ferryv1.PartitionPosition) (int64, error) {
+	if r.fromStartNow()[p] {
+		// Its topic was recreated while it was read, accepted (and
+		// counted) then: the checkpoint, if any, is the old topic's.
+		return sarama.OffsetOldest, nil
+	}
 	offset := r.set.StartFrom
 	if pos != nil && pos.GetHasCheckpoint() {
 		offset = pos.GetNextOffset()
@@ -345,12 +372,63 @@ func (r *Runner) lossPolicy(p discovery.Partition, stop *StopError, from, skippe
 }
 
 func (r *Runner) topicID(topic string) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, t := range r.topics {
 		if t.Name == topic {
 			return t.ID
 		}
 	}
 	return nil
+}
+
+// recreatedWhileReading is topic_recreated found by the pass-through loop
+// rather than at open: a round of p came from the topic its name has now,
+// whose id is now, not was, the one the shard opened with. As at open,
+// link.on_data_loss decides. With stop it returns the StopError, and the
+// loop stops p; the topic's other partitions stop as their own rounds
+// find it. With skip the new topic is read from its start, as at open:
+// every partition of it the shard reads (each is a new log), each counted
+// and logged. The new id is kept for the next Open to name (the writer
+// checkpoints under the id its Open names), and errTopicReopen ends the
+// session, so the next one starts them there.
+func (r *Runner) recreatedWhileReading(p discovery.Partition, was, now []byte) (*StopError, error) {
+	recreated := func() *StopError {
+		return &StopError{Reason: ReasonTopicRecreated, Err: fmt.Errorf(
+			"the source topic ID changed from %x to %x while the partition was read: it was deleted and recreated", was, now)}
+	}
+	if stop := recreated(); r.lossPolicy(p, stop, sarama.OffsetOldest, -1) != nil {
+		return stop, nil
+	}
+	for _, q := range r.parts {
+		if q.Topic == p.Topic && q != p && !r.stopped(q) {
+			_ = r.lossPolicy(q, recreated(), sarama.OffsetOldest, -1) // skip: nil
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.topics {
+		if r.topics[i].Name == p.Topic {
+			r.topics[i].ID = slices.Clone(now) // a new slice: the plan's is shared
+		}
+	}
+	if r.fromStart == nil {
+		r.fromStart = map[discovery.Partition]bool{}
+	}
+	for _, q := range r.parts {
+		if q.Topic == p.Topic {
+			r.fromStart[q] = true
+		}
+	}
+	return nil, fmt.Errorf("%w: %s", errTopicReopen, p.Topic)
+}
+
+// fromStartNow is a copy of the partitions to read from their topic's
+// start at the next open.
+func (r *Runner) fromStartNow() map[discovery.Partition]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.fromStart)
 }
 
 // stopPartition reports, loudly (error log, data-loss metric, status), a
@@ -546,7 +624,13 @@ func (s *session) applyAck(ack *ferryv1.Ack) {
 	s.credit.Release(release)
 	s.r.deps.Metrics.InflightBytes.Sub(float64(release))
 	for _, pos := range ack.GetCommitted() {
-		s.r.setCommitted(discovery.Partition{Topic: pos.GetTopic(), Partition: pos.GetPartition()}, pos.GetNextOffset())
+		p := discovery.Partition{Topic: pos.GetTopic(), Partition: pos.GetPartition()}
+		s.r.setCommitted(p, pos.GetNextOffset())
+		if s.startedOver[p] { // the checkpoint is the new topic's now
+			s.r.mu.Lock()
+			delete(s.r.fromStart, p)
+			s.r.mu.Unlock()
+		}
 	}
 	for p, pc := range s.pcs {
 		s.r.setHighWater(p, pc.HighWaterMarkOffset())

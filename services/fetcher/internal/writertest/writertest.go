@@ -79,6 +79,8 @@ type Writer struct {
 	refuseAs string
 	// received is every batch, in the order received.
 	received []*ferryv1.Batch
+	// openMsgs is every Open, in the order received.
+	openMsgs []*ferryv1.Open
 }
 
 // RefuseBatchesAbove makes the writer refuse, as record too large, every
@@ -149,6 +151,13 @@ func (w *Writer) ReleaseAcks() {
 // Opens counts the streams opened on this writer.
 func (w *Writer) Opens() int { return w.count(&w.opens) }
 
+// OpenRequests returns every Open received, in order.
+func (w *Writer) OpenRequests() []*ferryv1.Open {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.openMsgs)
+}
+
 // Batches counts the batches received.
 func (w *Writer) Batches() int { return w.count(&w.batches) }
 
@@ -191,6 +200,7 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	}
 	w.mu.Lock()
 	w.opens++
+	w.openMsgs = append(w.openMsgs, open)
 	w.mu.Unlock()
 	for {
 		req, err := stream.Recv()
