@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -238,6 +239,14 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		if cp, ok := s.store.Get(ss.key(tp)); ok {
 			pos.NextOffset, pos.HasCheckpoint, pos.SourceTopicId = cp.NextSourceOffset, true, cp.SourceTopicID
 			ss.next[tp], ss.target[tp] = cp.NextSourceOffset, cp.TargetOffset
+			// A checkpoint of an earlier topic of the name (deleted and
+			// created again) does not bound the new one's offsets, which
+			// start anew: the fetcher, told the old id, stops the
+			// partition, or under on_data_loss: skip copies the new topic
+			// from its start.
+			if id := ss.topicIDs[tp.topic]; len(id) > 0 && len(cp.SourceTopicID) > 0 && !bytes.Equal(id, cp.SourceTopicID) {
+				ss.next[tp] = 0
+			}
 		}
 		opened.Resume = append(opened.Resume, pos)
 	}
