@@ -98,6 +98,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}); err != nil {
 		return notStarted(fmt.Errorf("source client: %w", err))
 	}
+	if cfg.Link.SkipReplicated {
+		// The registry decides which source batches are not copied:
+		// whoever else may write it says so.
+		cfg.Source.WarnWritable(gctx, log, provenance.Topic)
+	}
 	defer client.Close()
 	consumer, err := sarama.NewConsumerFromClient(client)
 	if err != nil {

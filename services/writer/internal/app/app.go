@@ -149,6 +149,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return notStarted(err)
 	}
 	defer recorder.Close()
+	// What the writer reads back from these topics decides where shards
+	// resume and what other links skip: whoever else may write them says so.
+	cfg.Target.WarnWritable(gctx, log, store.Topic(), provenance.Topic)
 
 	srv := server.New(server.Options{
 		ID:     cfg.ID,
