@@ -191,19 +191,7 @@ func TestAFailedBatchStopsItsPartitionAndTheProducer(t *testing.T) {
 		if produces != 2 {
 			return nil, nil, false
 		}
-		r := req.(*kmsg.ProduceRequest)
-		resp := r.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range r.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotEnoughReplicas.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return refuse(req, kerr.NotEnoughReplicas.Code), nil, true
 	})
 	_, err = p.Produce(ctx, []Batch{newBatch(t, 0, "a", 2), newBatch(t, 0, "b", 2), newBatch(t, 0, "c", 2)})
 	var perr *PartitionError
