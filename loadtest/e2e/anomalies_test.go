@@ -40,6 +40,24 @@ func (e *env) waitMetric(name string, want float64) float64 {
 	}
 }
 
+// waitSourceTopicGone waits until the source no longer lists topic, so
+// that creating it again makes a new topic rather than failing as a
+// duplicate of one still being deleted.
+func (e *env) waitSourceTopicGone(ctx context.Context, adm *kadm.Client, topic string) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		topics, err := adm.ListTopics(ctx, topic)
+		if err == nil && !topics.Has(topic) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("source still lists %s 30s after its deletion (err %v)", topic, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func TestRetentionBeyondCheckpointStopsThePartition(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -65,6 +83,8 @@ func TestRetentionBeyondCheckpointStopsThePartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitMetric("ferry_data_loss_events_total", 1)
+	// A window for a wrong copy to show: the stop is an absence, and no
+	// event marks the moment a partition that went on would have copied.
 	time.Sleep(2 * time.Second)
 	// Count records, not end offsets: exactly-once leaves transaction markers.
 	if n := e.verifyOnce(ctx, "t.ret").Replicated; n != 100 {
@@ -98,7 +118,7 @@ func TestRecreatedTopicStopsThePartition(t *testing.T) {
 	if _, err := adm.DeleteTopics(ctx, "t.re"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
+	e.waitSourceTopicGone(ctx, adm, "t.re")
 	e.createTopic("t.re", 1, nil)
 	// More records than before, so the checkpoint (50) is inside the new
 	// log: only the topic ID tells the topics apart.
@@ -107,7 +127,7 @@ func TestRecreatedTopicStopsThePartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitMetric("ferry_data_loss_events_total", 1)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // a window for a wrong copy to show, as above
 	if n := e.verifyOnce(ctx, "t.re").Replicated; n != 50 {
 		t.Fatalf("records of the recreated topic were appended after the old ones: target holds %d, want 50", n)
 	}

@@ -343,7 +343,9 @@ func (e *env) waitFor(ctx context.Context, topic string, want int64) {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("target %s holds %d records, want %d; logs: %s %s", topic, got, want, e.writer.LogPath, e.fetcher.LogPath)
+			// e.dir holds every process log, the fleet's too (its
+			// members are not e.writer and e.fetcher).
+			e.t.Fatalf("target %s holds %d records after 3m, want %d; logs in %s", topic, got, want, e.dir)
 		}
 		for _, p := range []*harness.Process{e.writer, e.fetcher} {
 			if p == nil {
@@ -357,6 +359,66 @@ func (e *env) waitFor(ctx context.Context, topic string, want int64) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// waitGrowth waits until the target topic holds n records more than when
+// called: the link is copying, which a fault test needs before it injects
+// its fault (a sleep would only hope so, and on a slow machine inject it
+// before anything flowed). Counted in end offsets, as waitFor does, so
+// exactly-once transaction markers count too: n is a floor on progress,
+// not an exact count.
+func (e *env) waitGrowth(ctx context.Context, topic string, n int64) {
+	e.t.Helper()
+	e.waitFor(ctx, topic, e.targetCount(ctx, topic)+n)
+}
+
+// waitCaughtUp waits until the fetcher has committed, for every partition
+// of the source topic, everything the source holds now (its
+// ferry_committed_offset reaches the source's end offset): whatever the
+// link would copy of those records, wrongly or not, is in the target then.
+func (e *env) waitCaughtUp(ctx context.Context, topic string) {
+	e.t.Helper()
+	ends := e.sourceEnds(ctx, topic)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		behind := ""
+		for p, end := range ends {
+			series := fmt.Sprintf(`ferry_committed_offset{link="test",partition="%d",topic="%s"}`, p, topic)
+			if got, err := harness.Metric(ctx, e.fetcherAdmin, series); err != nil || int64(got) < end {
+				behind = fmt.Sprintf("%s/%d committed %v (err %v), source end %d", topic, p, got, err, end)
+				break
+			}
+		}
+		if behind == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("fetcher not caught up after 3m: %s; logs in %s", behind, e.dir)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// sourceEnds is the end offset of each partition of a source topic.
+func (e *env) sourceEnds(ctx context.Context, topic string) map[int32]int64 {
+	e.t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.src...)}, e.srcOpts...)...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		e.t.Fatalf("source end offsets of %s: %v", topic, err)
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			e.t.Fatalf("source end offset of %s/%d: %v", topic, o.Partition, o.Err)
+		}
+		out[o.Partition] = o.Offset
+	})
+	return out
 }
 
 // verify compares the target with the source. The end offsets waitFor

@@ -281,6 +281,81 @@ func (f *fleet) waitBalanced(members []*member, timeout time.Duration) time.Dura
 	return 0
 }
 
+// waitFlowing waits until n more records have been copied into the target
+// topic: the fleet is replicating when the test injects its fault.
+func (f *fleet) waitFlowing(n int64) {
+	f.t.Helper()
+	f.waitGrowth(context.Background(), "src.t.leased", n)
+}
+
+// waitLeasesLost waits, up to within, until every fetcher has counted its
+// leases lost and runs no shard: what each must do on its own clock when
+// Consul stays away past the session TTL.
+func (f *fleet) waitLeasesLost(within time.Duration) {
+	f.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(within)
+	for {
+		var holding []string
+		for _, m := range f.fetchers {
+			lost, err := harness.Metric(ctx, m.admin, "ferry_lease_losses_total")
+			o, _ := owned(m.admin)
+			if err != nil || lost == 0 || len(o) != 0 {
+				holding = append(holding, fmt.Sprintf("%s (%v leases lost, err %v, runs shards %v)", m.name, lost, err, o))
+			}
+		}
+		if len(holding) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%v after Consul stopped, fetchers kept their leases: %v", within, holding)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitShardsOn waits until some fetcher sends a shard to the writer at
+// addr (its /status "writer").
+func (f *fleet) waitShardsOn(addr string, timeout time.Duration) {
+	f.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, m := range f.fetchers {
+			if writers, ok := shardWriters(m.admin); ok && writers[addr] > 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("no fetcher sends a shard to writer %s after %v", addr, timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// shardWriters counts a fetcher's shards by the writer each is sent to; ok
+// is false when the fetcher does not answer.
+func shardWriters(admin string) (map[string]int, bool) {
+	cl := http.Client{Timeout: time.Second}
+	resp, err := cl.Get("http://" + admin + "/status")
+	if err != nil {
+		return nil, false
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Shards []struct {
+			Writer string `json:"writer"`
+		} `json:"shards"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, false
+	}
+	out := map[string]int{}
+	for _, s := range st.Shards {
+		out[s.Writer]++
+	}
+	return out, true
+}
+
 // produceInBackground writes records at a steady rate while a test injects
 // its fault; wait() returns the count once everything is acknowledged.
 func (f *fleet) produceInBackground(records, rate int) (wait func() int64) {
@@ -315,7 +390,7 @@ func TestLeasesShareShardsAndRebalanceOnJoin(t *testing.T) {
 	took := f.waitBalanced(f.fetchers, time.Minute)
 	t.Logf("3 fetchers balanced %d shards in %v", expectedShards(), took)
 	wait := f.produceInBackground(6000, 1000)
-	time.Sleep(2 * time.Second)
+	f.waitFlowing(1000)
 	f.addFetcher()
 	took = f.waitBalanced(f.fetchers, time.Minute)
 	t.Logf("a 4th fetcher joined; rebalanced in %v", took)
@@ -331,7 +406,7 @@ func TestLeasesTakeOverAKilledFetcher(t *testing.T) {
 	}
 	f.waitBalanced(f.fetchers, time.Minute)
 	wait := f.produceInBackground(8000, 1000)
-	time.Sleep(2 * time.Second)
+	f.waitFlowing(1000)
 	f.fetchers[0].proc.Kill()
 	took := f.waitBalanced(f.fetchers[1:], 2*time.Minute)
 	t.Logf("takeover after SIGKILL: all shards owned again %v after the kill (TTL %v, lock delay %v)", took, leaseTTL, leaseLockDelay)
@@ -353,7 +428,7 @@ func TestLeasesFenceAPausedFetcher(t *testing.T) {
 	}
 	f.waitBalanced(f.fetchers, time.Minute)
 	wait := f.produceInBackground(10000, 500)
-	time.Sleep(2 * time.Second)
+	f.waitFlowing(500)
 	paused := f.fetchers[0]
 	before, _ := owned(paused.admin)
 	if err := paused.proc.Pause(); err != nil {
@@ -452,20 +527,12 @@ func TestLeasesSurviveAConsulOutage(t *testing.T) {
 	}()
 
 	wait := f.produceInBackground(8000, 400)
-	time.Sleep(2 * time.Second)
+	f.waitFlowing(400)
 	if err := f.consul.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(leaseTTL + 5*time.Second)
 	ctx := context.Background()
-	for _, m := range f.fetchers {
-		if lost, _ := harness.Metric(ctx, m.admin, "ferry_lease_losses_total"); lost == 0 {
-			t.Errorf("%s kept its leases through a Consul outage longer than the TTL", m.name)
-		}
-		if o, _ := owned(m.admin); len(o) != 0 {
-			t.Errorf("%s still runs shards %v without Consul", m.name, o)
-		}
-	}
+	f.waitLeasesLost(leaseTTL + 5*time.Second)
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := f.consul.Restart(rctx); err != nil {
@@ -488,7 +555,7 @@ func TestLeasesMoveShardsOffAKilledWriter(t *testing.T) {
 	}
 	f.waitBalanced(f.fetchers, time.Minute)
 	wait := f.produceInBackground(6000, 1000)
-	time.Sleep(2 * time.Second)
+	f.waitFlowing(1000)
 	f.writers[0].proc.Kill()
 	produced := wait()
 	f.finish(produced, false, 0)
@@ -542,9 +609,11 @@ func TestWritersFoundThroughConsulCatalog(t *testing.T) {
 	}
 	f.waitBalanced(f.fetchers, time.Minute)
 	wait := f.produceInBackground(6000, 1000)
-	time.Sleep(2 * time.Second)
+	f.waitFlowing(1000)
 	second := f.addWriter(true)
-	time.Sleep(time.Second)
+	// Killed only once the fetchers found the new writer in the catalog
+	// and moved shards to it: otherwise the kill tests nothing of discovery.
+	f.waitShardsOn(second.name, time.Minute)
 	f.writers[0].proc.Kill()
 	f.finish(wait(), false, 0)
 	n, err := harness.Metric(context.Background(), second.admin, "ferry_writer_records_total")

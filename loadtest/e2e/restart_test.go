@@ -100,7 +100,7 @@ func pauseMidStream(t *testing.T, which string) {
 	if err := proc.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(4 * time.Second)
+	time.Sleep(4 * time.Second) // the fault itself: frozen this long, as a long GC pause
 	if err := proc.Resume(); err != nil {
 		t.Fatal(err)
 	}

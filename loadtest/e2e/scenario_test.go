@@ -119,7 +119,8 @@ func TestPausedWriterIsFenced(t *testing.T) {
 	f.addFetcher()
 	f.waitBalanced(f.fetchers, time.Minute)
 	wait := f.produceInBackground(8000, 400)
-	time.Sleep(3 * time.Second)
+	// Frozen while it copies, so it holds an open transaction.
+	f.waitFlowing(800)
 	frozen := f.writers[0]
 	if err := frozen.proc.Pause(); err != nil {
 		t.Fatal(err)
@@ -179,6 +180,8 @@ func TestDroppedConnections(t *testing.T) {
 	}()
 	e.waitFor(ctx, "src.t.live", 500)
 	for range 10 {
+		// The pacing of the fault, not a wait for a condition: the
+		// connections stay cut 200ms, then up 800ms.
 		proxy.Stop()
 		time.Sleep(200 * time.Millisecond)
 		if err := proxy.Start(); err != nil {
@@ -206,7 +209,7 @@ func TestScaleFetchersUnderLoad(t *testing.T) {
 	f.addFetcher()
 	f.waitBalanced(f.fetchers, time.Minute)
 	wait := f.produceInBackground(10000, 800)
-	time.Sleep(2 * time.Second)
+	f.waitFlowing(800)
 	start := time.Now()
 	f.addFetcher()
 	f.addFetcher()
