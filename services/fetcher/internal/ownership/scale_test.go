@@ -115,8 +115,9 @@ func BenchmarkLeaseScale(b *testing.B) {
 		}
 		wg.Wait()
 	}()
-	// Let every session and membership settle.
-	time.Sleep(2 * cfg.SessionTTL / 3)
+	// Balanced rounds start once every fetcher counts all of them live:
+	// before that, each takes a share as if it were alone.
+	waitMembers(b, fs, fetchers, 2*cfg.SessionTTL)
 
 	rounds := func(members []*scaleFetcher, until func() bool) time.Duration {
 		start := time.Now()
@@ -153,7 +154,7 @@ func BenchmarkLeaseScale(b *testing.B) {
 		for _, f := range fs {
 			f.balance(ctx, shards) // at target: no requests
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // the pace of steady state: a round every 2s while requests are counted
 	}
 	rate := float64(requests.Load()-before) / steady.Seconds()
 
@@ -161,12 +162,39 @@ func BenchmarkLeaseScale(b *testing.B) {
 	stops[0]()
 	leaving := fs[0]
 	leaving.held = map[int]bool{}
-	time.Sleep(cfg.SessionTTL / 3) // others see the membership change at their next renewal
+	left := time.Now()
+	// The others see the membership change at their next renewal.
+	waitMembers(b, fs[1:], fetchers-1, 2*cfg.SessionTTL)
+	refresh := time.Since(left)
 	rebalance := rounds(fs[1:], full(fs[1:]))
 
 	b.ReportMetric(assign.Seconds(), "s-full-assignment")
 	b.ReportMetric(rate, "consul-req/s-steady")
-	b.ReportMetric(rebalance.Seconds()+(cfg.SessionTTL/3).Seconds(), "s-rebalance-after-leave")
+	b.ReportMetric((refresh + rebalance).Seconds(), "s-rebalance-after-leave")
 	b.Logf("%d shards, %d fetchers: full assignment %v, steady %.1f Consul requests/s, rebalance after a clean leave %v (+%v membership refresh)",
-		shards, fetchers, assign.Round(time.Millisecond), rate, rebalance.Round(time.Millisecond), cfg.SessionTTL/3)
+		shards, fetchers, assign.Round(time.Millisecond), rate, rebalance.Round(time.Millisecond), refresh.Round(time.Millisecond))
+}
+
+// waitMembers waits until each of fs lists exactly n live fetchers.
+func waitMembers(tb testing.TB, fs []*scaleFetcher, n int, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var counts []int
+		settled := true
+		for _, f := range fs {
+			f.owner.mu.Lock()
+			live := len(f.owner.members)
+			f.owner.mu.Unlock()
+			counts = append(counts, live)
+			settled = settled && live == n
+		}
+		if settled {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("fetchers list %v live fetchers after %v, want %d each", counts, timeout, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
