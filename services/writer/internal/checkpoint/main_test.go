@@ -1,0 +1,15 @@
+package checkpoint
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// go-metrics, which sarama uses, starts a process-wide meter
+		// ticker that nothing can stop.
+		goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
+	)
+}
