@@ -87,6 +87,9 @@ func TestRealKafkaActiveActiveCopiesNothingBack(t *testing.T) {
 	// out everything its source holds), the second checked again after
 	// the first, so that neither has anything left to read that the other
 	// wrote. A loop would then show as more records than produced.
+	for _, e := range links {
+		e.waitFor(ctx, topic, 2*records) // each cluster holds both sides' records
+	}
 	deadline := time.Now().Add(3 * time.Minute)
 	until := func(what string, ok func() bool) {
 		t.Helper()
@@ -96,9 +99,6 @@ func TestRealKafkaActiveActiveCopiesNothingBack(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-	}
-	for i, e := range links {
-		until(fmt.Sprintf("cluster %d to hold both sides' records", 1-i), func() bool { return e.targetCount(ctx, topic) >= 2*records })
 	}
 	caughtUp := func(e *env) func() bool {
 		return func() bool {
