@@ -165,8 +165,6 @@ func expectedShards() int {
 	return len(seen)
 }
 
-// owned reads a fetcher's /status: shard -> epoch. ok is false when the
-// fetcher does not answer (stopped, paused, dead).
 // goroutineDump saves a member's goroutine stacks (pprof) beside its log and
 // returns the file's path, so a runner that does not end shows where it waits.
 func goroutineDump(m *member, dir string) string {
@@ -218,7 +216,31 @@ func shardStatus(t *testing.T, admin string) map[int]shardState {
 	return out
 }
 
+// owned reads a fetcher's /status: shard -> epoch. ok is false when the
+// fetcher does not answer (stopped, paused, dead).
 func owned(admin string) (map[int]uint64, bool) {
+	shards, ok := statusShards(admin)
+	if !ok {
+		return nil, false
+	}
+	out := map[int]uint64{}
+	for _, s := range shards {
+		out[s.Shard] = s.Epoch
+	}
+	return out, true
+}
+
+// statusShard is what the lease tests read of a shard in a fetcher's
+// /status.
+type statusShard struct {
+	Shard  int    `json:"shard"`
+	Epoch  uint64 `json:"epoch"`
+	Writer string `json:"writer"`
+}
+
+// statusShards reads a fetcher's /status shards; ok is false when the
+// fetcher does not answer (stopped, paused, dead).
+func statusShards(admin string) ([]statusShard, bool) {
 	cl := http.Client{Timeout: time.Second}
 	resp, err := cl.Get("http://" + admin + "/status")
 	if err != nil {
@@ -226,19 +248,12 @@ func owned(admin string) (map[int]uint64, bool) {
 	}
 	defer resp.Body.Close()
 	var st struct {
-		Shards []struct {
-			Shard int    `json:"shard"`
-			Epoch uint64 `json:"epoch"`
-		} `json:"shards"`
+		Shards []statusShard `json:"shards"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		return nil, false
 	}
-	out := map[int]uint64{}
-	for _, s := range st.Shards {
-		out[s.Shard] = s.Epoch
-	}
-	return out, true
+	return st.Shards, true
 }
 
 // waitBalanced waits until the given fetchers together own every shard
@@ -335,22 +350,12 @@ func (f *fleet) waitShardsOn(addr string, timeout time.Duration) {
 // shardWriters counts a fetcher's shards by the writer each is sent to; ok
 // is false when the fetcher does not answer.
 func shardWriters(admin string) (map[string]int, bool) {
-	cl := http.Client{Timeout: time.Second}
-	resp, err := cl.Get("http://" + admin + "/status")
-	if err != nil {
-		return nil, false
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Shards []struct {
-			Writer string `json:"writer"`
-		} `json:"shards"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+	shards, ok := statusShards(admin)
+	if !ok {
 		return nil, false
 	}
 	out := map[string]int{}
-	for _, s := range st.Shards {
+	for _, s := range shards {
 		out[s.Writer]++
 	}
 	return out, true
