@@ -141,12 +141,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		startFrom = sarama.OffsetNewest
 	}
 	set := shard.Settings{
-		Link: cfg.Link.Name, FetcherID: cfg.ID, Codec: codec,
-		BatchMaxBytes:    int(cfg.Link.Batch.MaxBytes),
-		MaxInflightBytes: int(cfg.Link.MaxInflightBytes), StartFrom: startFrom,
+		Link: cfg.Link.Name, FetcherID: cfg.ID, Codec: codec, StartFrom: startFrom,
+		BatchMaxBytes: int(cfg.Link.Batch.MaxBytes), MaxInflightBytes: int(cfg.Link.MaxInflightBytes),
 		OpenTimeout: cfg.Writers.OpenTimeout, MinBackoff: cfg.Writers.MinBackoff, MaxBackoff: cfg.Writers.MaxBackoff,
 		DrainTimeout: cfg.ShutdownTimeout, SkipOnDataLoss: cfg.Link.OnDataLoss == "skip",
-		MaxMessageBytes: int(cfg.Writers.MaxMessageBytes), PassThrough: true,
+		MaxMessageBytes: int(cfg.Writers.MaxMessageBytes),
 	}
 	deps := shard.Deps{Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name),
 		Tracer: tracing.Tracer(tp, "github.com/ferry-replicator/ferry/fetcher"),

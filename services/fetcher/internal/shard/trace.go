@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/IBM/sarama"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -53,15 +52,7 @@ func newBatchTracer(t trace.Tracer, link string, shard int, epoch uint64, log *s
 	return &batchTracer{tracer: t, link: link, shard: shard, epoch: epoch, log: log}
 }
 
-// record notes a record read by sarama.
-func (t *batchTracer) record(ctx context.Context, m *sarama.ConsumerMessage) {
-	if t.tracer == nil {
-		return
-	}
-	t.note(ctx, tracing.ConsumerSpanContext(m.Headers), m.Topic, m.Partition, m.Offset, m.Timestamp)
-}
-
-// recordKafka notes a record decoded from a Kafka batch (pass-through).
+// recordKafka notes a record decoded from a fetched Kafka batch.
 func (t *batchTracer) recordKafka(ctx context.Context, p discovery.Partition, offset int64, rec recordbatch.Record) {
 	if t.tracer == nil {
 		return
