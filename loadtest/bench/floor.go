@@ -20,7 +20,9 @@ type FloorOptions struct {
 // the source topic from the start (read_committed, 4 MiB per partition per
 // fetch) and produces every record, key, value, headers and timestamp
 // intact, to the same partition of the target topic (lz4, acks=all,
-// idempotent, 1 MiB batches, 20 ms linger, like Ferry's defaults). It runs
+// idempotent, 1 MiB batches like Ferry's default link.batch.max_bytes, 20 ms
+// linger as Ferry's removed link.batch.linger had, kept so that runs
+// compare). It runs
 // until ctx ends or a produce fails. ferry-bench runs it as a child process
 // so that its CPU and memory are measured like the other replicators'.
 func FloorCopy(ctx context.Context, o FloorOptions) error {

@@ -209,7 +209,6 @@ func goals(b *strings.Builder, rep Report) {
 	headline(b, results, Ferry, MM2Tuned, "Headline: Ferry against its goals (ratios to MM2 tuned, same run)")
 	headline(b, results, FerryEOS, MM2EOS, "Exactly-once: Ferry exactly-once against MM2 exactly-once (the same goals, same run)")
 	sizes(b, rep.Config.ValueBytes, results)
-	pair(b, results, FerryRecords, Ferry, "Pass-through: ferry against ferry-records (link.pass_through false, the record path; same build, same run)")
 	pair(b, results, Ferry, FerryZstd, "Wire codec: ferry-zstd (link.codec zstd) against ferry (lz4, the default; same run)")
 	tracingOverhead(b, results)
 	pair(b, results, FerryBaseline, Ferry, "Before and after: ferry against ferry-baseline (same run)")

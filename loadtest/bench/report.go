@@ -67,7 +67,7 @@ func Describe(cfg Config) ConfigDesc {
 
 func systemSettings(sys System, partitions int) string {
 	switch sys {
-	case Ferry, FerryEOS, FerryZstd, FerryRecords, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryWin64K:
+	case Ferry, FerryEOS, FerryZstd, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryWin64K:
 		v := ferryVariants[sys]
 		tr := "tracing off"
 		if v.sampling >= 0 {
@@ -77,13 +77,10 @@ func systemSettings(sys System, partitions int) string {
 		if v.codec != "" {
 			codec = ", link.codec " + v.codec
 		}
-		if v.records {
-			codec += ", link.pass_through false (the record path)"
-		}
 		if v.window > 0 {
 			codec += fmt.Sprintf(", writer grpc.stream_window and grpc.conn_window %d KiB (fixed, not gRPC's dynamic windows)", v.window>>10)
 		}
-		return "one ferry-fetcher, one ferry-writer, at their defaults (link.pass_through true, link.codec lz4 (for uncompressed source batches), link.batch.max_bytes 1MiB, link.batch.linger 20ms, " +
+		return "one ferry-fetcher, one ferry-writer, at their defaults (the source's batches passed through, link.codec lz4 (for uncompressed source batches), link.batch.max_bytes 1MiB, " +
 			"link.max_inflight_bytes 16MiB, link.fetch_max_bytes 1MiB, link.shards 8, link.max_buffered_bytes 32MiB, writer max_buffered_bytes 64MiB, writer producer.compression lz4) but for delivery " + v.delivery + codec + " and " + tr +
 			"; naming prefix `src.`; gRPC link in plaintext on loopback (`tls.insecure: true` on both, as MM2's Kafka connections are plaintext here); the harness sets link.discovery_interval 1s"
 	case Floor:

@@ -21,15 +21,11 @@ const (
 	FerryEOS System = "ferry-eos"
 	// FerryZstd is Ferry at-least-once with link.codec zstd: fewer bytes on
 	// the wire for more CPU than the default lz4.
-	FerryZstd System = "ferry-zstd"
-	// FerryRecords is Ferry at-least-once on the record path
-	// (link.pass_through false: records decoded and encoded again), the
-	// same build's baseline for pass-through.
-	FerryRecords System = "ferry-records"
-	MM2Default   System = "mm2-default"
-	MM2Tuned     System = "mm2-tuned"
-	MM2EOS       System = "mm2-eos"
-	Floor        System = "floor"
+	FerryZstd  System = "ferry-zstd"
+	MM2Default System = "mm2-default"
+	MM2Tuned   System = "mm2-tuned"
+	MM2EOS     System = "mm2-eos"
+	Floor      System = "floor"
 	// Ferry at-least-once with tracing on, exporting to a local Jaeger, at a
 	// sampling ratio of 0, 1% and 100%: their cost against Ferry with
 	// tracing off is the tracing overhead.
@@ -49,7 +45,7 @@ const (
 
 // AllSystems in the order they run. MM2 tuned runs first: its catch-up
 // throughput sets the default live rates.
-var AllSystems = []System{MM2Tuned, Ferry, FerryEOS, FerryRecords, FerryZstd, MM2Default, MM2EOS, Floor, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryWin64K}
+var AllSystems = []System{MM2Tuned, Ferry, FerryEOS, FerryZstd, MM2Default, MM2EOS, Floor, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryWin64K}
 
 // TracingSystems are the tracing overhead variants.
 var TracingSystems = []System{FerryTrace0, FerryTrace1, FerryTrace100}
@@ -77,7 +73,6 @@ func (sys System) transactional() bool { return sys == MM2EOS || sys == FerryEOS
 type ferryVariant struct {
 	delivery string
 	codec    string  // link.codec; empty: the fetcher's default
-	records  bool    // link.pass_through false: the record path
 	sampling float64 // tracing sampling ratio; < 0: tracing off
 	baseline bool    // run the binaries of Config.BaselineBin
 	window   int     // the writer's fixed gRPC windows, bytes; 0: dynamic
@@ -87,7 +82,6 @@ var ferryVariants = map[System]ferryVariant{
 	Ferry:         {delivery: "at_least_once", sampling: -1},
 	FerryEOS:      {delivery: "exactly_once", sampling: -1},
 	FerryZstd:     {delivery: "at_least_once", codec: "zstd", sampling: -1},
-	FerryRecords:  {delivery: "at_least_once", records: true, sampling: -1},
 	FerryTrace0:   {delivery: "at_least_once", sampling: 0},
 	FerryTrace1:   {delivery: "at_least_once", sampling: 0.01},
 	FerryTrace100: {delivery: "at_least_once", sampling: 1},
@@ -204,10 +198,6 @@ func startFerry(ctx context.Context, v ferryVariant, otlp, bin, dir, sourceAddr,
 	fcfg["writers"].(map[string]any)["tls"] = map[string]any{"insecure": true}
 	if v.codec != "" {
 		fcfg["link"].(map[string]any)["codec"] = v.codec
-	}
-	if v.records {
-		fcfg["link"].(map[string]any)["pass_through"] = false
-		fcfg["link"].(map[string]any)["skip_replicated"] = false // needs pass-through
 	}
 	if v.sampling >= 0 {
 		fcfg["tracing"] = tracingConfig(otlp, v.sampling)

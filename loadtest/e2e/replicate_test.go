@@ -69,10 +69,10 @@ func TestReplicatesTopicsKeepingPartitionsKeysHeaders(t *testing.T) {
 	}
 }
 
-// With link.pass_through the fetcher sends the source's Kafka batches as
-// the broker stores them: compressed by the producer (lz4), uncompressed,
-// and transactional with aborted transactions between committed ones. The
-// copy must be the same record for record.
+// The fetcher sends the source's Kafka batches as the broker stores them:
+// compressed by the producer (lz4), uncompressed, and transactional with
+// aborted transactions between committed ones. The copy must be the same
+// record for record.
 func TestPassThroughReplicatesRecordForRecord(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -80,7 +80,7 @@ func TestPassThroughReplicatesRecordForRecord(t *testing.T) {
 	e.createTopic("t.plain", 2, nil)
 	e.createTopic("t.txn", 2, nil)
 	e.startWriter()
-	e.startFetcher(map[string]any{"pass_through": true})
+	e.startFetcher(nil)
 	e.produce(ctx, workload.Options{Topic: "t.lz4", Partitions: 3, Records: 3000, ValueBytes: 300, Seed: 1})
 	e.produce(ctx, workload.Options{Topic: "t.plain", Partitions: 2, Records: 2000, ValueBytes: 200, Seed: 2,
 		ClientOpts: []kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression())}})

@@ -218,9 +218,10 @@ func (m *MirrorMaker) Restart() error {
 
 // MM2TunedProps are MM2 settings sized like Ferry's defaults, so a
 // comparison with Ferry sets like against like: tasks tasks (one per source
-// partition, say), lz4 and 1 MiB batches lingering 20 ms on the target
-// producer (Ferry's writer, link.batch.max_bytes and link.batch.linger),
-// 1 MiB per partition per fetch on the source consumer
+// partition, say), lz4 and 1 MiB batches on the target producer (Ferry's
+// writer and link.batch.max_bytes) lingering 20 ms (the removed
+// link.batch.linger's default, kept so that runs compare), 1 MiB per
+// partition per fetch on the source consumer
 // (link.fetch_max_bytes). source and target are the cluster aliases.
 func MM2TunedProps(source, target string, tasks int) map[string]string {
 	return map[string]string{

@@ -4,11 +4,11 @@ import (
 	"context"
 	"testing"
 
-	"github.com/IBM/sarama"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 )
 
 // BenchmarkSpanStart measures what a per-batch span costs the hot path:
@@ -63,13 +63,13 @@ func benchSpans(b *testing.B, ctx context.Context, tracer trace.Tracer) {
 // BenchmarkRecordSpanContext is the per-record cost of looking for a trace
 // context: most records have none.
 func BenchmarkRecordSpanContext(b *testing.B) {
-	plain := []*sarama.RecordHeader{{Key: []byte("content-type"), Value: []byte("application/json")}, {Key: []byte("schema-id"), Value: []byte("42")}}
+	plain := []recordbatch.Header{{Key: "content-type", Value: []byte("application/json")}, {Key: "schema-id", Value: []byte("42")}}
 	var traced []batch.Header
 	inject(remoteContext(b), BatchHeaderCarrier{&traced})
 	b.Run("no_traceparent", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if ConsumerSpanContext(plain).IsValid() {
+			if RecordSpanContext(plain).IsValid() {
 				b.Fatal("valid")
 			}
 		}

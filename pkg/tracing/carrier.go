@@ -3,11 +3,11 @@ package tracing
 import (
 	"context"
 
-	"github.com/IBM/sarama"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 )
 
 // The W3C Trace Context header names. Kafka header keys are case-sensitive
@@ -28,75 +28,36 @@ const (
 // only reads trace headers; Set exists for records Ferry makes (load tests,
 // probes).
 //
-// To read a span context, prefer ConsumerSpanContext, ProducerSpanContext
-// and BatchSpanContext: they look for the traceparent key first and return
-// without allocating when a record has none, the common case.
+// To read a span context, prefer RecordSpanContext and BatchSpanContext:
+// they look for the traceparent key first and return without allocating
+// when a record has none, the common case.
 
-// ConsumerHeaderCarrier reads the headers of a record consumed with sarama
-// (ConsumerMessage.Headers). It is read-only: Set does nothing, since a
-// consumed record is never changed.
-type ConsumerHeaderCarrier []*sarama.RecordHeader
+// RecordHeaderCarrier reads the headers of a record decoded from a Kafka
+// record batch (recordbatch.Records), as the fetcher decodes the source's
+// batches it traces. It is read-only: Set does nothing, since a source
+// record is never changed.
+type RecordHeaderCarrier []recordbatch.Header
 
-var _ propagation.TextMapCarrier = ConsumerHeaderCarrier(nil)
+var _ propagation.TextMapCarrier = RecordHeaderCarrier(nil)
 
 // Get returns the value of the first header named key, or "".
-func (c ConsumerHeaderCarrier) Get(key string) string {
+func (c RecordHeaderCarrier) Get(key string) string {
 	for _, h := range c {
-		if h != nil && string(h.Key) == key {
+		if h.Key == key {
 			return string(h.Value)
 		}
 	}
 	return ""
 }
 
-// Set does nothing: consumed records are read, never written.
-func (c ConsumerHeaderCarrier) Set(string, string) {}
+// Set does nothing: source records are read, never written.
+func (c RecordHeaderCarrier) Set(string, string) {}
 
 // Keys returns every header key, in order.
-func (c ConsumerHeaderCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for _, h := range c {
-		if h != nil {
-			keys = append(keys, string(h.Key))
-		}
-	}
-	return keys
-}
-
-// ProducerHeaderCarrier carries the headers of a record to be produced with
-// sarama (ProducerMessage.Headers): ProducerHeaderCarrier{&msg.Headers}.
-type ProducerHeaderCarrier struct {
-	Headers *[]sarama.RecordHeader
-}
-
-var _ propagation.TextMapCarrier = ProducerHeaderCarrier{}
-
-// Get returns the value of the first header named key, or "".
-func (c ProducerHeaderCarrier) Get(key string) string {
-	for _, h := range *c.Headers {
-		if string(h.Key) == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
-// Set appends the header unless the record already has key or a
-// traceparent: an existing trace context is never replaced.
-func (c ProducerHeaderCarrier) Set(key, value string) {
-	for _, h := range *c.Headers {
-		if string(h.Key) == key || string(h.Key) == TraceparentHeader {
-			return
-		}
-	}
-	*c.Headers = append(*c.Headers, sarama.RecordHeader{Key: []byte(key), Value: []byte(value)})
-}
-
-// Keys returns every header key, in order.
-func (c ProducerHeaderCarrier) Keys() []string {
-	keys := make([]string, 0, len(*c.Headers))
-	for _, h := range *c.Headers {
-		keys = append(keys, string(h.Key))
+func (c RecordHeaderCarrier) Keys() []string {
+	keys := make([]string, len(c))
+	for i, h := range c {
+		keys[i] = h.Key
 	}
 	return keys
 }
@@ -139,35 +100,22 @@ func (c BatchHeaderCarrier) Keys() []string {
 	return keys
 }
 
-// ConsumerSpanContext returns the remote span context in a consumed record's
+// RecordSpanContext returns the remote span context in a decoded record's
 // traceparent (and tracestate) headers, or an invalid one when there is none
 // or it does not parse. Without a traceparent header it does not allocate.
 //
 // Use it as a span link, trace.Link{SpanContext: sc}, or as the parent of a
 // span for the record, trace.ContextWithRemoteSpanContext(ctx, sc).
-func ConsumerSpanContext(hs []*sarama.RecordHeader) trace.SpanContext {
+func RecordSpanContext(hs []recordbatch.Header) trace.SpanContext {
 	for _, h := range hs {
-		if h != nil && string(h.Key) == TraceparentHeader {
-			return extract(ConsumerHeaderCarrier(hs))
+		if h.Key == TraceparentHeader {
+			return extract(RecordHeaderCarrier(hs))
 		}
 	}
 	return trace.SpanContext{}
 }
 
-// ProducerSpanContext is ConsumerSpanContext for a record to be produced.
-func ProducerSpanContext(hs []sarama.RecordHeader) trace.SpanContext {
-	for _, h := range hs {
-		if string(h.Key) == TraceparentHeader {
-			// A copy declared here, so that only this path moves it to the heap
-			// (the carrier needs its address).
-			hs := hs
-			return extract(ProducerHeaderCarrier{&hs})
-		}
-	}
-	return trace.SpanContext{}
-}
-
-// BatchSpanContext is ConsumerSpanContext for a record of a Ferry batch.
+// BatchSpanContext is RecordSpanContext for a record of a Ferry batch.
 func BatchSpanContext(hs []batch.Header) trace.SpanContext {
 	for _, h := range hs {
 		if string(h.Key) == TraceparentHeader {

@@ -5,11 +5,11 @@ import (
 	"context"
 	"testing"
 
-	"github.com/IBM/sarama"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 )
 
 // remoteContext is a sampled span context with a tracestate, as a producer's
@@ -35,57 +35,41 @@ func inject(sc trace.SpanContext, c propagation.TextMapCarrier) {
 
 const wantTraceparent = "00-0a0102030405060708090a0b0c0d0e0f-0102030405060708-01"
 
-func TestProducerCarrierRoundTrip(t *testing.T) {
+func TestRecordCarrierRoundTrip(t *testing.T) {
 	sc := remoteContext(t)
-	hs := []sarama.RecordHeader{{Key: []byte("app"), Value: []byte("x")}}
-	inject(sc, ProducerHeaderCarrier{&hs})
-	if got := (ProducerHeaderCarrier{&hs}).Get(TraceparentHeader); got != wantTraceparent {
-		t.Fatalf("traceparent = %q, want %q", got, wantTraceparent)
+	produced := []batch.Header{{Key: []byte("app"), Value: []byte("x")}}
+	inject(sc, BatchHeaderCarrier{&produced})
+	// What the fetcher decodes from the source's batch: the same headers.
+	var decoded []recordbatch.Header
+	for _, h := range produced {
+		decoded = append(decoded, recordbatch.Header{Key: string(h.Key), Value: h.Value})
 	}
-	if got := (ProducerHeaderCarrier{&hs}).Keys(); len(got) != 3 || got[0] != "app" {
-		t.Errorf("keys = %q, want app, tracestate, traceparent", got)
-	}
-	if got := ProducerSpanContext(hs); !got.Equal(sc) {
+	if got := RecordSpanContext(decoded); !got.Equal(sc) {
 		t.Errorf("extracted %v, want %v", got, sc)
 	}
-	// Through the generic propagator API too.
-	ctx := propagation.TraceContext{}.Extract(context.Background(), ProducerHeaderCarrier{&hs})
-	if got := trace.SpanContextFromContext(ctx); !got.Equal(sc) {
-		t.Errorf("propagator extracted %v, want %v", got, sc)
-	}
-}
-
-func TestConsumerCarrierRoundTrip(t *testing.T) {
-	sc := remoteContext(t)
-	var produced []sarama.RecordHeader
-	inject(sc, ProducerHeaderCarrier{&produced})
-	// What a consumer sees: the same headers, as pointers.
-	consumed := make([]*sarama.RecordHeader, 0, len(produced)+1)
-	consumed = append(consumed, nil) // sarama never gives one, but be safe
-	for i := range produced {
-		consumed = append(consumed, &produced[i])
-	}
-	if got := ConsumerSpanContext(consumed); !got.Equal(sc) {
-		t.Errorf("extracted %v, want %v", got, sc)
-	}
-	c := ConsumerHeaderCarrier(consumed)
+	c := RecordHeaderCarrier(decoded)
 	if got := c.Get(TracestateHeader); got != "vendor=abc" {
 		t.Errorf("tracestate = %q", got)
 	}
-	if got := c.Keys(); len(got) != 2 {
-		t.Errorf("keys = %q", got)
+	if got := c.Keys(); len(got) != 3 || got[0] != "app" {
+		t.Errorf("keys = %q, want app, tracestate, traceparent", got)
+	}
+	// Through the generic propagator API too.
+	ctx := propagation.TraceContext{}.Extract(context.Background(), c)
+	if got := trace.SpanContextFromContext(ctx); !got.Equal(sc) {
+		t.Errorf("propagator extracted %v, want %v", got, sc)
 	}
 	// Read-only: injecting another context changes nothing.
 	other := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9}, SpanID: trace.SpanID{9}, TraceFlags: trace.FlagsSampled})
 	inject(other, c)
-	if len(consumed) != 3 || c.Get(TraceparentHeader) != wantTraceparent {
-		t.Errorf("consumer carrier was written: %v", c.Keys())
+	if len(decoded) != 3 || c.Get(TraceparentHeader) != wantTraceparent {
+		t.Errorf("record carrier was written: %v", c.Keys())
 	}
 }
 
 func TestBatchCarrierRoundTrip(t *testing.T) {
 	sc := remoteContext(t)
-	var hs []batch.Header
+	hs := []batch.Header{{Key: []byte("app"), Value: []byte("x")}}
 	inject(sc, BatchHeaderCarrier{&hs})
 	if got := (BatchHeaderCarrier{&hs}).Get(TraceparentHeader); got != wantTraceparent {
 		t.Fatalf("traceparent = %q, want %q", got, wantTraceparent)
@@ -93,8 +77,8 @@ func TestBatchCarrierRoundTrip(t *testing.T) {
 	if got := BatchSpanContext(hs); !got.Equal(sc) {
 		t.Errorf("extracted %v, want %v", got, sc)
 	}
-	if got := (BatchHeaderCarrier{&hs}).Keys(); len(got) != 2 {
-		t.Errorf("keys = %q", got)
+	if got := (BatchHeaderCarrier{&hs}).Keys(); len(got) != 3 || got[0] != "app" {
+		t.Errorf("keys = %q, want app, tracestate, traceparent", got)
 	}
 }
 
@@ -105,11 +89,6 @@ func TestCarriersNeverOverwrite(t *testing.T) {
 	original := []byte("00-0A0102030405060708090A0B0C0D0E0F-0102030405060708-01-extra")
 	other := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9}, SpanID: trace.SpanID{9}, TraceFlags: trace.FlagsSampled, TraceState: mustTraceState(t, "k=v")})
 
-	ph := []sarama.RecordHeader{{Key: []byte(TraceparentHeader), Value: bytes.Clone(original)}}
-	inject(other, ProducerHeaderCarrier{&ph})
-	if len(ph) != 1 || !bytes.Equal(ph[0].Value, original) {
-		t.Errorf("producer headers changed: %q", ph)
-	}
 	bh := []batch.Header{{Key: []byte(TraceparentHeader), Value: bytes.Clone(original)}}
 	inject(other, BatchHeaderCarrier{&bh})
 	if len(bh) != 1 || !bytes.Equal(bh[0].Value, original) {
@@ -139,11 +118,10 @@ func mustTraceState(t *testing.T, s string) trace.TraceState {
 // TestExtractWithoutTraceparentDoesNotAllocate: most records carry no trace
 // context, and the fetcher looks at every one.
 func TestExtractWithoutTraceparentDoesNotAllocate(t *testing.T) {
-	consumed := []*sarama.RecordHeader{{Key: []byte("content-type"), Value: []byte("json")}, {Key: []byte("tracestate"), Value: []byte("a=b")}}
-	produced := []sarama.RecordHeader{{Key: []byte("content-type"), Value: []byte("json")}}
+	decoded := []recordbatch.Header{{Key: "content-type", Value: []byte("json")}, {Key: "tracestate", Value: []byte("a=b")}}
 	batched := []batch.Header{{Key: []byte("content-type"), Value: []byte("json")}, {Key: []byte("traceparentx"), Value: []byte("x")}}
 	allocs := testing.AllocsPerRun(1000, func() {
-		if ConsumerSpanContext(consumed).IsValid() || ProducerSpanContext(produced).IsValid() ||
+		if RecordSpanContext(decoded).IsValid() || RecordSpanContext(nil).IsValid() ||
 			BatchSpanContext(batched).IsValid() || BatchSpanContext(nil).IsValid() {
 			t.Fatal("span context from records without traceparent")
 		}

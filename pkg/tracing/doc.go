@@ -11,7 +11,8 @@
 // Ferry replicates records with their headers byte for byte. A source
 // record's traceparent header belongs to its producer's trace; Ferry reads
 // it (to link batch spans to it, or to parent a span for a sampled record),
-// and never writes or rewrites it. The carriers enforce that: the consumer
-// carrier is read-only, and the others never replace a header that exists.
+// and never writes or rewrites it. The carriers enforce that: the record
+// carrier is read-only, and the batch carrier never replaces a header that
+// exists.
 // See docs/tracing.md.
 package tracing

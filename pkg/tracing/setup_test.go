@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -24,6 +23,7 @@ import (
 	"github.com/ferry-replicator/ferry/loadtest/jaegeragent"
 	"github.com/ferry-replicator/ferry/pkg/config"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 )
 
 func TestSetupOffIsNoop(t *testing.T) {
@@ -275,7 +275,7 @@ func TestSetupExportsToJaeger(t *testing.T) {
 
 	// A record whose producer traced it, and one from another trace.
 	producer := remoteContext(t)
-	record := []*sarama.RecordHeader{{Key: []byte(TraceparentHeader), Value: []byte(FormatTraceparent(producer))}}
+	record := []recordbatch.Header{{Key: TraceparentHeader, Value: []byte(FormatTraceparent(producer))}}
 	other := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0xbb, 1}, SpanID: trace.SpanID{0xbb, 2}, TraceFlags: trace.FlagsSampled, Remote: true})
 
 	tracer := tp.Tracer("github.com/ferry-replicator/ferry/pkg/tracing")
@@ -292,7 +292,7 @@ func TestSetupExportsToJaeger(t *testing.T) {
 	send.End()
 	batchSpan.End()
 	// A record span: the child of the producer's span, in the producer's trace.
-	_, recSpan := tracer.Start(trace.ContextWithRemoteSpanContext(ctx, ConsumerSpanContext(record)), "ferry.fetch record",
+	_, recSpan := tracer.Start(trace.ContextWithRemoteSpanContext(ctx, RecordSpanContext(record)), "ferry.fetch record",
 		trace.WithAttributes(Kafka(), Topic("orders"), Partition(3), Offset(120), BodySize(1024)))
 	recSpan.End()
 

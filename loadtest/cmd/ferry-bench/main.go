@@ -59,10 +59,10 @@ func run(ctx context.Context, args []string) error {
 	out := fs.String("out", filepath.Join("loadtest", "results", time.Now().Format("2006-01-02")), "output folder")
 	work := fs.String("work", "", "folder for per-run configs, logs and broker data (default: a new temporary folder)")
 	reportFrom := fs.String("report-from", "", "only rewrite report.md and plots in -out from this results.json")
-	systems := fs.String("systems", "mm2-tuned,ferry,ferry-eos,ferry-records,mm2-default,mm2-eos,floor",
+	systems := fs.String("systems", "mm2-tuned,ferry,ferry-eos,mm2-default,mm2-eos,floor",
 		"systems for the catch-up runs (mm2-tuned first: it sets the live rates); also ferry-trace-0, ferry-trace-1, ferry-trace-100 (tracing overhead) and ferry-baseline")
 	liveSystems := fs.String("live-systems", "", "systems for the live runs (default: -systems without ferry-zstd and the ferry-trace-* variants)")
-	wanSystems := fs.String("wan-systems", "mm2-tuned,ferry,ferry-records,ferry-win64k", "systems for the WAN runs")
+	wanSystems := fs.String("wan-systems", "mm2-tuned,ferry,ferry-win64k", "systems for the WAN runs")
 	workloads := fs.String("workloads", "catch-up,live,wan,sizes,partitions", "workloads to run: catch-up, live, wan, sizes (catch-up at each -size-value-bytes), partitions (catch-up with -many-partitions)")
 	records := fs.Int("records", 1_000_000, "catch-up records (~1 KiB each)")
 	valueBytes := fs.Int("value-bytes", 1024, "approximate value size")

@@ -52,15 +52,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	sc.Consumer.IsolationLevel = sarama.ReadCommitted // aborted records and markers never travel
-	sc.Consumer.Return.Errors = true
-	sc.Consumer.Fetch.Default = int32(cfg.Link.FetchMaxBytes)
-	sc.Consumer.MaxWaitTime = 100 * time.Millisecond
-	sc.ChannelBufferSize = 1024
-	// A partition's reader stops reading while it compresses and sends a
-	// batch; sarama's default 100ms would drop the partition from the
-	// next fetches whenever that takes longer on a busy machine.
-	sc.Consumer.MaxProcessingTime = time.Second
+	for _, w := range cfg.Deprecations() {
+		log.Warn(w)
+	}
 	// The admin port answers from the start: while the source cannot be
 	// reached (a fetcher started during a broker restart), /healthz is ok
 	// and /readyz says what the start waits for, and the source client is
@@ -104,11 +98,6 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		cfg.Source.WarnWritable(gctx, log, provenance.Topic)
 	}
 	defer client.Close()
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return notStarted(fmt.Errorf("source consumer: %w", err))
-	}
-	defer consumer.Close()
 	// The admin shares the client, which the deferred Close above releases.
 	lister, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {
@@ -152,27 +141,23 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		startFrom = sarama.OffsetNewest
 	}
 	set := shard.Settings{
-		Link: cfg.Link.Name, FetcherID: cfg.ID, Codec: codec,
-		BatchMaxBytes: int(cfg.Link.Batch.MaxBytes), Linger: cfg.Link.Batch.Linger,
-		MaxInflightBytes: int(cfg.Link.MaxInflightBytes), StartFrom: startFrom,
+		Link: cfg.Link.Name, FetcherID: cfg.ID, Codec: codec, StartFrom: startFrom,
+		BatchMaxBytes: int(cfg.Link.Batch.MaxBytes), MaxInflightBytes: int(cfg.Link.MaxInflightBytes),
 		OpenTimeout: cfg.Writers.OpenTimeout, MinBackoff: cfg.Writers.MinBackoff, MaxBackoff: cfg.Writers.MaxBackoff,
 		DrainTimeout: cfg.ShutdownTimeout, SkipOnDataLoss: cfg.Link.OnDataLoss == "skip",
-		MaxMessageBytes: int(cfg.Writers.MaxMessageBytes), PassThrough: cfg.Link.PassThrough,
+		MaxMessageBytes: int(cfg.Writers.MaxMessageBytes),
 	}
-	deps := shard.Deps{Consumer: consumer, Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name),
+	deps := shard.Deps{Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name),
 		Tracer: tracing.Tracer(tp, "github.com/ferry-replicator/ferry/fetcher"),
 		Budget: budget.New(int64(cfg.Link.MaxBufferedBytes), func(n int64) { m.BufferedBytes.Set(float64(n)) })}
-	if cfg.Link.PassThrough {
-		raw, err := newRawFetcher(cfg)
-		if err != nil {
-			return notStarted(err)
-		}
-		// Deferred before the shards run, so it runs after they drain.
-		defer raw.Close()
-		deps.RawFetch = raw.Fetcher
-		log.Info("pass-through: the source's Kafka batches are sent as they are (link.pass_through)")
+	raw, err := newRawFetcher(cfg)
+	if err != nil {
+		return notStarted(err)
 	}
-	if cfg.Link.SkipReplicated { // Validate: only with pass-through
+	// Deferred before the shards run, so it runs after they drain.
+	defer raw.Close()
+	deps.RawFetch = raw.Fetcher
+	if cfg.Link.SkipReplicated {
 		opts, err := cfg.Source.Franz()
 		if err != nil {
 			return notStarted(fmt.Errorf("source: %w", err))
@@ -233,7 +218,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	return g.Wait()
 }
 
-// rawFetcher is the pass-through path's Fetcher and the client it owns.
+// rawFetcher is the shards' Fetcher of the source and the client it owns.
 type rawFetcher struct {
 	*rawfetch.Fetcher
 	cl *kgo.Client
@@ -243,7 +228,7 @@ func (f rawFetcher) Close() { f.cl.Close() }
 
 // newRawFetcher builds one Fetcher for every shard (it is safe for
 // concurrent use) on a franz-go client of the source, with the per-
-// partition fetch size and the wait of the sarama path's consumer.
+// partition fetch size link.fetch_max_bytes.
 func newRawFetcher(cfg *config.Config) (rawFetcher, error) {
 	opts, err := cfg.Source.Franz()
 	if err != nil {
@@ -251,7 +236,7 @@ func newRawFetcher(cfg *config.Config) (rawFetcher, error) {
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return rawFetcher{}, fmt.Errorf("source client for pass-through: %w", err)
+		return rawFetcher{}, fmt.Errorf("source fetch client: %w", err)
 	}
 	f := rawfetch.New(cl, rawfetch.Options{MaxWait: 100 * time.Millisecond, PartitionMaxBytes: int32(cfg.Link.FetchMaxBytes)})
 	return rawFetcher{Fetcher: f, cl: cl}, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/ownership"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/shard"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/writertest"
 )
@@ -108,19 +109,16 @@ func newTestSupervisor(t *testing.T, brokers []string, addr string) (*supervisor
 	t.Helper()
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
-	sc.Consumer.IsolationLevel = sarama.ReadCommitted
-	sc.Consumer.Return.Errors = true
-	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
 	client, err := sarama.NewClient(brokers, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	consumer, err := sarama.NewConsumerFromClient(client)
+	fetchClient, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { consumer.Close() })
+	t.Cleanup(fetchClient.Close)
 	admin, err := sarama.NewClusterAdminFromClient(client) // closed with the client
 	if err != nil {
 		t.Fatal(err)
@@ -139,13 +137,14 @@ func newTestSupervisor(t *testing.T, brokers []string, addr string) (*supervisor
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	set := shard.Settings{
 		Link: "l", FetcherID: "f", Codec: ferryv1.Codec_CODEC_NONE,
-		BatchMaxBytes: 64 << 10, Linger: 5 * time.Millisecond, MaxInflightBytes: 1 << 20,
+		BatchMaxBytes: 64 << 10, MaxInflightBytes: 1 << 20,
 		StartFrom: sarama.OffsetOldest, OpenTimeout: 5 * time.Second,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		DrainTimeout: time.Minute, // longer than the test: only the acknowledgements end a drain
 	}
-	deps := shard.Deps{Consumer: consumer, Client: client, Writers: writers, Codecs: codecs,
-		Metrics: metrics.New(prometheus.NewRegistry()), Log: log}
+	deps := shard.Deps{Client: client, Writers: writers, Codecs: codecs,
+		RawFetch: rawfetch.New(fetchClient, rawfetch.Options{MaxWait: 50 * time.Millisecond}),
+		Metrics:  metrics.New(prometheus.NewRegistry()), Log: log}
 	sup := &supervisor{
 		id: "f", lister: admin, selector: sel, shards: 1,
 		discover: 50 * time.Millisecond, balance: 50 * time.Millisecond,

@@ -67,9 +67,13 @@ type Link struct {
 	// Codec compresses batches on the wire: zstd, lz4, snappy or none.
 	Codec string `yaml:"codec"`
 	Batch struct {
-		// MaxBytes cuts a batch once its encoded records reach this size.
+		// MaxBytes bounds a wire batch: a fetch round's Kafka batches of a
+		// partition are grouped up to this size (a larger one travels
+		// alone).
 		MaxBytes config.ByteSize `yaml:"max_bytes"`
-		// Linger cuts a batch this long after its first record.
+		// Linger is deprecated and ignored: it timed the record path's
+		// batches, which is gone. Kept so that older configurations load;
+		// a start warns while it is set (Deprecations).
 		Linger time.Duration `yaml:"linger"`
 	} `yaml:"batch"`
 	// MaxInflightBytes bounds the compressed bytes sent on a shard's stream
@@ -83,19 +87,18 @@ type Link struct {
 	// data (offset out of range, checkpoint beyond the source, topic
 	// recreated): stop (the default) or skip, counted and logged.
 	OnDataLoss string `yaml:"on_data_loss"`
-	// FetchMaxBytes is the source consumer's per-partition fetch size.
+	// FetchMaxBytes is the per-partition fetch size.
 	FetchMaxBytes config.ByteSize `yaml:"fetch_max_bytes"`
-	// PassThrough sends the source's Kafka record batches as the broker
-	// stores them (compressed batches stay as they are, uncompressed ones
-	// are compressed with Codec), instead of decoding records and encoding
-	// them again. The writers must accept the format. On by default; off
-	// is the record path (sarama).
-	PassThrough bool `yaml:"pass_through"`
+	// PassThrough is deprecated: the fetcher always sends the source's
+	// Kafka record batches as the broker stores them, and the record path
+	// that "false" chose is gone. Kept as text so that a configuration
+	// that says "true" still loads (with a warning, Deprecations) and one
+	// that says "false" is refused by name rather than as an unknown key.
+	PassThrough string `yaml:"pass_through"`
 	// SkipReplicated leaves out the source's batches that a Ferry writer
 	// produced (their producer ids are in the source's __ferry_producers),
 	// so nothing another link copied into the source goes back: links A→B
-	// and B→A run without loops. On by default; needs pass_through (the
-	// record path does not see producer ids). Off for a link that must
+	// and B→A run without loops. On by default. Off for a link that must
 	// carry on what another link copied in (a chain A→B→C).
 	SkipReplicated bool `yaml:"skip_replicated"`
 }
@@ -158,12 +161,10 @@ func Defaults() Config {
 	// docs/exactly-once.md likely; their cause is fixed.)
 	c.Link.Codec = "lz4"
 	c.Link.Batch.MaxBytes = 1 << 20
-	c.Link.Batch.Linger = 20 * time.Millisecond
 	c.Link.MaxInflightBytes = 16 << 20
 	c.Link.MaxBufferedBytes = 32 << 20
 	c.Link.FetchMaxBytes = 1 << 20
 	c.Link.OnDataLoss = "stop"
-	c.Link.PassThrough = true
 	c.Link.SkipReplicated = true
 	return c
 }
@@ -222,9 +223,6 @@ func (c *Config) Validate() error {
 	if l.Batch.MaxBytes > c.Writers.MaxMessageBytes {
 		p.Addf("link.batch.max_bytes", "%v is above writers.max_message_bytes (%v): batches would be refused", l.Batch.MaxBytes, c.Writers.MaxMessageBytes)
 	}
-	if l.Batch.Linger <= 0 {
-		p.Addf("link.batch.linger", "must be positive")
-	}
 	if l.MaxInflightBytes < l.Batch.MaxBytes {
 		p.Addf("link.max_inflight_bytes", "%v: must be at least link.batch.max_bytes (%v)", l.MaxInflightBytes, l.Batch.MaxBytes)
 	}
@@ -237,8 +235,13 @@ func (c *Config) Validate() error {
 	if l.FetchMaxBytes < 1024 {
 		p.Addf("link.fetch_max_bytes", "must be at least 1KiB")
 	}
-	if l.SkipReplicated && !l.PassThrough {
-		p.Addf("link.skip_replicated", "needs link.pass_through: the record path does not see the producer ids that tell Ferry's writes apart; set link.skip_replicated: false (this link then copies back what other links wrote into its source)")
+	if l.PassThrough != "" {
+		switch on, err := strconv.ParseBool(l.PassThrough); {
+		case err != nil:
+			p.Addf("link.pass_through", "%q is not true or false (the setting is deprecated: remove it)", l.PassThrough)
+		case !on:
+			p.Addf("link.pass_through", "false is no longer supported: the record path was removed, and the fetcher always sends the source's Kafka record batches as they are (the writers must accept them: upgrade writers first); remove the setting")
+		}
 	}
 	// Plaintext is allowed only to loopback writers, each of them.
 	first := ""
@@ -340,6 +343,20 @@ func (c *Config) refuseInert(p *config.Problems) {
 			config.Setting{Key: "tracing.sampling_ratio", Set: t.SamplingRatio != dt.SamplingRatio},
 			config.Setting{Key: "tracing.resource_attributes", Set: len(t.ResourceAttributes) > 0})
 	}
+}
+
+// Deprecations returns a warning for each deprecated setting the
+// configuration sets, for the fetcher to log at start: each is accepted,
+// and ignored, so that an older configuration still loads.
+func (c *Config) Deprecations() []string {
+	var out []string
+	if c.Link.PassThrough != "" {
+		out = append(out, "link.pass_through is deprecated and ignored: the fetcher always sends the source's Kafka record batches as they are; remove the setting")
+	}
+	if c.Link.Batch.Linger != 0 {
+		out = append(out, "link.batch.linger is deprecated and ignored: it timed the removed record path's batches; remove the setting")
+	}
+	return out
 }
 
 // Logging returns the log settings.

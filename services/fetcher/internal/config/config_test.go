@@ -65,10 +65,15 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "certificate in plaintext", yaml: valid, sets: []string{"writers.tls.cert_file=/x.pem"}, want: "writers.tls.cert_file: has no effect with writers.tls.insecure"},
 		{name: "sampling without tracing", yaml: valid, sets: []string{"tracing.sampling_ratio=0.5"}, want: "tracing.sampling_ratio: has no effect without tracing.endpoint"},
 		{name: "lease settings with leases", yaml: valid, sets: []string{"lease.address=127.0.0.1:8500", "lease.session_ttl=30s"}},
+		// The record path is gone: an older configuration that chose
+		// pass-through still loads (TestDeprecatedSettingsLoadWithAWarning),
+		// one that chose the record path is refused by name.
 		{name: "pass-through", yaml: valid, sets: []string{"link.pass_through=true"}},
 		{name: "pass-through not a bool", yaml: valid, sets: []string{"link.pass_through=sometimes"}, want: "link.pass_through"},
-		{name: "record path skipping replicated", yaml: valid, sets: []string{"link.pass_through=false"}, want: "link.skip_replicated"},
-		{name: "record path copying all", yaml: valid, sets: []string{"link.pass_through=false", "link.skip_replicated=false"}},
+		{name: "record path refused", yaml: valid, sets: []string{"link.pass_through=false"}, want: "link.pass_through: false is no longer supported"},
+		{name: "record path refused with skip_replicated off", yaml: valid, sets: []string{"link.pass_through=false", "link.skip_replicated=false"}, want: "link.pass_through: false is no longer supported"},
+		{name: "linger", yaml: valid, sets: []string{"link.batch.linger=20ms"}},
+		{name: "skip_replicated off", yaml: valid, sets: []string{"link.skip_replicated=false"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,6 +88,39 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// A configuration written for the record path's days, which set
+// link.pass_through: true and link.batch.linger, loads; each setting is
+// named in a warning, so the operator learns to remove it. Without them
+// there is nothing to warn about.
+func TestDeprecatedSettingsLoadWithAWarning(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fetcher.yaml")
+	const old = `
+source: {bootstrap_servers: ["127.0.0.1:9092"]}
+link: {name: east-west, pass_through: true, batch: {max_bytes: 1MiB, linger: 20ms}}
+writers: {addresses: ["127.0.0.1:7400"], tls: {insecure: true}}
+`
+	if err := os.WriteFile(path, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := Defaults()
+	if err := config.Load(&c, path, nil, "FERRY_FETCHER_", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("older configuration refused: %v", err)
+	}
+	warned := strings.Join(c.Deprecations(), "\n")
+	for _, key := range []string{"link.pass_through", "link.batch.linger"} {
+		if !strings.Contains(warned, key) {
+			t.Errorf("no warning names %s; warnings:\n%s", key, warned)
+		}
+	}
+	d := Defaults()
+	if w := d.Deprecations(); len(w) > 0 {
+		t.Errorf("defaults warn: %q", w)
 	}
 }
 

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ferry-replicator/ferry/deploy"
@@ -25,7 +27,13 @@ func TestDeployManifests(t *testing.T) {
 				Replicable:      c.Lease.Address != "" && len(c.Link.OwnedShards) == 0,
 			}
 		},
-		TLS:      func(c *Config) *tlsconfig.Config { return &c.Writers.TLS },
-		Validate: func(c *Config) error { return c.Validate() },
+		TLS: func(c *Config) *tlsconfig.Config { return &c.Writers.TLS },
+		Validate: func(c *Config) error {
+			// A shipped manifest carries no setting the fetcher warns about.
+			if d := c.Deprecations(); len(d) > 0 {
+				return fmt.Errorf("deprecated settings: %s", strings.Join(d, "; "))
+			}
+			return c.Validate()
+		},
 	})
 }

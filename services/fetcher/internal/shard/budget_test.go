@@ -30,7 +30,7 @@ func TestShardsShareTheFetchersBudget(t *testing.T) {
 			wa.HoldAcks()
 			ma := metrics.New(prometheus.NewRegistry())
 			src.produce(t, "a", 20)
-			_, stopA, _ := startRunnerDeps(t, src, newWriters(t, wa.Addr()), ma, passThrough, withBudget, make(chan struct{}), "a")
+			_, stopA, _ := startRunnerDeps(t, src, newWriters(t, wa.Addr()), ma, defaults, withBudget, make(chan struct{}), "a")
 			writertest.WaitFor(t, 10*time.Second, "shard a's batches sent", func() bool { return wa.Batches() > 0 })
 			if held := b.InUse(); held <= 0 || held > b.Max() {
 				t.Fatalf("budget in use %d with a's batches unacknowledged, want between 1 and %d", held, b.Max())
@@ -39,7 +39,7 @@ func TestShardsShareTheFetchersBudget(t *testing.T) {
 			wb := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 			mb := metrics.New(prometheus.NewRegistry())
 			src.produce(t, "b", 30)
-			_, stopB, _ := startRunnerDeps(t, src, newWriters(t, wb.Addr()), mb, passThrough, withBudget, make(chan struct{}), "b")
+			_, stopB, _ := startRunnerDeps(t, src, newWriters(t, wb.Addr()), mb, defaults, withBudget, make(chan struct{}), "b")
 			// b's stream opens, and its first round waits for the budget
 			// that a holds.
 			writertest.WaitFor(t, 10*time.Second, "shard b waiting for the budget", func() bool { return wb.Opens() > 0 && b.Waiting() > 0 })

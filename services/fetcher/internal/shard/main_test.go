@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"crypto/rand"
 	"io"
 	"log/slog"
 	"os"
@@ -38,7 +39,6 @@ type source struct {
 	cluster  *kfake.Cluster
 	addrs    []string
 	client   sarama.Client
-	consumer sarama.Consumer
 	producer *kgo.Client
 }
 
@@ -51,28 +51,20 @@ func newSource(t *testing.T, topics ...string) *source {
 	t.Cleanup(c.Close)
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
-	sc.Consumer.IsolationLevel = sarama.ReadCommitted
-	sc.Consumer.Return.Errors = true
-	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
 	client, err := sarama.NewClient(c.ListenAddrs(), sc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { consumer.Close() })
 	producer, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(producer.Close)
-	return &source{cluster: c, addrs: c.ListenAddrs(), client: client, consumer: consumer, producer: producer}
+	return &source{cluster: c, addrs: c.ListenAddrs(), client: client, producer: producer}
 }
 
-// rawFetcher is a pass-through Fetcher of the source, closed when the test
+// rawFetcher is a Fetcher of the source, closed when the test
 // ends, its client built with opts.
 func (s *source) rawFetcher(t *testing.T, opts ...kgo.Opt) *rawfetch.Fetcher {
 	t.Helper()
@@ -91,12 +83,17 @@ func (s *source) produce(t *testing.T, topic string, n int) {
 }
 
 // produceSized appends n records of size bytes (0: a few) to partition 0.
+// The bytes are random: the producer compresses its batches, and the
+// fetcher sends them as they are, so only an incompressible record is as
+// large in its batch as its size says.
 func (s *source) produceSized(t *testing.T, topic string, n, size int) {
 	t.Helper()
 	for i := range n {
 		v := []byte("v" + strconv.Itoa(i))
 		if size > 0 {
-			v = append(v, make([]byte, size)...)
+			r := make([]byte, size)
+			_, _ = rand.Read(r) // never fails (crypto/rand)
+			v = append(v, r...)
 		}
 		r := &kgo.Record{Topic: topic, Value: v}
 		if err := s.producer.ProduceSync(context.Background(), r).FirstErr(); err != nil {
@@ -149,7 +146,7 @@ func startLeasedRunner(t *testing.T, src *source, w *Writers, m *metrics.Metrics
 }
 
 // startRunnerDeps is startLeasedRunner with the dependencies edited too.
-// With Settings.PassThrough the runner reads through a Fetcher of its own.
+// The runner reads through a Fetcher of its own.
 func startRunnerDeps(t *testing.T, src *source, w *Writers, m *metrics.Metrics, edit func(*Settings), editDeps func(*Deps), lost chan struct{}, topics ...string) (r *Runner, stop func(), done <-chan struct{}) {
 	t.Helper()
 	codecs, err := batch.NewCodecs(1 << 20)
@@ -159,16 +156,13 @@ func startRunnerDeps(t *testing.T, src *source, w *Writers, m *metrics.Metrics, 
 	t.Cleanup(codecs.Close)
 	set := Settings{
 		Link: testLink, FetcherID: "f", Codec: ferryv1.Codec_CODEC_NONE,
-		BatchMaxBytes: 64 << 10, Linger: 5 * time.Millisecond, MaxInflightBytes: 1 << 20,
+		BatchMaxBytes: 64 << 10, MaxInflightBytes: 1 << 20,
 		StartFrom: sarama.OffsetOldest, OpenTimeout: 5 * time.Second,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		DrainTimeout: 10 * time.Second, LagInterval: 20 * time.Millisecond,
 	}
 	edit(&set)
-	deps := Deps{Consumer: src.consumer, Client: src.client, Writers: w, Codecs: codecs, Metrics: m, Log: testLog()}
-	if set.PassThrough {
-		deps.RawFetch = src.rawFetcher(t)
-	}
+	deps := Deps{Client: src.client, RawFetch: src.rawFetcher(t), Writers: w, Codecs: codecs, Metrics: m, Log: testLog()}
 	editDeps(&deps)
 	var ts []discovery.Topic
 	var ps []discovery.Partition

@@ -18,32 +18,31 @@ import (
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
 )
 
-// The pass-through read path (Settings.PassThrough, link.pass_through)
-// sends the source's own Kafka record batches, as the broker stores them,
-// in wire batches of format PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2: nothing
-// is decompressed, decoded or rebuilt on the way. One loop per session
-// fetches all the session's partitions in rawfetch rounds, in place of the
-// sarama path's consumer and read goroutine per partition; positions start
-// where startOffset says, as on the sarama path, and live in the loop only
-// (the next session resumes from the writer's answer). What the loop seals
-// goes through the session's queue (s.out) to send, so numbering, the
-// in-flight credit, acknowledgements and the drain are the sarama path's.
+// The read path passes the source's batches through: it sends the
+// source's own Kafka record batches, as the broker stores them, in wire
+// batches of format PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2: nothing is
+// decompressed, decoded or rebuilt on the way. One loop per session
+// fetches all the session's partitions in rawfetch rounds; positions start
+// where startOffset says and live in the loop only (the next session
+// resumes from the writer's answer). What the loop seals goes through the
+// session's queue (s.out) to send, which numbers the batches and holds the
+// in-flight credit; acknowledgements and the drain are the session's.
 //
-// The sarama path stops a partition before a record larger than
-// writers.max_message_bytes; this one cannot see records without decoding
-// the batches, so such a record reaches the writer, whose refusal names it
-// and stops the partition through stopRefused. A Kafka batch that alone is
-// larger than writers.max_message_bytes (a source topic whose
-// max.message.bytes is above it) cannot travel whole: its records travel
-// in Ferry's own format instead (sealRecords), cut as the sarama path cuts
-// them, and one record above the limit stops the partition there.
+// The loop does not decode records, so a record larger than
+// writers.max_message_bytes inside a smaller Kafka batch reaches the
+// writer, whose refusal names it and stops the partition through
+// stopRefused. A Kafka batch that alone is larger than
+// writers.max_message_bytes (a source topic whose max.message.bytes is
+// above it) cannot travel whole: its records travel in Ferry's own format
+// instead (sealRecords), cut at link.batch.max_bytes, and one record above
+// the limit stops the partition there, before the writer sees it.
 
 // maxTraceDecode bounds what one Kafka batch may inflate to when it is
 // decoded for tracing: a larger one (or a compression bomb) is not traced
 // record by record rather than costing the fetcher its memory.
 const maxTraceDecode = 64 << 20
 
-// ptPartition is a partition the pass-through loop reads.
+// ptPartition is a partition the fetch loop (passThrough) reads.
 type ptPartition struct {
 	p discovery.Partition
 	// topicID is the id of the topic the shard opened with (nil if the
@@ -233,8 +232,8 @@ func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, r
 	case res.Err == nil:
 		return nil, true, nil
 	case errors.Is(res.Err, rawfetch.ErrOffsetOutOfRange):
-		// As on the sarama path: retention (or DeleteRecords) passed the
-		// position while the partition was being read.
+		// Retention (or DeleteRecords) passed the position while the
+		// partition was being read.
 		return &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("while reading: %w", res.Err)}, true, nil
 	default:
 		return &StopError{Reason: ReasonSourceUnreadable, Err: res.Err}, true, nil
@@ -454,8 +453,7 @@ func contiguous(records []byte, ks []batch.KafkaBatch) []byte {
 }
 
 // traceRecords gives the batch tracer the records of a wire batch from
-// first on, as the sarama path gives it each record it reads, so sampled
-// records get their span and the batch its links. Only with a tracer:
+// first on, so sampled records get their span and the batch its links. Only with a tracer:
 // without one nothing is decoded, and with one only the batches the probe
 // picks (tracing.RecordProbe: every batch of a partition whose records
 // carry trace contexts, few of one whose records carry none). A batch that

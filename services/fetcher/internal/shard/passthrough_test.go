@@ -31,7 +31,8 @@ import (
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/writertest"
 )
 
-func passThrough(s *Settings) { s.PassThrough = true }
+// defaults leaves the harness's settings as they are.
+func defaults(*Settings) {}
 
 // batchProducer is a producer of the source whose batches are cut only by
 // Flush: produceBatch makes exactly one source batch.
@@ -177,11 +178,11 @@ func deleteRecords(t *testing.T, src *source, topic string, below int64) {
 	}
 }
 
-// With pass-through on, the writer gets the source's own Kafka batches,
-// holding exactly the records produced, in order. Batches compressed at
-// the source travel as they are, with no link compression on top; an
-// uncompressed source is compressed by the link codec. A round's batches
-// are grouped up to link.batch.max_bytes, and a larger one travels alone.
+// The writer gets the source's own Kafka batches, holding exactly the
+// records produced, in order. Batches compressed at the source travel as
+// they are, with no link compression on top; an uncompressed source is
+// compressed by the link codec. A round's batches are grouped up to
+// link.batch.max_bytes, and a larger one travels alone.
 func TestPassThroughSendsTheSourceBatches(t *testing.T) {
 	const topic, maxBytes = "t", 4096
 	tests := []struct {
@@ -209,7 +210,7 @@ func TestPassThroughSendsTheSourceBatches(t *testing.T) {
 			m := metrics.New(prometheus.NewRegistry())
 			writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 			startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) {
-				s.PassThrough, s.Codec, s.BatchMaxBytes = true, ferryv1.Codec_CODEC_LZ4, maxBytes
+				s.Codec, s.BatchMaxBytes = ferryv1.Codec_CODEC_LZ4, maxBytes
 			}, topic)
 			writertest.WaitFor(t, 10*time.Second, "every record committed", func() bool { return committedOf(m, topic)() == float64(len(want)) })
 
@@ -267,7 +268,7 @@ func TestPassThroughResumesInsideASourceBatch(t *testing.T) {
 	cps.Set(topic, 0, 4)
 	m := metrics.New(prometheus.NewRegistry())
 	writer := writertest.Start(t, "127.0.0.1:0", cps)
-	startRunnerOn(t, src, newWriters(t, writer.Addr()), m, passThrough, topic)
+	startRunnerOn(t, src, newWriters(t, writer.Addr()), m, defaults, topic)
 	writertest.WaitFor(t, 10*time.Second, "15 records committed", func() bool { return committedOf(m, topic)() == 15 })
 
 	got := writer.Received()
@@ -324,7 +325,7 @@ func TestPassThroughLeavesOutAbortedTransactions(t *testing.T) {
 
 	m := metrics.New(prometheus.NewRegistry())
 	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
-	startRunnerOn(t, src, newWriters(t, writer.Addr()), m, passThrough, topic)
+	startRunnerOn(t, src, newWriters(t, writer.Addr()), m, defaults, topic)
 	// The checkpoint reaches the partition's end, past the last commit
 	// marker, which a Skip covers: the lag is 0, not the marker's 1.
 	end := src.cluster.PartitionInfo(topic, 0).HighWatermark
@@ -340,33 +341,29 @@ func TestPassThroughLeavesOutAbortedTransactions(t *testing.T) {
 }
 
 // A checkpoint below the source log start stops the partition before
-// anything is read, on both paths alike (the offset decision is shared).
+// anything is read.
 func TestCheckpointBelowLogStartStopsThePartition(t *testing.T) {
 	const topic = "t"
-	for _, pt := range []bool{false, true} {
-		t.Run("pass-through "+strconv.FormatBool(pt), func(t *testing.T) {
-			src := newSource(t, topic)
-			src.produce(t, topic, 10)
-			deleteRecords(t, src, topic, 6)
-			cps := writertest.NewCheckpoints()
-			cps.Set(topic, 0, 2)
-			m := metrics.New(prometheus.NewRegistry())
-			writer := writertest.Start(t, "127.0.0.1:0", cps)
-			r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) { s.PassThrough = pt }, topic)
-			writertest.WaitFor(t, 10*time.Second, "t/0 stopped", func() bool { return stops(m, topic, ReasonOutOfRange)() == 1 })
-			if s := r.Status().Partitions["t/0"].Stopped; !strings.Contains(s, "checkpoint 2 is below the source log start 6") {
-				t.Errorf("/status says %q", s)
-			}
-			if n := writer.Batches(); n != 0 {
-				t.Errorf("%d batches sent from a stopped partition", n)
-			}
-		})
+	src := newSource(t, topic)
+	src.produce(t, topic, 10)
+	deleteRecords(t, src, topic, 6)
+	cps := writertest.NewCheckpoints()
+	cps.Set(topic, 0, 2)
+	m := metrics.New(prometheus.NewRegistry())
+	writer := writertest.Start(t, "127.0.0.1:0", cps)
+	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, defaults, topic)
+	writertest.WaitFor(t, 10*time.Second, "t/0 stopped", func() bool { return stops(m, topic, ReasonOutOfRange)() == 1 })
+	if s := r.Status().Partitions["t/0"].Stopped; !strings.Contains(s, "checkpoint 2 is below the source log start 6") {
+		t.Errorf("/status says %q", s)
+	}
+	if n := writer.Batches(); n != 0 {
+		t.Errorf("%d batches sent from a stopped partition", n)
 	}
 }
 
 // Records deleted below the position while the partition is being read
-// (retention passing a lagging fetcher) stop it, offset_out_of_range, as on
-// the sarama path: nothing past the gap is copied.
+// (retention passing a lagging fetcher) stop it, offset_out_of_range:
+// nothing past the gap is copied.
 func TestPassThroughRecordsDeletedWhileReadingStopThePartition(t *testing.T) {
 	const topic = "t"
 	src := newSource(t, topic)
@@ -378,7 +375,7 @@ func TestPassThroughRecordsDeletedWhileReadingStopThePartition(t *testing.T) {
 	// outSlots and the loop blocks sealing the next, inside the round that
 	// read it.
 	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) {
-		s.PassThrough, s.BatchMaxBytes, s.MaxInflightBytes = true, 1, 1
+		s.BatchMaxBytes, s.MaxInflightBytes = 1, 1
 	}, topic)
 	src.produce(t, topic, 30) // 30 batches
 	records := func() float64 { return testutil.ToFloat64(m.Records.WithLabelValues(testLink, topic, "0")) }
@@ -413,7 +410,7 @@ func TestPassThroughLagFollowsTheHighWatermark(t *testing.T) {
 	lag := func() float64 { return testutil.ToFloat64(m.LagRecords.WithLabelValues(testLink, topic, "0")) }
 	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) {
-		s.PassThrough, s.LagInterval = true, time.Hour // the watcher reads once, at the start
+		s.LagInterval = time.Hour // the watcher reads once, at the start
 	}, topic)
 	src.produce(t, topic, 10)
 	writertest.WaitFor(t, 10*time.Second, "10 records committed, no lag", func() bool { return committedOf(m, topic)() == 10 && lag() == 0 })
@@ -427,14 +424,15 @@ func TestPassThroughLagFollowsTheHighWatermark(t *testing.T) {
 }
 
 // A batch the writer refuses (a record above what its target takes, which
-// pass-through cannot see) stops only its partition, exactly before it.
+// the fetcher cannot see in a batch it does not decode) stops only its
+// partition, exactly before it.
 func TestPassThroughRefusedBatchStopsOnlyItsPartition(t *testing.T) {
 	src := newSource(t, "ok", "big")
 	prod := src.batchProducer(t, kgo.ProducerBatchCompression(kgo.NoCompression()))
 	m := metrics.New(prometheus.NewRegistry())
 	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 	writer.RefuseBatchesAbove(5_000)
-	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, passThrough, "ok", "big")
+	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, defaults, "ok", "big")
 	produceBatch(t, prod, numbered("big", 0, 3))
 	writertest.WaitFor(t, 10*time.Second, "3 records of big committed", func() bool { return committedOf(m, "big")() == 3 })
 	produceBatch(t, prod, []*kgo.Record{{Topic: "big", Value: make([]byte, 20_000)}}) // offset 3
@@ -475,7 +473,7 @@ func TestPassThroughUnreadablePartitionStops(t *testing.T) {
 	})
 	m := metrics.New(prometheus.NewRegistry())
 	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
-	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, passThrough, "ok", "bad")
+	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, defaults, "ok", "bad")
 	writertest.WaitFor(t, 10*time.Second, "bad/0 stopped", func() bool { return stops(m, "bad", ReasonSourceUnreadable)() == 1 })
 	if s := r.Status().Partitions["bad/0"].Stopped; !strings.Contains(s, "TOPIC_AUTHORIZATION_FAILED") {
 		t.Errorf("/status says %q", s)
@@ -507,7 +505,7 @@ func (s *source) topicID(t *testing.T, topic string) []byte {
 
 // With a tracer, a sampled source record gets its ferry.fetch span in its
 // own trace, and the wire batch carries its ferry.batch span's context,
-// linked to the record: as on the sarama path.
+// linked to the record.
 func TestPassThroughTracesSampledRecords(t *testing.T) {
 	const topic = "t"
 	src := newSource(t, topic)
@@ -523,7 +521,7 @@ func TestPassThroughTracesSampledRecords(t *testing.T) {
 
 	m := metrics.New(prometheus.NewRegistry())
 	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
-	startRunnerDeps(t, src, newWriters(t, writer.Addr()), m, passThrough, func(d *Deps) { d.Tracer = tp.Tracer("test") }, make(chan struct{}), topic)
+	startRunnerDeps(t, src, newWriters(t, writer.Addr()), m, defaults, func(d *Deps) { d.Tracer = tp.Tracer("test") }, make(chan struct{}), topic)
 	writertest.WaitFor(t, 10*time.Second, "3 records committed", func() bool { return committedOf(m, topic)() == 3 })
 
 	batchSC := tracing.ParseTraceparent(writer.Received()[0].GetTraceparent())
@@ -560,7 +558,7 @@ func TestPassThroughStopsPromptly(t *testing.T) {
 		src := newSource(t, topic)
 		m := metrics.New(prometheus.NewRegistry())
 		writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
-		_, stop := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, passThrough, topic)
+		_, stop := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, defaults, topic)
 		src.produce(t, topic, 10)
 		writertest.WaitFor(t, 10*time.Second, "10 records committed", func() bool { return committedOf(m, topic)() == 10 })
 		stopped := make(chan struct{})
@@ -575,7 +573,7 @@ func TestPassThroughStopsPromptly(t *testing.T) {
 		m := metrics.New(prometheus.NewRegistry())
 		writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 		lost := make(chan struct{})
-		_, _, done := startLeasedRunner(t, src, newWriters(t, writer.Addr()), m, passThrough, lost, topic)
+		_, _, done := startLeasedRunner(t, src, newWriters(t, writer.Addr()), m, defaults, lost, topic)
 		src.produce(t, topic, 10)
 		writertest.WaitFor(t, 10*time.Second, "10 records committed", func() bool { return committedOf(m, topic)() == 10 })
 		close(lost)
@@ -593,7 +591,7 @@ func TestPassThroughBatchAboveTheWritersLimitTravelsAsRecords(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) {
-		s.PassThrough, s.MaxMessageBytes, s.BatchMaxBytes = true, 4_000, 4_000
+		s.MaxMessageBytes, s.BatchMaxBytes = 4_000, 4_000
 	}, "big")
 	recs := numbered("big", 0, 60)                                             // about 110 bytes each: one source batch above 4,000
 	recs = append(recs, &kgo.Record{Topic: "big", Value: make([]byte, 5_000)}) // offset 60
@@ -669,7 +667,7 @@ func TestPassThroughSkipsWhatFerryWrote(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer view.Close()
-	_, stop, _ := startRunnerDeps(t, src, newWriters(t, writer.Addr()), m, passThrough,
+	_, stop, _ := startRunnerDeps(t, src, newWriters(t, writer.Addr()), m, defaults,
 		func(d *Deps) { d.Provenance = view }, make(chan struct{}), topic)
 	defer stop()
 	writertest.WaitFor(t, 10*time.Second, "the checkpoint at the partition's end", func() bool { return committedOf(m, topic)() == float64(n) })

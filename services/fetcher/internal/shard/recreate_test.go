@@ -45,7 +45,7 @@ func (s *source) recreate(t *testing.T, topic string, n int) {
 	}
 }
 
-// recreatedWhileReading runs a pass-through shard over topic t and the
+// recreatedWhileReading runs a shard over topic t and the
 // idle topic "other", reading through a Fetcher whose client has opts, and
 // holds it inside its first round over t's six records (one batch each,
 // one batch in flight, acknowledgements held). Meanwhile t is deleted and
@@ -61,7 +61,7 @@ func recreatedWhileReading(t *testing.T, opts []kgo.Opt, edit func(*Settings)) (
 	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 	writer.HoldAcks()
 	r, _, _ := startRunnerDeps(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) {
-		s.PassThrough, s.BatchMaxBytes, s.MaxInflightBytes = true, 1, 1
+		s.BatchMaxBytes, s.MaxInflightBytes = 1, 1
 		edit(s)
 	}, func(d *Deps) { d.RawFetch = src.rawFetcher(t, opts...) }, make(chan struct{}), topic, "other")
 	records := func() float64 { return testutil.ToFloat64(m.Records.WithLabelValues(testLink, topic, "0")) }

@@ -34,11 +34,12 @@ import (
 
 // Settings are the fixed parameters of every shard of a fetcher.
 type Settings struct {
-	Link             string
-	FetcherID        string
-	Codec            ferryv1.Codec
+	Link      string
+	FetcherID string
+	Codec     ferryv1.Codec
+	// BatchMaxBytes bounds a wire batch: a round's Kafka batches of a
+	// partition are grouped up to it (a larger one travels alone).
 	BatchMaxBytes    int
-	Linger           time.Duration
 	MaxInflightBytes int
 	// StartFrom is sarama.OffsetOldest or sarama.OffsetNewest, for
 	// partitions the writer has no checkpoint of.
@@ -54,37 +55,33 @@ type Settings struct {
 	// logged) instead of stopping: link.on_data_loss: skip.
 	SkipOnDataLoss bool
 	// MaxMessageBytes is the largest batch a writer takes
-	// (writers.max_message_bytes): a record that alone is larger stops its
-	// partition. Zero: no limit. The pass-through path cannot check it
-	// (it does not decode records): the writer refuses such a record.
+	// (writers.max_message_bytes): a Kafka batch above it travels as
+	// records (sealRecords), and a record that alone is larger stops its
+	// partition. Zero: no limit. A larger record inside a smaller batch is
+	// not seen here (batches are not decoded): the writer refuses it.
 	MaxMessageBytes int
-	// PassThrough reads the source with Deps.RawFetch and sends its Kafka
-	// record batches as they are (link.pass_through), instead of sarama's
-	// records re-encoded; Linger does not apply (a round's batches are
-	// sent as soon as they are fetched).
-	PassThrough bool
 }
 
 // Deps are the shared clients a shard uses.
 type Deps struct {
-	Consumer sarama.Consumer
-	Client   sarama.Client
-	Writers  *Writers
-	Codecs   *batch.Codecs
-	Metrics  *metrics.Metrics
-	Log      *slog.Logger
+	// Client answers the source's offsets (where a partition starts, its
+	// high watermark for the lag).
+	Client  sarama.Client
+	Writers *Writers
+	Codecs  *batch.Codecs
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
 	// Tracer emits batch and sampled-record spans; nil when tracing is off,
-	// which costs nothing on the record path.
+	// which costs nothing: no batch is decoded for it.
 	Tracer trace.Tracer
-	// RawFetch reads the source's raw batches; required with
-	// Settings.PassThrough, unused without it.
+	// RawFetch reads the source's Kafka record batches; required.
 	RawFetch *rawfetch.Fetcher
 	// Budget bounds the source bytes all of the fetcher's shards hold at
 	// once, from the fetch that reads them to the writer's acknowledgement
 	// (link.max_buffered_bytes); nil is no limit beyond each shard's own.
 	Budget *budget.Budget
 	// Provenance, when set, tells the source's batches that a Ferry writer
-	// produced, which the pass-through path then leaves out
+	// produced, which the fetch loop then leaves out
 	// (link.skip_replicated); nil copies every batch.
 	Provenance *provenance.View
 }
@@ -307,8 +304,8 @@ const (
 	// against the target topic's message.timestamp.*.max.ms; ...): the
 	// writer's refusal names the record and Kafka's error.
 	ReasonTargetRefused = "target_refused"
-	// ReasonSourceUnreadable: the pass-through path cannot read the
-	// partition's batches as they are, and fetching again will not change
+	// ReasonSourceUnreadable: the fetcher cannot read the partition's
+	// batches as they are, and fetching again will not change
 	// it: a batch or legacy message failing its CRC, a legacy message set
 	// (magic 0 or 1) the fetcher cannot convert to a v2 batch (a codec
 	// legacy messages do not have, a compressed message inflating past

@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/ferry-replicator/ferry/pkg/batch"
 	"github.com/ferry-replicator/ferry/pkg/budget"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
@@ -43,21 +42,20 @@ type session struct {
 	stream ferryv1.ReplicationService_ReplicateClient
 	out    chan queued
 	credit *semaphore.Weighted
-	// hold is the session's share of Deps.Budget: what a pass-through
-	// round reserves before it fetches, kept by each wire batch of the
+	// hold is the session's share of Deps.Budget: what a fetch round
+	// reserves before it fetches, kept by each wire batch of the
 	// round (queued.held) until the writer acknowledges it, and all of it
 	// given back when the session ends, whatever it was doing.
 	hold *budget.Hold
-	// reserved is what the pass-through loop's current round reserved of
-	// hold and has not given to a wire batch yet; the loop's alone.
+	// reserved is what the fetch loop's current round reserved of hold
+	// and has not given to a wire batch yet; the loop's alone.
 	reserved int64
-	pcs      map[discovery.Partition]sarama.PartitionConsumer
 	// streamSpan is the stream's otelgrpc client span, when sampled: the
 	// batches' send spans link to it.
 	streamSpan trace.SpanContext
 
-	// probe says which passed-through batches are decoded for tracing
-	// (traceRecords); used by the pass-through loop only.
+	// probe says which fetched batches are decoded for tracing
+	// (traceRecords); the fetch loop's alone.
 	probe *tracing.RecordProbe
 	// startedOver are the partitions this session reads from a recreated
 	// topic's start (Runner.fromStart): its acknowledgements of them are
@@ -126,7 +124,6 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 		out:      make(chan queued, outSlots),
 		credit:   semaphore.NewWeighted(int64(r.set.MaxInflightBytes)),
 		hold:     r.deps.Budget.Hold(),
-		pcs:      map[discovery.Partition]sarama.PartitionConsumer{},
 		probe:    tracing.NewRecordProbe(),
 		recvDone: make(chan struct{}),
 	}
@@ -138,20 +135,11 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	defer stopReading()
 	g, gctx := errgroup.WithContext(readCtx)
 	s.startedOver = r.fromStartNow()
-	if r.set.PassThrough {
-		pos, err := r.positions(resume)
-		if err != nil {
-			return false, err
-		}
-		g.Go(func() error { return s.passThrough(gctx, pos) })
-	} else {
-		if err := s.consumeAll(resume); err != nil {
-			return false, err
-		}
-		for p, pc := range s.pcs {
-			g.Go(func() error { s.read(gctx, p, pc); return nil })
-		}
+	pos, err := r.positions(resume)
+	if err != nil {
+		return false, err
 	}
+	g.Go(func() error { return s.passThrough(gctx, pos) })
 	g.Go(func() error { return s.send(gctx) })
 	sendDone := make(chan error, 1)
 	go func() { sendDone <- g.Wait() }()
@@ -275,42 +263,11 @@ func (r *Runner) forEachStart(resume map[discovery.Partition]*ferryv1.PartitionP
 	return nil
 }
 
-// consumeAll starts a sarama consumer for each partition to read; on error
-// it closes those it started.
-func (s *session) consumeAll(resume map[discovery.Partition]*ferryv1.PartitionPosition) error {
-	err := s.r.forEachStart(resume, func(p discovery.Partition, offset int64) error {
-		pc, err := s.r.consume(p, offset)
-		if err == nil {
-			s.pcs[p] = pc
-		}
-		return err
-	})
-	if err != nil {
-		for _, pc := range s.pcs {
-			pc.Close()
-		}
-	}
-	return err
-}
-
-// consume starts a sarama consumer of p at offset (startOffset's).
-func (r *Runner) consume(p discovery.Partition, offset int64) (sarama.PartitionConsumer, error) {
-	pc, err := r.deps.Consumer.ConsumePartition(p.Topic, p.Partition, offset)
-	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
-		return nil, &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("offset %d: %w", offset, err)}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("consume %s/%d from %d: %w", p.Topic, p.Partition, offset, err)
-	}
-	return pc, nil
-}
-
 // startOffset decides where a partition starts reading: where the writer
 // said, checking that the position exists in the source (a checkpoint below
 // the log start means retention removed data not yet copied, one above the
 // end means the topic was recreated or truncated: both stop the partition
-// instead of skipping), or StartFrom without a checkpoint. Both read paths
-// start from it.
+// instead of skipping), or StartFrom without a checkpoint.
 func (r *Runner) startOffset(p discovery.Partition, pos *ferryv1.PartitionPosition) (int64, error) {
 	if r.fromStartNow()[p] {
 		// Its topic was recreated while it was read, accepted (and
@@ -382,8 +339,8 @@ func (r *Runner) topicID(topic string) []byte {
 	return nil
 }
 
-// recreatedWhileReading is topic_recreated found by the pass-through loop
-// rather than at open: a round of p came from the topic its name has now,
+// recreatedWhileReading is topic_recreated found by the fetch loop rather
+// than at open: a round of p came from the topic its name has now,
 // whose id is now, not was, the one the shard opened with. As at open,
 // link.on_data_loss decides. With stop it returns the StopError, and the
 // loop stops p; the topic's other partitions stop as their own rounds
@@ -443,87 +400,6 @@ func (r *Runner) stopPartition(p discovery.Partition, err *StopError) {
 	r.deps.Metrics.PartitionStops.WithLabelValues(r.set.Link, p.Topic, strconv.Itoa(int(p.Partition)), err.Reason).Inc()
 }
 
-// read turns a partition's records into batches, cut at BatchMaxBytes or
-// Linger after a batch's first record, whichever comes first.
-func (s *session) read(ctx context.Context, p discovery.Partition, pc sarama.PartitionConsumer) {
-	defer pc.Close()
-	r := s.r
-	var enc batch.Encoder
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
-	defer linger.Stop()
-	part := strconv.Itoa(int(p.Partition))
-	tr := newBatchTracer(r.deps.Tracer, r.set.Link, r.shard, r.epoch, r.log)
-	records := r.deps.Metrics.Records.WithLabelValues(r.set.Link, p.Topic, part)
-	rawBytes := r.deps.Metrics.Bytes.WithLabelValues(r.set.Link, p.Topic, part)
-	wireBytes := r.deps.Metrics.WireBytes.WithLabelValues(r.set.Link, p.Topic, part)
-	flush := func() bool {
-		cut := tr.cut()
-		b := r.deps.Codecs.Seal(&enc, r.set.Codec)
-		b.Topic, b.Partition, b.Epoch = p.Topic, p.Partition, r.epoch
-		span := tr.seal(ctx, b, enc.Len(), cut)
-		records.Add(float64(enc.Count()))
-		rawBytes.Add(float64(enc.Len()))
-		wireBytes.Add(float64(len(b.Payload)))
-		enc.Reset()
-		linger.Stop()
-		select {
-		case s.out <- queued{b: b, span: span}:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m, ok := <-pc.Messages():
-			if !ok {
-				return
-			}
-			if enc.Count() > 0 && enc.Len()+len(m.Key)+len(m.Value) > r.set.BatchMaxBytes {
-				if !flush() {
-					return
-				}
-			}
-			if size := recordBytes(m); r.set.MaxMessageBytes > 0 && size > r.set.MaxMessageBytes {
-				// No writer would take it. What is in hand is sent first, so
-				// the partition stops exactly before this record.
-				if enc.Count() > 0 && !flush() {
-					return
-				}
-				r.stopPartition(p, r.tooLarge(p, m.Offset, size))
-				return
-			}
-			tr.record(ctx, m)
-			enc.Begin(m.Offset, m.Timestamp.UnixMilli(), m.Key, m.Value, len(m.Headers))
-			for _, h := range m.Headers {
-				enc.Header(h.Key, h.Value)
-			}
-			if enc.Count() == 1 {
-				linger.Reset(r.set.Linger)
-			}
-			if enc.Len() >= r.set.BatchMaxBytes && !flush() {
-				return
-			}
-		case <-linger.C:
-			if enc.Count() > 0 && !flush() {
-				return
-			}
-		case err := <-pc.Errors():
-			if err == nil {
-				continue
-			}
-			if errors.Is(err.Err, sarama.ErrOffsetOutOfRange) {
-				r.stopPartition(p, &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("while reading: %w", err)})
-				return
-			}
-			r.log.Warn("source read error; sarama retries", "topic", p.Topic, "partition", p.Partition, "err", err)
-		}
-	}
-}
-
 // tooLarge is the stop of a partition before a record no writer takes
 // (above writers.max_message_bytes).
 func (r *Runner) tooLarge(p discovery.Partition, offset int64, size int) *StopError {
@@ -531,16 +407,6 @@ func (r *Runner) tooLarge(p discovery.Partition, offset int64, size int) *StopEr
 		Reason: refusal.RecordTooLarge, Topic: p.Topic, Partition: p.Partition, Offset: offset,
 		Size: int64(size), Limit: int64(r.set.MaxMessageBytes), Setting: "the fetcher's writers.max_message_bytes",
 	}}
-}
-
-// recordBytes is a record's size in a batch: what it adds to the encoder,
-// to within a few varint bytes.
-func recordBytes(m *sarama.ConsumerMessage) int {
-	n := 32 + len(m.Key) + len(m.Value)
-	for _, h := range m.Headers {
-		n += 8 + len(h.Key) + len(h.Value)
-	}
-	return n
 }
 
 // send numbers batches and sends them, holding at most MaxInflightBytes of
@@ -557,9 +423,8 @@ func (s *session) send(ctx context.Context) error {
 		b := q.b
 		sendSpan := s.startSend(q) // before the credit wait: the span shows it
 		if q.held == 0 && len(b.Payload) > 0 {
-			// A batch of the record path, or one past its round's
-			// reservation: it holds its payload of the fetcher's budget
-			// while it is in flight. (Acknowledgements give bytes back
+			// A batch past its round's reservation: it holds its payload
+			// of the fetcher's budget while it is in flight. (Acknowledgements give bytes back
 			// without waiting for anything here, so this cannot wait on
 			// itself.)
 			held, err := s.hold.Acquire(ctx, int64(len(b.Payload)))
@@ -631,9 +496,6 @@ func (s *session) applyAck(ack *ferryv1.Ack) {
 			delete(s.r.fromStart, p)
 			s.r.mu.Unlock()
 		}
-	}
-	for p, pc := range s.pcs {
-		s.r.setHighWater(p, pc.HighWaterMarkOffset())
 	}
 }
 

@@ -6,9 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/IBM/sarama"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -53,20 +51,12 @@ func newBatchTracer(t trace.Tracer, link string, shard int, epoch uint64, log *s
 	return &batchTracer{tracer: t, link: link, shard: shard, epoch: epoch, log: log}
 }
 
-// record notes a record read by sarama.
-func (t *batchTracer) record(ctx context.Context, m *sarama.ConsumerMessage) {
-	if t.tracer == nil {
-		return
-	}
-	t.note(ctx, tracing.ConsumerSpanContext(m.Headers), m.Topic, m.Partition, m.Offset, m.Timestamp)
-}
-
-// recordKafka notes a record decoded from a Kafka batch (pass-through).
+// recordKafka notes a record decoded from a fetched Kafka batch.
 func (t *batchTracer) recordKafka(ctx context.Context, p discovery.Partition, offset int64, rec recordbatch.Record) {
 	if t.tracer == nil {
 		return
 	}
-	t.note(ctx, kafkaSpanContext(rec.Headers), p.Topic, p.Partition, offset, time.UnixMilli(rec.Timestamp))
+	t.note(ctx, tracing.RecordSpanContext(rec.Headers), p.Topic, p.Partition, offset, time.UnixMilli(rec.Timestamp))
 }
 
 // note marks when the batch's first record was read and, for a record
@@ -104,40 +94,6 @@ func carriesTraceparent(hs []recordbatch.Header) bool {
 		}
 	}
 	return false
-}
-
-// kafkaSpanContext is tracing.ConsumerSpanContext for a record decoded
-// from a Kafka batch: the trace context its headers carry, read only when
-// it has a traceparent.
-func kafkaSpanContext(hs []recordbatch.Header) trace.SpanContext {
-	if !carriesTraceparent(hs) {
-		return trace.SpanContext{}
-	}
-	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), kafkaHeaders(hs)))
-}
-
-// kafkaHeaders reads a decoded record's headers as a TextMapCarrier; Get
-// returns the first of a key, as tracing's carriers do. Read-only: a
-// passed-through record is never changed.
-type kafkaHeaders []recordbatch.Header
-
-func (hs kafkaHeaders) Get(key string) string {
-	for _, h := range hs {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
-func (hs kafkaHeaders) Set(string, string) {}
-
-func (hs kafkaHeaders) Keys() []string {
-	keys := make([]string, len(hs))
-	for i, h := range hs {
-		keys[i] = h.Key
-	}
-	return keys
 }
 
 // cut is when the batch's source read ended, just before it is encoded;
