@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// profiler takes CPU profiles of a run's Ferry processes from their admin
-// ports (/debug/pprof/profile), one file per process:
+// profiler takes CPU profiles of a run's Ferry processes from their
+// profiling ports (admin.pprof_listen: /debug/pprof/profile), one file per
+// process:
 // <dir>/<name>-<process>.pprof, and then a heap profile of each
 // (/debug/pprof/heap, what is in use at that moment): <name>-<process>.heap.pprof.
 type profiler struct {
@@ -22,10 +23,10 @@ type profiler struct {
 	wg        sync.WaitGroup
 }
 
-// start asks each admin address for a profile of p.seconds; admins maps a
-// process name to its admin address.
-func (p *profiler) start(ctx context.Context, admins map[string]string) {
-	for proc, addr := range admins {
+// start asks each profiling address for a profile of p.seconds; addrs
+// maps a process name to its admin.pprof_listen address.
+func (p *profiler) start(ctx context.Context, addrs map[string]string) {
+	for proc, addr := range addrs {
 		p.wg.Go(func() {
 			path := filepath.Join(p.dir, fmt.Sprintf("%s-%s.pprof", p.name, proc))
 			if err := p.take(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, p.seconds), path); err != nil {

@@ -77,7 +77,7 @@ type Config struct {
 	Repeat int
 
 	// ProfileSeconds, when above 0, takes a CPU profile of each Ferry
-	// process (pprof on its admin port) for that long from the first
+	// process (pprof on its admin.pprof_listen port) for that long from the first
 	// record of every copy but the live ones, then a heap profile, into
 	// ProfileDir.
 	ProfileSeconds int
@@ -533,7 +533,7 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 	p := &progress{rep: rep, tail: t, ends: ends, start: start, txn: s.system.transactional()}
 	if f, ok := rep.(*ferry); ok && cfg.ProfileSeconds > 0 && s.workload != Live {
 		prof := &profiler{dir: cfg.ProfileDir, name: filepath.Base(dir), seconds: cfg.ProfileSeconds, out: cfg.Out}
-		p.onCopy = func() { prof.start(ctx, map[string]string{"writer": f.admins[0], "fetcher": f.admins[1]}) }
+		p.onCopy = func() { prof.start(ctx, map[string]string{"writer": f.pprofs[0], "fetcher": f.pprofs[1]}) }
 		defer prof.wait() // before the replicator stops: the profiles need it
 	}
 	var m measured

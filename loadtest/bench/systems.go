@@ -159,7 +159,9 @@ func ferryLink(delivery string) map[string]any {
 
 type ferry struct {
 	writer, fetcher *harness.Process
-	admins          []string
+	// pprofs are the writer's and the fetcher's profiling addresses
+	// (admin.pprof_listen), which the profiler asks.
+	pprofs []string
 }
 
 // startFerry starts a writer listening on writerListen and a fetcher that
@@ -175,10 +177,17 @@ func startFerry(ctx context.Context, v ferryVariant, otlp, bin, dir, sourceAddr,
 	if err != nil {
 		return nil, err
 	}
+	pprofs := make([]string, 2)
+	for i := range pprofs {
+		if pprofs[i], err = harness.FreeAddr(); err != nil {
+			return nil, err
+		}
+	}
 	// The gRPC link runs in plaintext on loopback (tls.insecure), as MM2's
 	// Kafka connections do here.
 	wcfg := harness.WriterConfig("writer-1", writerListen, wAdmin, []string{targetAddr}, ferryLink(v.delivery))
 	wcfg["tls"] = map[string]any{"insecure": true}
+	wcfg["admin"].(map[string]any)["pprof_listen"] = pprofs[0]
 	if v.sampling >= 0 {
 		wcfg["tracing"] = tracingConfig(otlp, v.sampling)
 	}
@@ -189,13 +198,14 @@ func startFerry(ctx context.Context, v ferryVariant, otlp, bin, dir, sourceAddr,
 	if err != nil {
 		return nil, fmt.Errorf("start ferry writer: %w", err)
 	}
-	f := &ferry{writer: writer, admins: []string{wAdmin, fAdmin}}
+	f := &ferry{writer: writer, pprofs: pprofs}
 	if err := waitReady(ctx, writer, wAdmin); err != nil {
 		writer.Kill()
 		return nil, err
 	}
 	fcfg := harness.FetcherConfig("fetcher-1", fAdmin, linkName, []string{sourceAddr}, []string{writerDial}, regexpQuote(topic))
 	fcfg["writers"].(map[string]any)["tls"] = map[string]any{"insecure": true}
+	fcfg["admin"].(map[string]any)["pprof_listen"] = pprofs[1]
 	if v.codec != "" {
 		fcfg["link"].(map[string]any)["codec"] = v.codec
 	}

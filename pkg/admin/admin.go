@@ -1,6 +1,13 @@
 // Package admin serves a service's operational HTTP endpoints on its admin
 // port: /metrics (Prometheus), /healthz (the process runs), /readyz (it can
-// do its work), /status (a JSON view of what it is doing) and /debug/pprof.
+// do its work) and /status (a JSON view of what it is doing); and, only
+// when asked for, /debug/pprof on a loopback port of its own.
+//
+// Why pprof has its own port: the admin port is reached by the cluster
+// (Prometheus scrapes, health checks), and a profile is not for everyone
+// who can scrape: it shows the code and memory of a process holding Kafka
+// credentials, and a 30 s CPU profile or a full goroutine dump costs the
+// process real work on request, without authentication.
 package admin
 
 import (
@@ -16,13 +23,38 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ferry-replicator/ferry/pkg/config"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 )
 
-// Server is the admin HTTP server.
+// Config is a service's `admin` settings.
+type Config struct {
+	// Listen is the address of /metrics, /healthz, /readyz and /status.
+	Listen string `yaml:"listen"`
+	// PprofListen is the address of /debug/pprof; empty (the default)
+	// serves none. It must be a loopback address: reach it with
+	// `kubectl port-forward` or from the host.
+	PprofListen string `yaml:"pprof_listen"`
+}
+
+// Validate records each problem under the key admin.
+func (c Config) Validate(p *config.Problems) {
+	if c.Listen == "" {
+		p.Addf("admin.listen", "required")
+	}
+	if c.PprofListen != "" && !tlsconfig.IsLoopback(c.PprofListen) {
+		p.Addf("admin.pprof_listen", "%q: profiles are served on a loopback address only (127.0.0.1:<port>), reached with kubectl port-forward or from the host", c.PprofListen)
+	}
+}
+
+// Server is the admin HTTP server, and the profiling one when configured.
 type Server struct {
-	http *http.Server
-	ln   net.Listener
-	log  *slog.Logger
+	http  *http.Server
+	ln    net.Listener
+	pprof *http.Server // nil: profiling off
+	pln   net.Listener
+	log   *slog.Logger
 }
 
 // Options wires the endpoints to the service.
@@ -33,11 +65,12 @@ type Options struct {
 	Status func() any
 }
 
-// Listen binds addr (host:port; port 0 picks one) and prepares the routes.
-func Listen(addr string, reg *prometheus.Registry, opts Options, log *slog.Logger) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
+// Listen binds cfg's addresses (host:port; port 0 picks one) and prepares
+// the routes.
+func Listen(cfg Config, reg *prometheus.Registry, opts Options, log *slog.Logger) (*Server, error) {
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("admin listen %s: %w", addr, err)
+		return nil, fmt.Errorf("admin listen %s: %w", cfg.Listen, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
@@ -59,41 +92,76 @@ func Listen(addr string, reg *prometheus.Registry, opts Options, log *slog.Logge
 			_ = enc.Encode(opts.Status())
 		})
 	}
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return &Server{
+	s := &Server{
 		http: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		ln:   ln,
 		log:  log,
-	}, nil
+	}
+	if cfg.PprofListen != "" {
+		if s.pln, err = net.Listen("tcp", cfg.PprofListen); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("admin pprof listen %s: %w", cfg.PprofListen, err)
+		}
+		pmux := http.NewServeMux()
+		pmux.HandleFunc("/debug/pprof/", pprof.Index)
+		pmux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		pmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		pmux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		pmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		s.pprof = &http.Server{Handler: pmux, ReadHeaderTimeout: 10 * time.Second}
+	}
+	return s, nil
 }
 
-// Addr is the bound address.
+// Addr is the bound admin address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// PprofAddr is the bound profiling address, "" when profiling is off.
+func (s *Server) PprofAddr() string {
+	if s.pln == nil {
+		return ""
+	}
+	return s.pln.Addr().String()
+}
 
 // Run serves until ctx ends, then shuts down within a few seconds.
 func (s *Server) Run(ctx context.Context) error {
-	errc := make(chan error, 1)
+	servers := []*http.Server{s.http}
+	errc := make(chan error, 2)
 	go func() { errc <- s.http.Serve(s.ln) }()
 	s.log.Info("admin server listening", "addr", s.Addr())
+	if s.pprof != nil {
+		servers = append(servers, s.pprof)
+		go func() { errc <- s.pprof.Serve(s.pln) }()
+		s.log.Info("profiling server listening (admin.pprof_listen)", "addr", s.PprofAddr())
+	}
+	var failed error
 	select {
 	case err := <-errc:
-		return fmt.Errorf("admin server: %w", err)
+		failed = fmt.Errorf("admin server: %w", err)
 	case <-ctx.Done():
 	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.http.Shutdown(shutCtx); err != nil {
-		// A request still running (a 30 s CPU profile, a slow scrape) must
-		// not turn a clean stop into a failed one: cut it off.
-		s.log.Warn("admin requests still running at shutdown; closing them", "err", err)
-		_ = s.http.Close()
+	for _, srv := range servers {
+		if err := srv.Shutdown(shutCtx); err != nil {
+			// A request still running (a 30 s CPU profile, a slow
+			// scrape) must not turn a clean stop into a failed one:
+			// cut it off.
+			s.log.Warn("admin requests still running at shutdown; closing them", "err", err)
+			_ = srv.Close()
+		}
 	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("admin server: %w", err)
+	// Every Serve returns once its server is shut down; one that failed
+	// has returned already.
+	left := len(servers)
+	if failed != nil {
+		left--
 	}
-	return nil
+	for range left {
+		if err := <-errc; failed == nil && !errors.Is(err, http.ErrServerClosed) {
+			failed = fmt.Errorf("admin server: %w", err)
+		}
+	}
+	return failed
 }

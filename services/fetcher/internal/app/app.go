@@ -61,7 +61,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// tried again (package startup) instead of ending the process.
 	wait := startup.New(log.With("component", "startup"))
 	var supp atomic.Pointer[supervisor]
-	adm, err := admin.Listen(cfg.Admin.Listen, reg, admin.Options{
+	adm, err := admin.Listen(cfg.Admin, reg, admin.Options{
 		Ready: func() error {
 			sup := supp.Load()
 			if sup == nil {

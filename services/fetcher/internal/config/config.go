@@ -3,6 +3,7 @@
 package config
 
 import (
+	"github.com/ferry-replicator/ferry/pkg/admin"
 	"os"
 	"regexp"
 	"strconv"
@@ -24,11 +25,10 @@ type Config struct {
 	// ID names this fetcher in logs, status and the writers' view.
 	// Default: hostname.
 	ID string `yaml:"id"`
-	// Admin is the HTTP address of /metrics, /healthz, /readyz, /status, pprof.
-	Admin struct {
-		Listen string `yaml:"listen"`
-	} `yaml:"admin"`
-	Log telemetry.LogConfig `yaml:"log"`
+	// Admin is the HTTP address of /metrics, /healthz, /readyz, /status,
+	// and the loopback one of pprof (off by default).
+	Admin admin.Config        `yaml:"admin"`
+	Log   telemetry.LogConfig `yaml:"log"`
 	// Source is the cluster the fetcher reads.
 	Source kafkaclient.Config `yaml:"source"`
 	Link   Link               `yaml:"link"`
@@ -177,9 +177,7 @@ func (c *Config) Validate() error {
 	if c.ID == "" {
 		p.Addf("id", "required")
 	}
-	if c.Admin.Listen == "" {
-		p.Addf("admin.listen", "required")
-	}
+	c.Admin.Validate(&p)
 	c.Log.Validate(&p)
 	c.Tracing.Validate("tracing", &p)
 	c.Source.Validate("source", &p)

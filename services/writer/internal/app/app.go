@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	wait := startup.New(log.With("component", "startup"))
 	var readyp atomic.Pointer[readiness.Checker]
 	var srvp atomic.Pointer[server.Server]
-	adm, err := admin.Listen(cfg.Admin.Listen, promReg, admin.Options{
+	adm, err := admin.Listen(cfg.Admin, promReg, admin.Options{
 		Ready: func() error {
 			if r := readyp.Load(); r != nil {
 				return r.Ready()

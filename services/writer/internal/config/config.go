@@ -3,6 +3,7 @@
 package config
 
 import (
+	"github.com/ferry-replicator/ferry/pkg/admin"
 	"os"
 	"regexp"
 	"slices"
@@ -37,11 +38,10 @@ type Config struct {
 	ID string `yaml:"id"`
 	// Listen is the gRPC address fetchers connect to.
 	Listen string `yaml:"listen"`
-	// Admin is the HTTP address of /metrics, /healthz, /readyz, /status, pprof.
-	Admin struct {
-		Listen string `yaml:"listen"`
-	} `yaml:"admin"`
-	Log telemetry.LogConfig `yaml:"log"`
+	// Admin is the HTTP address of /metrics, /healthz, /readyz, /status,
+	// and the loopback one of pprof (off by default).
+	Admin admin.Config        `yaml:"admin"`
+	Log   telemetry.LogConfig `yaml:"log"`
 	// Target is the cluster the writer produces to.
 	Target kafkaclient.Config `yaml:"target"`
 	// Checkpoints is where committed progress is kept, in the target cluster.
@@ -225,9 +225,7 @@ func (c *Config) Validate() error {
 	if c.Listen == "" {
 		p.Addf("listen", "required: the gRPC host:port fetchers connect to")
 	}
-	if c.Admin.Listen == "" {
-		p.Addf("admin.listen", "required")
-	}
+	c.Admin.Validate(&p)
 	c.Log.Validate(&p)
 	c.TLS.Validate("tls", c.Listen, &p)
 	c.Tracing.Validate("tracing", &p)

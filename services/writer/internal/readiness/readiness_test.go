@@ -86,7 +86,7 @@ func start(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { chk.Close() })
-	adm, err := admin.Listen("127.0.0.1:0", prometheus.NewRegistry(), admin.Options{Ready: chk.Ready}, discard)
+	adm, err := admin.Listen(admin.Config{Listen: "127.0.0.1:0"}, prometheus.NewRegistry(), admin.Options{Ready: chk.Ready}, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
