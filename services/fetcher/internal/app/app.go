@@ -180,6 +180,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		defer view.Close() // deferred before the shards run: after they drain
 		deps.Provenance = view
+		metrics.RegisterRegistryRefused(reg, view.Refused)
 		log.Info("batches Ferry writers produced into the source are not copied (link.skip_replicated)")
 	}
 	var owner ownership.Owner = ownership.NewLocal(cfg.Link.OwnedShards)

@@ -71,3 +71,12 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.LagRecords, m.Committed, m.InflightBytes, m.BufferedBytes, m.StreamRestarts, m.PartitionStops, m.ShardsOwned, m.Skipped, m.Replicated, m.Unattributed)
 	return m
 }
+
+// RegisterRegistryRefused exports refused, the producer registry records
+// the fetcher's provenance View did not take (link.skip_replicated).
+func RegisterRegistryRefused(reg prometheus.Registerer, refused func() int) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ferry_fetcher_producer_registry_refused_records",
+		Help: "Records of the source's __ferry_producers the fetcher did not take since it started: malformed or out of bounds, past its bound of 2^20 ids, or a later record of a known id naming another source cluster (the first entry wins).",
+	}, func() float64 { return float64(refused()) }))
+}
