@@ -14,6 +14,7 @@
 package provenance
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,29 +37,108 @@ const Topic = "__ferry_producers"
 // Configs are the topic's settings when a writer creates it.
 var Configs = map[string]string{"cleanup.policy": "compact"}
 
-// Entry is one recorded producer id.
+// Entry is one recorded producer id: the value of its record in Topic,
+// keyed by the id. Encoded and decoded in one place each (encodeEntry,
+// decodeEntry), so that a field added later is checked there.
 type Entry struct {
-	ProducerID int64     `json:"producer_id"`
-	Link       string    `json:"link"`
-	Writer     string    `json:"writer"`
-	Time       time.Time `json:"time"`
+	ProducerID int64 `json:"producer_id"`
+	// SourceCluster is the Kafka cluster id of the cluster the writer
+	// copies from (the fetcher's Open says it). Empty in entries of writers
+	// older than the field, and when the source reports no cluster id.
+	SourceCluster string    `json:"source_cluster,omitempty"`
+	Link          string    `json:"link"`
+	Writer        string    `json:"writer"`
+	Time          time.Time `json:"time"`
 }
 
+// MaxField bounds, in bytes, each of an Entry's strings (link, writer,
+// source cluster): anyone who can write the topic chooses them, and a
+// View keeps what it reads. Kafka's cluster ids are 22 characters.
+const MaxField = 255
+
+// maxValue bounds a record's value before it is decoded at all: an entry
+// of fields at MaxField is well below it.
+const maxValue = 4 << 10
+
 func key(id int64) []byte { return strconv.AppendInt(nil, id, 10) }
+
+func (e Entry) check() error {
+	if e.ProducerID < 0 {
+		return fmt.Errorf("producer id %d", e.ProducerID)
+	}
+	for name, f := range map[string]string{"link": e.Link, "writer": e.Writer, "source cluster": e.SourceCluster} {
+		if len(f) > MaxField {
+			return fmt.Errorf("%s of %d bytes, above %d", name, len(f), MaxField)
+		}
+	}
+	return nil
+}
+
+// encodeEntry is e's record.
+func encodeEntry(e Entry) (*kgo.Record, error) {
+	if err := e.check(); err != nil {
+		return nil, fmt.Errorf("entry of producer id %d: %w", e.ProducerID, err)
+	}
+	value, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("entry of producer id %d: %w", e.ProducerID, err)
+	}
+	return &kgo.Record{Key: key(e.ProducerID), Value: value}, nil
+}
+
+// decodeEntry is the entry a record holds, refused when anything in it is
+// out of bounds or its key is not its producer id (compaction keeps one
+// record per key: a record keyed otherwise could outlive the id's own).
+func decodeEntry(rec *kgo.Record) (Entry, error) {
+	if len(rec.Value) > maxValue {
+		return Entry{}, fmt.Errorf("value of %d bytes, above %d", len(rec.Value), maxValue)
+	}
+	var e Entry
+	if err := json.Unmarshal(rec.Value, &e); err != nil {
+		return Entry{}, err
+	}
+	if err := e.check(); err != nil {
+		return Entry{}, err
+	}
+	if !bytes.Equal(rec.Key, key(e.ProducerID)) {
+		return Entry{}, fmt.Errorf("key %q for producer id %d", rec.Key, e.ProducerID)
+	}
+	return e, nil
+}
+
+// ClusterID is the Kafka cluster id (KIP-78) of the cluster cl talks to,
+// from a broker's Metadata answer: the identity of a cluster in Ferry's
+// records. Empty when the brokers report none.
+func ClusterID(ctx context.Context, cl *kgo.Client) (string, error) {
+	m, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+	if err != nil {
+		return "", fmt.Errorf("cluster id: %w", err)
+	}
+	return m.Cluster, nil
+}
 
 // Recorder writes a writer's producer ids. It is safe for concurrent use.
 type Recorder struct {
 	cl     *kgo.Client
 	writer string
 
-	mu   sync.Mutex
-	done map[int64]bool // recorded by this process
+	mu      sync.Mutex
+	done    map[int64]bool // recorded by this process
+	cluster string         // the target's cluster id, once known
 }
+
+// maxDone bounds the ids a Recorder remembers having recorded (one per
+// at-least-once stream open); past it they are forgotten, which costs one
+// more record of an id, which views ignore (the first entry wins).
+const maxDone = 1 << 16
 
 // NewRecorder makes a Recorder on a client of its own built from opts (the
 // target cluster's seeds, TLS and SASL). Its produce is not idempotent, so
 // it takes no producer id of its own.
 func NewRecorder(opts []kgo.Opt, writer string) (*Recorder, error) {
+	if len(writer) > MaxField {
+		return nil, fmt.Errorf("producer id recorder: writer id of %d bytes, above %d", len(writer), MaxField)
+	}
 	cl, err := kgo.NewClient(append(opts,
 		kgo.DefaultProduceTopic(Topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -74,49 +154,141 @@ func NewRecorder(opts []kgo.Opt, writer string) (*Recorder, error) {
 // Close releases the client.
 func (r *Recorder) Close() { r.cl.Close() }
 
-// Record writes that link's writer produces with id, and returns once all
-// in-sync replicas have it. An id this process recorded already (an
-// exactly-once shard's producer keeps its id across streams) costs nothing.
-func (r *Recorder) Record(ctx context.Context, id int64, link string) error {
+// ClusterID is the target cluster's id (see ClusterID), asked of a broker
+// once and remembered.
+func (r *Recorder) ClusterID(ctx context.Context) (string, error) {
+	r.mu.Lock()
+	cluster := r.cluster
+	r.mu.Unlock()
+	if cluster != "" {
+		return cluster, nil
+	}
+	cluster, err := ClusterID(ctx, r.cl)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	r.cluster = cluster
+	r.mu.Unlock()
+	return cluster, nil
+}
+
+// Record writes that link's writer produces with id, copying from the
+// cluster whose id is source, and returns once all in-sync replicas have
+// it. An id this process recorded already (an exactly-once shard's
+// producer keeps its id across streams) costs nothing.
+func (r *Recorder) Record(ctx context.Context, id int64, link, source string) error {
 	r.mu.Lock()
 	done := r.done[id]
 	r.mu.Unlock()
 	if done {
 		return nil
 	}
-	value, err := json.Marshal(Entry{ProducerID: id, Link: link, Writer: r.writer, Time: time.Now().UTC()})
+	rec, err := encodeEntry(Entry{ProducerID: id, SourceCluster: source, Link: link, Writer: r.writer, Time: time.Now().UTC()})
 	if err != nil {
 		return err
 	}
-	if err := r.cl.ProduceSync(ctx, &kgo.Record{Key: key(id), Value: value}).FirstErr(); err != nil {
+	if err := r.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fmt.Errorf("record producer id %d in %s: %w", id, Topic, err)
 	}
 	r.mu.Lock()
+	if len(r.done) >= maxDone {
+		clear(r.done)
+	}
 	r.done[id] = true
 	r.mu.Unlock()
 	return nil
 }
 
-// maxForeign bounds the ids remembered as not Ferry's (every idempotent
-// producer of the source has one); past it they are forgotten, which costs
-// one more read of the topic each.
-const maxForeign = 1 << 20
+// Origin is what a View knows of a producer id of its cluster.
+type Origin uint8
 
-// View tells a cluster's Ferry producer ids from the rest. It is safe for
-// concurrent use: the shards of a fetcher share one.
+const (
+	// NotCopied: no Ferry writer recorded the id; its batches are the
+	// cluster's own.
+	NotCopied Origin = iota
+	// CopiedFrom: a Ferry writer copying from the cluster asked about
+	// recorded it.
+	CopiedFrom
+	// CopiedFromOther: a Ferry writer copying from another cluster
+	// recorded it (a chain: what A→B wrote into B, read by B→C).
+	CopiedFromOther
+	// Unattributed: a Ferry writer recorded it without its source cluster
+	// (a writer older than the field, or a source with no cluster id).
+	Unattributed
+)
+
+func (o Origin) String() string {
+	switch o {
+	case NotCopied:
+		return "not copied"
+	case CopiedFrom:
+		return "copied from the cluster asked about"
+	case CopiedFromOther:
+		return "copied from another cluster"
+	case Unattributed:
+		return "copied from an unrecorded cluster"
+	}
+	return "origin " + strconv.Itoa(int(o))
+}
+
+const (
+	// maxForeign bounds the ids remembered as not Ferry's (every
+	// idempotent producer of the source has one); past it they are
+	// forgotten, which costs one more read of the topic each.
+	maxForeign = 1 << 20
+	// maxEntries bounds the ids remembered as Ferry's (one per writer's
+	// at-least-once stream open, and whatever else is written to the
+	// topic). Past it new entries are refused (counted): their batches
+	// are then copied, as a loop is better than a loss.
+	maxEntries = 1 << 20
+	// maxClusters bounds the distinct source cluster ids shared between
+	// entries; an entry of another keeps its own copy (MaxField bytes).
+	maxClusters = 64
+	// readTimeout bounds one read of the topic to its end: past it the
+	// callers waiting for it fail, so their sessions end and retry,
+	// instead of every shard hanging on a partition without a leader.
+	readTimeout = 30 * time.Second
+)
+
+// View tells a cluster's Ferry producer ids from the rest, and from which
+// cluster each copied. It is safe for concurrent use: the shards of a
+// fetcher share one. One read of the topic runs at a time, without the
+// lock: ids already settled are answered meanwhile.
 type View struct {
-	cl  *kgo.Client
-	adm *kadm.Client
+	cl      *kgo.Client
+	adm     *kadm.Client
+	timeout time.Duration // readTimeout; shorter in tests
+	// maxEntries is the const maxEntries; smaller in tests.
+	maxEntries int
 
-	mu      sync.Mutex
-	ferry   map[int64]Entry
-	foreign map[int64]bool
-	// next is the offset the next read of each of the topic's partitions
-	// starts at; partitions are added to the client's consumer as the
-	// topic's end offsets name them.
-	next map[int32]int64
+	mu sync.Mutex
+	// ferry holds each recorded id's source cluster id (interned through
+	// clusters). The first valid entry of an id wins: a later record of
+	// the key cannot rewrite what the View answers.
+	ferry    map[int64]string
+	clusters map[string]string
+	foreign  map[int64]bool
+	refused  int // records not taken: invalid, over maxEntries, or rewriting an id
+	// reading is the read in progress, nil when none; started and ok
+	// number the reads started and the last one that succeeded.
+	reading *read
+	started int
+	ok      int
 	// Reads counts reads of the topic to its end, for tests and metrics.
 	reads int
+
+	// next is the offset the next read of each of the topic's partitions
+	// starts at; partitions are added to the client's consumer as the
+	// topic's end offsets name them. Only the one read in progress uses it.
+	next map[int32]int64
+}
+
+// read is one read of the topic to its end; err is set before done closes.
+type read struct {
+	n    int
+	done chan struct{}
+	err  error
 }
 
 // NewView makes a View on a client of its own built from opts (the source
@@ -131,7 +303,10 @@ func NewView(opts []kgo.Opt) (*View, error) {
 	if err != nil {
 		return nil, fmt.Errorf("producer id view: %w", err)
 	}
-	return &View{cl: cl, adm: kadm.NewClient(cl), ferry: map[int64]Entry{}, foreign: map[int64]bool{}, next: map[int32]int64{}}, nil
+	return &View{
+		cl: cl, adm: kadm.NewClient(cl), timeout: readTimeout, maxEntries: maxEntries,
+		ferry: map[int64]string{}, clusters: map[string]string{}, foreign: map[int64]bool{}, next: map[int32]int64{},
+	}, nil
 }
 
 // Close releases the client.
@@ -144,58 +319,164 @@ func (v *View) Reads() int {
 	return v.reads
 }
 
-// Ferry reports which of ids a Ferry writer recorded in the cluster. Ids it
-// has not settled yet cost one read of the topic to its end, together;
-// the -1 of a producer without an id is never Ferry's.
-func (v *View) Ferry(ctx context.Context, ids []int64) (map[int64]bool, error) {
+// Refused is how many of the topic's records the View did not take:
+// malformed or out of bounds, past its bound on entries, or a later
+// record of an id it knows, naming another source cluster.
+func (v *View) Refused() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	unsettled := false
-	for _, id := range ids {
-		if _, ok := v.ferry[id]; !ok && id >= 0 && !v.foreign[id] {
-			unsettled = true
-			break
+	return v.refused
+}
+
+// Origins reports, for each of ids, whether a Ferry writer recorded it and
+// whether that writer copied from the cluster whose id is from. Ids not
+// settled yet cost one read of the topic to its end, shared with the
+// callers asking meanwhile; the -1 of a producer without an id is never
+// Ferry's. A read that cannot finish within its bound is an error.
+func (v *View) Origins(ctx context.Context, ids []int64, from string) (map[int64]Origin, error) {
+	v.mu.Lock()
+	// Any read started from now on sees every record written before this
+	// call: the records of ids the caller has seen in batches.
+	need := v.started + 1
+	for v.unsettled(ids) && v.ok < need {
+		if r := v.reading; r != nil {
+			v.mu.Unlock()
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("wait for a read of %s: %w", Topic, ctx.Err())
+			}
+			if r.err != nil && r.n >= need {
+				return nil, r.err
+			}
+			v.mu.Lock()
+			continue
+		}
+		if err := v.readOnce(ctx); err != nil {
+			return nil, err // readOnce unlocked
 		}
 	}
-	if unsettled {
-		if err := v.readToEnd(ctx); err != nil {
-			return nil, err
-		}
-		if len(v.foreign) > maxForeign {
-			clear(v.foreign)
-		}
+	defer v.mu.Unlock()
+	if len(v.foreign) > maxForeign {
+		clear(v.foreign)
 	}
-	out := make(map[int64]bool, len(ids))
+	out := make(map[int64]Origin, len(ids))
 	for _, id := range ids {
-		_, ok := v.ferry[id]
-		out[id] = ok
-		if !ok && id >= 0 {
-			v.foreign[id] = true
+		source, ok := v.ferry[id]
+		switch {
+		case !ok:
+			out[id] = NotCopied
+			if id >= 0 {
+				v.foreign[id] = true
+			}
+		case source == "":
+			out[id] = Unattributed
+		case source == from:
+			out[id] = CopiedFrom
+		default:
+			out[id] = CopiedFromOther
 		}
 	}
 	return out, nil
 }
 
+// unsettled reports whether any of ids is neither known as Ferry's nor as
+// not; v.mu held.
+func (v *View) unsettled(ids []int64) bool {
+	for _, id := range ids {
+		if _, ok := v.ferry[id]; !ok && id >= 0 && !v.foreign[id] {
+			return true
+		}
+	}
+	return false
+}
+
+// readOnce reads the topic to its end, bounded by v.timeout, without
+// holding v.mu, which it is called with. On success it returns with v.mu
+// held; on error, released.
+func (v *View) readOnce(ctx context.Context) error {
+	v.started++
+	r := &read{n: v.started, done: make(chan struct{})}
+	v.reading = r
+	v.mu.Unlock()
+
+	rctx, cancel := context.WithTimeout(ctx, v.timeout)
+	entries, err := v.readToEnd(rctx)
+	cancel()
+	if err != nil {
+		err = fmt.Errorf("read %s to its end (bound %v): %w", Topic, v.timeout, err)
+	}
+
+	v.mu.Lock()
+	v.take(entries)
+	v.reading = nil
+	if ctx.Err() == nil {
+		// Shared with the callers waiting for this read; a read that
+		// ended with its caller (a session stopped) is not their failure:
+		// they start another.
+		r.err = err
+	}
+	if err == nil {
+		v.ok, v.reads = r.n, v.reads+1
+	}
+	close(r.done)
+	if err != nil {
+		v.mu.Unlock()
+	}
+	return err
+}
+
+// take keeps the entries a read found, the first of each id; v.mu held.
+func (v *View) take(entries []Entry) {
+	for _, e := range entries {
+		if known, ok := v.ferry[e.ProducerID]; ok {
+			if known != e.SourceCluster {
+				v.refused++
+			}
+			continue
+		}
+		if len(v.ferry) >= v.maxEntries {
+			v.refused++
+			continue
+		}
+		source, ok := v.clusters[e.SourceCluster]
+		if !ok {
+			source = e.SourceCluster
+			if len(v.clusters) < maxClusters {
+				v.clusters[source] = source
+			}
+		}
+		v.ferry[e.ProducerID] = source
+		delete(v.foreign, e.ProducerID)
+	}
+}
+
 // readToEnd reads every partition of the topic from where the last read
-// stopped to the end it has now. A missing topic holds nothing: no Ferry
-// writer has written to this cluster.
-func (v *View) readToEnd(ctx context.Context) error {
+// stopped to the end it has now, and returns the valid entries it found
+// (even when it fails: they stay valid). A missing topic holds nothing: no
+// Ferry writer has written to this cluster. Only one runs at a time.
+func (v *View) readToEnd(ctx context.Context) (entries []Entry, err error) {
+	refused := 0
+	defer func() {
+		v.mu.Lock()
+		v.refused += refused
+		v.mu.Unlock()
+	}()
 	ends, err := v.endOffsets(ctx)
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
 		// The client's metadata may predate the topic: only a broker's
 		// answer now says it is missing.
 		exists, merr := v.exists(ctx)
 		if merr != nil {
-			return fmt.Errorf("metadata of %s: %w", Topic, merr)
+			return nil, fmt.Errorf("metadata of %s: %w", Topic, merr)
 		}
 		if !exists {
-			v.reads++
-			return nil
+			return nil, nil
 		}
 		ends, err = v.endOffsets(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("end of %s: %w", Topic, err)
+		return nil, fmt.Errorf("end of %s: %w", Topic, err)
 	}
 	want := map[int32]int64{}
 	add := map[string]map[int32]kgo.Offset{}
@@ -218,18 +499,18 @@ func (v *View) readToEnd(ctx context.Context) error {
 	for len(want) > 0 {
 		fs := v.cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return fmt.Errorf("read %s: %w", Topic, ctx.Err())
+			return entries, ctx.Err()
 		}
 		var ferr error
 		fs.EachError(func(_ string, _ int32, err error) { ferr = errors.Join(ferr, err) })
 		if ferr != nil {
-			return fmt.Errorf("read %s: %w", Topic, ferr)
+			return entries, ferr
 		}
 		fs.EachRecord(func(rec *kgo.Record) {
-			var e Entry
-			if json.Unmarshal(rec.Value, &e) == nil && e.ProducerID >= 0 {
-				v.ferry[e.ProducerID] = e
-				delete(v.foreign, e.ProducerID)
+			if e, err := decodeEntry(rec); err == nil {
+				entries = append(entries, e)
+			} else {
+				refused++
 			}
 			v.next[rec.Partition] = rec.Offset + 1
 			if end, ok := want[rec.Partition]; ok && rec.Offset+1 >= end {
@@ -237,8 +518,7 @@ func (v *View) readToEnd(ctx context.Context) error {
 			}
 		})
 	}
-	v.reads++
-	return nil
+	return entries, nil
 }
 
 func (v *View) endOffsets(ctx context.Context) (kadm.ListedOffsets, error) {

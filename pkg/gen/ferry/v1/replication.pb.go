@@ -341,9 +341,15 @@ type Open struct {
 	// Partitions lists the source partitions this stream will carry.
 	Partitions []*TopicPartition `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	// Fetcher identifies the sending process, for logs and status only.
-	Fetcher       string `protobuf:"bytes,6,opt,name=fetcher,proto3" json:"fetcher,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Fetcher string `protobuf:"bytes,6,opt,name=fetcher,proto3" json:"fetcher,omitempty"`
+	// SourceClusterId is the source cluster's Kafka cluster id (Metadata's
+	// ClusterID, KIP-78; empty when the source reports none). The writer
+	// records it with its producer id in the target's __ferry_producers, so
+	// a link reading the target skips a batch only when it was copied from
+	// that link's own target cluster (pkg/provenance).
+	SourceClusterId string `protobuf:"bytes,7,opt,name=source_cluster_id,json=sourceClusterId,proto3" json:"source_cluster_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Open) Reset() {
@@ -414,6 +420,13 @@ func (x *Open) GetPartitions() []*TopicPartition {
 func (x *Open) GetFetcher() string {
 	if x != nil {
 		return x.Fetcher
+	}
+	return ""
+}
+
+func (x *Open) GetSourceClusterId() string {
+	if x != nil {
+		return x.SourceClusterId
 	}
 	return ""
 }
@@ -556,9 +569,13 @@ type Opened struct {
 	// Resume holds one entry per partition of the Open.
 	Resume []*PartitionPosition `protobuf:"bytes,1,rep,name=resume,proto3" json:"resume,omitempty"`
 	// Writer identifies the answering process, for logs and status only.
-	Writer        string `protobuf:"bytes,2,opt,name=writer,proto3" json:"writer,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Writer string `protobuf:"bytes,2,opt,name=writer,proto3" json:"writer,omitempty"`
+	// TargetClusterId is the target cluster's Kafka cluster id (empty when
+	// the writer does not know it). A fetcher with link.skip_replicated
+	// leaves out the source batches a Ferry writer copied from this cluster.
+	TargetClusterId string `protobuf:"bytes,3,opt,name=target_cluster_id,json=targetClusterId,proto3" json:"target_cluster_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Opened) Reset() {
@@ -601,6 +618,13 @@ func (x *Opened) GetResume() []*PartitionPosition {
 func (x *Opened) GetWriter() string {
 	if x != nil {
 		return x.Writer
+	}
+	return ""
+}
+
+func (x *Opened) GetTargetClusterId() string {
+	if x != nil {
+		return x.TargetClusterId
 	}
 	return ""
 }
@@ -913,7 +937,7 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\x11ReplicateResponse\x12*\n" +
 	"\x06opened\x18\x01 \x01(\v2\x10.ferry.v1.OpenedH\x00R\x06opened\x12!\n" +
 	"\x03ack\x18\x02 \x01(\v2\r.ferry.v1.AckH\x00R\x03ackB\x05\n" +
-	"\x03msg\"\xc7\x01\n" +
+	"\x03msg\"\xf3\x01\n" +
 	"\x04Open\x12\x12\n" +
 	"\x04link\x18\x01 \x01(\tR\x04link\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
@@ -922,7 +946,8 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x05 \x03(\v2\x18.ferry.v1.TopicPartitionR\n" +
 	"partitions\x12\x18\n" +
-	"\afetcher\x18\x06 \x01(\tR\afetcher\"\xdb\x01\n" +
+	"\afetcher\x18\x06 \x01(\tR\afetcher\x12*\n" +
+	"\x11source_cluster_id\x18\a \x01(\tR\x0fsourceClusterId\"\xdb\x01\n" +
 	"\tTopicSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fpartition_count\x18\x02 \x01(\x05R\x0epartitionCount\x12:\n" +
@@ -933,10 +958,11 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
 	"\x0eTopicPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\x05R\tpartition\"U\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\x81\x01\n" +
 	"\x06Opened\x123\n" +
 	"\x06resume\x18\x01 \x03(\v2\x1b.ferry.v1.PartitionPositionR\x06resume\x12\x16\n" +
-	"\x06writer\x18\x02 \x01(\tR\x06writer\"\xb7\x01\n" +
+	"\x06writer\x18\x02 \x01(\tR\x06writer\x12*\n" +
+	"\x11target_cluster_id\x18\x03 \x01(\tR\x0ftargetClusterId\"\xb7\x01\n" +
 	"\x11PartitionPosition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1f\n" +

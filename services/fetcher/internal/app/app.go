@@ -92,6 +92,18 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}); err != nil {
 		return notStarted(fmt.Errorf("source client: %w", err))
 	}
+	// The writer records it with each producer id it copies with, so that
+	// links reading its target tell a chain from a loop (pkg/provenance).
+	var sourceCluster string
+	if err := wait.Do(gctx, "source cluster id", kafkaclient.Unreachable, func() (err error) {
+		sourceCluster, err = clusterID(gctx, cfg)
+		return err
+	}); err != nil {
+		return notStarted(fmt.Errorf("source cluster id: %w", err))
+	}
+	if sourceCluster == "" {
+		log.Warn("the source reports no Kafka cluster id: what this link writes is copied on by every link reading its target, back to the source too")
+	}
 	if cfg.Link.SkipReplicated {
 		// The registry decides which source batches are not copied:
 		// whoever else may write it says so.
@@ -145,7 +157,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		BatchMaxBytes: int(cfg.Link.Batch.MaxBytes), MaxInflightBytes: int(cfg.Link.MaxInflightBytes),
 		OpenTimeout: cfg.Writers.OpenTimeout, MinBackoff: cfg.Writers.MinBackoff, MaxBackoff: cfg.Writers.MaxBackoff,
 		DrainTimeout: cfg.ShutdownTimeout, SkipOnDataLoss: cfg.Link.OnDataLoss == "skip",
-		MaxMessageBytes: int(cfg.Writers.MaxMessageBytes),
+		MaxMessageBytes: int(cfg.Writers.MaxMessageBytes), SourceCluster: sourceCluster,
 	}
 	deps := shard.Deps{Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name),
 		Tracer: tracing.Tracer(tp, "github.com/ferry-replicator/ferry/fetcher"),
@@ -168,6 +180,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		defer view.Close() // deferred before the shards run: after they drain
 		deps.Provenance = view
+		metrics.RegisterRegistryRefused(reg, view.Refused)
 		log.Info("batches Ferry writers produced into the source are not copied (link.skip_replicated)")
 	}
 	var owner ownership.Owner = ownership.NewLocal(cfg.Link.OwnedShards)
@@ -225,6 +238,22 @@ type rawFetcher struct {
 }
 
 func (f rawFetcher) Close() { f.cl.Close() }
+
+// clusterID asks the source for its Kafka cluster id, on a short-lived
+// client of its own (sarama's client, which the shards share, does not
+// keep it).
+func clusterID(ctx context.Context, cfg *config.Config) (string, error) {
+	opts, err := cfg.Source.Franz()
+	if err != nil {
+		return "", fmt.Errorf("source: %w", err)
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return "", fmt.Errorf("source client: %w", err)
+	}
+	defer cl.Close()
+	return provenance.ClusterID(ctx, cl)
+}
 
 // newRawFetcher builds one Fetcher for every shard (it is safe for
 // concurrent use) on a franz-go client of the source, with the per-

@@ -18,6 +18,7 @@ type Metrics struct {
 	ShardsOwned    prometheus.Gauge
 	Skipped        *prometheus.CounterVec
 	Replicated     *prometheus.CounterVec
+	Unattributed   *prometheus.CounterVec
 }
 
 // New registers the fetcher's metrics on reg.
@@ -57,12 +58,25 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, part),
 		Replicated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_fetcher_replicated_skipped_records_total",
-			Help: "Source records not copied because a Ferry writer produced them into the source cluster (link.skip_replicated), by source partition.",
+			Help: "Source records not copied because a Ferry writer copying from this link's target cluster produced them into the source cluster (link.skip_replicated), by source partition.",
+		}, part),
+		Unattributed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_fetcher_replicated_unattributed_records_total",
+			Help: "Source records copied although a Ferry writer produced them into the source cluster, because its __ferry_producers entry names no source cluster (a writer older than the field): copied back if they came from this link's target (link.skip_replicated), by source partition.",
 		}, part),
 		ShardsOwned: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_shards_owned", Help: "Shards this fetcher replicates now.",
 		}),
 	}
-	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.LagRecords, m.Committed, m.InflightBytes, m.BufferedBytes, m.StreamRestarts, m.PartitionStops, m.ShardsOwned, m.Skipped, m.Replicated)
+	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.LagRecords, m.Committed, m.InflightBytes, m.BufferedBytes, m.StreamRestarts, m.PartitionStops, m.ShardsOwned, m.Skipped, m.Replicated, m.Unattributed)
 	return m
+}
+
+// RegisterRegistryRefused exports refused, the producer registry records
+// the fetcher's provenance View did not take (link.skip_replicated).
+func RegisterRegistryRefused(reg prometheus.Registerer, refused func() int) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ferry_fetcher_producer_registry_refused_records",
+		Help: "Records of the source's __ferry_producers the fetcher did not take since it started: malformed or out of bounds, past its bound of 2^20 ids, or a later record of a known id naming another source cluster (the first entry wins).",
+	}, func() float64 { return float64(refused()) }))
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
@@ -268,12 +269,14 @@ func kafkaBatches(raws [][]byte, from int64) ([]batch.KafkaBatch, error) {
 	return ks, nil
 }
 
-// withoutReplicated leaves out of ks the batches a Ferry writer produced
-// into the source (Deps.Provenance; none without it), counted. Left-out
-// batches before or between the others need nothing: a wire batch's
-// offsets may have gaps. Those after the last one left in become a Skip
-// wire batch to send after the others, so the writer checkpoints past
-// them: a partition holding only copied records otherwise stays behind.
+// withoutReplicated leaves out of ks the batches a Ferry writer copied
+// into the source from this link's target cluster (Deps.Provenance; none
+// without it), counted: copying them would loop. What a writer copied from
+// another cluster (A→B read by B→C) is copied on. Left-out batches before
+// or between the others need nothing: a wire batch's offsets may have
+// gaps. Those after the last one left in become a Skip wire batch to send
+// after the others, so the writer checkpoints past them: a partition
+// holding only copied records otherwise stays behind.
 func (s *session) withoutReplicated(ctx context.Context, pp *ptPartition, ks []batch.KafkaBatch) ([]batch.KafkaBatch, *ferryv1.Batch, error) {
 	view := s.r.deps.Provenance
 	if view == nil || len(ks) == 0 {
@@ -283,20 +286,33 @@ func (s *session) withoutReplicated(ctx context.Context, pp *ptPartition, ks []b
 	for _, k := range ks {
 		ids = append(ids, k.Info.ProducerID)
 	}
-	ferry, err := view.Ferry(ctx, ids)
+	origins, err := view.Origins(ctx, ids, s.targetCluster)
 	if err != nil {
 		return nil, nil, fmt.Errorf("which source producers are Ferry writers: %w", err)
 	}
 	kept := ks[:0:0]
-	skippedRecords := 0
+	skippedRecords, unattributed := 0, 0
 	var tail *batch.KafkaBatch // the last batch, when left out
 	for i := range ks {
-		if ferry[ks[i].Info.ProducerID] {
+		switch origins[ks[i].Info.ProducerID] {
+		case provenance.CopiedFrom:
 			skippedRecords += int(ks[i].Info.NumRecords)
 			tail = &ks[i]
 			continue
+		case provenance.Unattributed:
+			// An old writer's entry: which cluster it copied from is
+			// unknown, and a loss is worse than a loop (which upgrading
+			// the writers ends), so it is copied, loudly.
+			unattributed += int(ks[i].Info.NumRecords)
 		}
 		kept, tail = append(kept, ks[i]), nil
+	}
+	if unattributed > 0 {
+		s.r.deps.Metrics.Unattributed.WithLabelValues(s.r.set.Link, pp.p.Topic, strconv.Itoa(int(pp.p.Partition))).Add(float64(unattributed))
+		s.r.warnUnattributed.Do(func() {
+			s.r.log.Warn("copying batches a Ferry writer produced into the source whose __ferry_producers entry names no source cluster (a writer older than the field): if they came from this link's target they loop until all writers are upgraded",
+				"topic", pp.p.Topic, "partition", pp.p.Partition)
+		})
 	}
 	if skippedRecords == 0 {
 		return ks, nil, nil

@@ -614,52 +614,113 @@ func TestPassThroughBatchAboveTheWritersLimitTravelsAsRecords(t *testing.T) {
 	}
 }
 
-// With link.skip_replicated, the batches of producers a Ferry writer
-// recorded in the source (what another link copied in) are not copied:
-// only the source's own records reach the writer, and the partition's
-// checkpoint still reaches its end, through a Skip for the copied batches
-// at its tail. Batches of producers with no id (-1) are copied.
-func TestPassThroughSkipsWhatFerryWrote(t *testing.T) {
-	const topic = "t"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	src := newSource(t, topic)
-	if _, err := kadm.NewClient(src.producer).CreateTopic(ctx, 1, 1, nil, provenance.Topic); err != nil {
-		t.Fatal(err)
-	}
-	local := src.batchProducer(t)
-	plain := src.batchProducer(t, kgo.DisableIdempotentWrite()) // producer id -1
-	ferryWriter := src.batchProducer(t)
-	id, _, err := ferryWriter.ProducerID(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(src.addrs...)}, "writer-b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
-	if err := rec.Record(ctx, id, "a-to-b"); err != nil {
-		t.Fatal(err)
-	}
-	var want []*kgo.Record
-	n := 0
-	batchOf := func(cl *kgo.Client, count int, copy bool) {
-		recs := numbered(topic, n, count)
-		produceBatch(t, cl, recs)
-		n += count
-		if copy {
-			want = append(want, recs...)
-		}
-	}
-	batchOf(ferryWriter, 4, false) // leading
-	batchOf(local, 3, true)
-	batchOf(ferryWriter, 5, false) // between
-	batchOf(plain, 2, true)
-	batchOf(local, 1, true)
-	batchOf(ferryWriter, 6, false) // trailing: a Skip
-	batchOf(ferryWriter, 2, false)
+// With link.skip_replicated, the batches a Ferry writer copied into the
+// source from this link's own target are not copied back (active-active:
+// B→A leaves out what A→B wrote into B), while a link chained on to a
+// third cluster copies them (B→C delivers to C what A→B wrote into B).
+// Batches of the source's own producers, of producers with no id (-1),
+// and of entries naming no source cluster (an old writer's: counted) are
+// copied by both. When the last batches are left out the partition's
+// checkpoint still reaches its end, through a Skip. The Open names the
+// source cluster, which the writer records with its producer id.
+func TestPassThroughSkipsOnlyWhatCameFromTheTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name, target string
+		skipped      bool
+	}{
+		{name: "active-active B to A", target: "cluster-a", skipped: true},
+		{name: "chain B to C", target: "cluster-c", skipped: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const topic = "t"
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			src := newSource(t, topic) // cluster B
+			if _, err := kadm.NewClient(src.producer).CreateTopic(ctx, 1, 1, nil, provenance.Topic); err != nil {
+				t.Fatal(err)
+			}
+			local := src.batchProducer(t)
+			plain := src.batchProducer(t, kgo.DisableIdempotentWrite()) // producer id -1
+			fromA := src.batchProducer(t)                               // the writer of A→B
+			oldWriter := src.batchProducer(t)                           // a writer older than source clusters
+			rec, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(src.addrs...)}, "writer-b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rec.Close()
+			for cl, source := range map[*kgo.Client]string{fromA: "cluster-a", oldWriter: ""} {
+				id, _, err := cl.ProducerID(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := rec.Record(ctx, id, "a-to-b", source); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var want []*kgo.Record
+			n, skipped, unattributed := 0, 0, 0
+			batchOf := func(cl *kgo.Client, count int) {
+				recs := numbered(topic, n, count)
+				produceBatch(t, cl, recs)
+				n += count
+				switch {
+				case cl == fromA && tc.skipped:
+					skipped += count
+					return
+				case cl == oldWriter:
+					unattributed += count
+				}
+				want = append(want, recs...)
+			}
+			batchOf(fromA, 4) // leading
+			batchOf(local, 3)
+			batchOf(fromA, 5) // between
+			batchOf(plain, 2)
+			batchOf(oldWriter, 3)
+			batchOf(local, 1)
+			batchOf(fromA, 6) // trailing: a Skip when left out
+			batchOf(fromA, 2)
 
+			m := metrics.New(prometheus.NewRegistry())
+			writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
+			writer.SetTargetCluster(tc.target)
+			view, err := provenance.NewView([]kgo.Opt{kgo.SeedBrokers(src.addrs...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer view.Close()
+			_, stop, _ := startRunnerDeps(t, src, newWriters(t, writer.Addr()),
+				m, func(s *Settings) { s.SourceCluster = "cluster-b" },
+				func(d *Deps) { d.Provenance = view }, make(chan struct{}), topic)
+			defer stop()
+			writertest.WaitFor(t, 10*time.Second, "the checkpoint at the partition's end", func() bool { return committedOf(m, topic)() == float64(n) })
+
+			got := writer.Received()
+			sameRecords(t, copiedRecords(t, got), want)
+			if last := got[len(got)-1]; tc.skipped && (last.GetRecordCount() != 0 || last.GetLastOffset() != int64(n-1)) {
+				t.Errorf("last wire batch %d..%d holds %d records, want a Skip to %d", last.GetFirstOffset(), last.GetLastOffset(), last.GetRecordCount(), n-1)
+			}
+			if v := testutil.ToFloat64(m.Replicated.WithLabelValues(testLink, topic, "0")); v != float64(skipped) {
+				t.Errorf("replicated records skipped: %v, want %d", v, skipped)
+			}
+			if v := testutil.ToFloat64(m.Unattributed.WithLabelValues(testLink, topic, "0")); v != float64(unattributed) {
+				t.Errorf("unattributed records copied: %v, want %d", v, unattributed)
+			}
+			if opens := writer.OpenRequests(); len(opens) == 0 || opens[0].GetSourceClusterId() != "cluster-b" {
+				t.Errorf("the Open does not name the source cluster: %v", opens)
+			}
+		})
+	}
+}
+
+// A writer that does not name its target cluster (older than the field)
+// cannot tell a link that skips replicated batches which ones came from
+// its target: the session fails and retries, copying nothing, rather
+// than lose a chain's data or loop.
+func TestSkipReplicatedNeedsTheTargetCluster(t *testing.T) {
+	const topic = "t"
+	src := newSource(t, topic)
+	produceBatch(t, src.batchProducer(t), numbered(topic, 0, 3))
 	m := metrics.New(prometheus.NewRegistry())
 	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 	view, err := provenance.NewView([]kgo.Opt{kgo.SeedBrokers(src.addrs...)})
@@ -667,18 +728,15 @@ func TestPassThroughSkipsWhatFerryWrote(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer view.Close()
-	_, stop, _ := startRunnerDeps(t, src, newWriters(t, writer.Addr()), m, defaults,
+	r, stop, _ := startRunnerDeps(t, src, newWriters(t, writer.Addr()), m, defaults,
 		func(d *Deps) { d.Provenance = view }, make(chan struct{}), topic)
 	defer stop()
-	writertest.WaitFor(t, 10*time.Second, "the checkpoint at the partition's end", func() bool { return committedOf(m, topic)() == float64(n) })
-
-	got := writer.Received()
-	sameRecords(t, copiedRecords(t, got), want)
-	if last := got[len(got)-1]; last.GetRecordCount() != 0 || last.GetLastOffset() != int64(n-1) {
-		t.Errorf("last wire batch %d..%d holds %d records, want a Skip to %d", last.GetFirstOffset(), last.GetLastOffset(), last.GetRecordCount(), n-1)
+	writertest.WaitFor(t, 10*time.Second, "two failed opens", func() bool { return writer.Opens() >= 2 })
+	if n := len(writer.Received()); n != 0 {
+		t.Errorf("%d batches sent to a writer naming no target cluster", n)
 	}
-	if v := testutil.ToFloat64(m.Replicated.WithLabelValues(testLink, topic, "0")); v != 17 {
-		t.Errorf("replicated records skipped: %v, want 17", v)
+	if e := r.Status().LastError; !strings.Contains(e, "target cluster") {
+		t.Errorf("shard's last error %q, want it to name the missing target cluster", e)
 	}
 }
 

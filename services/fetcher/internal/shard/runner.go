@@ -60,6 +60,9 @@ type Settings struct {
 	// partition. Zero: no limit. A larger record inside a smaller batch is
 	// not seen here (batches are not decoded): the writer refuses it.
 	MaxMessageBytes int
+	// SourceCluster is the source's Kafka cluster id, sent in each Open:
+	// the writer records it with its producer id (pkg/provenance).
+	SourceCluster string
 }
 
 // Deps are the shared clients a shard uses.
@@ -81,7 +84,8 @@ type Deps struct {
 	// (link.max_buffered_bytes); nil is no limit beyond each shard's own.
 	Budget *budget.Budget
 	// Provenance, when set, tells the source's batches that a Ferry writer
-	// produced, which the fetch loop then leaves out
+	// copying from the link's target cluster (the writer's Opened names
+	// it) produced, which the fetch loop then leaves out
 	// (link.skip_replicated); nil copies every batch.
 	Provenance *provenance.View
 }
@@ -95,6 +99,10 @@ type Runner struct {
 	lost  <-chan struct{}
 	parts []discovery.Partition
 	log   *slog.Logger
+
+	// warnUnattributed logs once that registry entries without a source
+	// cluster are copied (withoutReplicated); a metric counts each.
+	warnUnattributed sync.Once
 
 	mu     sync.Mutex
 	status Status

@@ -57,6 +57,10 @@ type session struct {
 	// probe says which fetched batches are decoded for tracing
 	// (traceRecords); the fetch loop's alone.
 	probe *tracing.RecordProbe
+	// targetCluster is the target's Kafka cluster id, as the writer's
+	// Opened names it: link.skip_replicated leaves out what was copied
+	// from it.
+	targetCluster string
 	// startedOver are the partitions this session reads from a recreated
 	// topic's start (Runner.fromStart): its acknowledgements of them are
 	// the new topic's, and end the runner's mark.
@@ -112,20 +116,27 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	if err != nil {
 		return false, fmt.Errorf("open stream to %s: %w", addr, err)
 	}
-	resume, err := r.open(stream, hardStop)
+	resume, targetCluster, err := r.open(stream, hardStop)
 	if err != nil {
 		return false, fmt.Errorf("open shard on %s: %w", addr, err)
+	}
+	if r.deps.Provenance != nil && targetCluster == "" {
+		// Without it the registry cannot say which batches came from
+		// the target: skipping all of them loses a chain's data, copying
+		// all of them loops. The session retries until a writer names it.
+		return false, fmt.Errorf("open shard on %s: %w", addr, errNoTargetCluster)
 	}
 	r.update(func(s *Status) { s.Connected, s.LastError = true, "" })
 	r.log.Info("shard stream open", "writer", addr)
 
 	s := &session{
 		r: r, stream: stream, streamSpan: r.traceStream(stream),
-		out:      make(chan queued, outSlots),
-		credit:   semaphore.NewWeighted(int64(r.set.MaxInflightBytes)),
-		hold:     r.deps.Budget.Hold(),
-		probe:    tracing.NewRecordProbe(),
-		recvDone: make(chan struct{}),
+		out:           make(chan queued, outSlots),
+		credit:        semaphore.NewWeighted(int64(r.set.MaxInflightBytes)),
+		hold:          r.deps.Budget.Hold(),
+		probe:         tracing.NewRecordProbe(),
+		recvDone:      make(chan struct{}),
+		targetCluster: targetCluster,
 	}
 	// Deferred first, so it runs last: the reader, the sender and the
 	// receiver are done by then, and nothing holds what the session held.
@@ -204,9 +215,14 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	}
 }
 
-// open sends the Open and waits for the writer's resume offsets.
-func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardStop context.CancelFunc) (map[discovery.Partition]*ferryv1.PartitionPosition, error) {
-	open := &ferryv1.Open{Link: r.set.Link, Shard: uint32(r.shard), Epoch: r.epoch, Fetcher: r.set.FetcherID}
+// errNoTargetCluster: the writer's Opened does not name its target cluster
+// (a writer older than the field), which link.skip_replicated needs.
+var errNoTargetCluster = errors.New("the writer names no target cluster id, which link.skip_replicated needs: upgrade the writers before the fetchers")
+
+// open sends the Open and waits for the writer's resume offsets and its
+// target's cluster id.
+func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardStop context.CancelFunc) (map[discovery.Partition]*ferryv1.PartitionPosition, string, error) {
+	open := &ferryv1.Open{Link: r.set.Link, Shard: uint32(r.shard), Epoch: r.epoch, Fetcher: r.set.FetcherID, SourceClusterId: r.set.SourceCluster}
 	r.mu.Lock()
 	topics := slices.Clone(r.topics)
 	r.mu.Unlock()
@@ -217,25 +233,25 @@ func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardSto
 		open.Partitions = append(open.Partitions, &ferryv1.TopicPartition{Topic: p.Topic, Partition: p.Partition})
 	}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
-		return nil, fmt.Errorf("send open: %w", err)
+		return nil, "", fmt.Errorf("send open: %w", err)
 	}
 	timer := time.AfterFunc(r.set.OpenTimeout, hardStop)
 	resp, err := stream.Recv()
 	if !timer.Stop() {
-		return nil, fmt.Errorf("no answer within %v: %w", r.set.OpenTimeout, context.DeadlineExceeded)
+		return nil, "", fmt.Errorf("no answer within %v: %w", r.set.OpenTimeout, context.DeadlineExceeded)
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	opened := resp.GetOpened()
 	if opened == nil {
-		return nil, errors.New("writer answered the open with something else")
+		return nil, "", errors.New("writer answered the open with something else")
 	}
 	resume := map[discovery.Partition]*ferryv1.PartitionPosition{}
 	for _, pos := range opened.GetResume() {
 		resume[discovery.Partition{Topic: pos.GetTopic(), Partition: pos.GetPartition()}] = pos
 	}
-	return resume, nil
+	return resume, opened.GetTargetClusterId(), nil
 }
 
 // forEachStart calls start with the offset each partition not stopped

@@ -77,6 +77,8 @@ type Writer struct {
 	refuseAbove int
 	// refuseAs is the refusal's reason (refusal.RecordTooLarge when empty).
 	refuseAs string
+	// targetCluster is the target cluster id each Opened names.
+	targetCluster string
 	// received is every batch, in the order received.
 	received []*ferryv1.Batch
 	// openMsgs is every Open, in the order received.
@@ -98,6 +100,14 @@ func (w *Writer) RefuseAs(reason string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.refuseAs = reason
+}
+
+// SetTargetCluster makes each Opened name id as the target's Kafka cluster
+// id, as a real writer names its target's (empty: none, as an old writer).
+func (w *Writer) SetTargetCluster(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.targetCluster = id
 }
 
 // Start serves on addr ("127.0.0.1:0" for a free port, or the address of
@@ -188,7 +198,9 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	if open == nil {
 		return errors.New("first message is not an open")
 	}
-	opened := &ferryv1.Opened{Writer: w.addr}
+	w.mu.Lock()
+	opened := &ferryv1.Opened{Writer: w.addr, TargetClusterId: w.targetCluster}
+	w.mu.Unlock()
 	for _, tp := range open.GetPartitions() {
 		next, ok := w.cps.Next(tp.GetTopic(), tp.GetPartition())
 		opened.Resume = append(opened.Resume, &ferryv1.PartitionPosition{

@@ -462,15 +462,30 @@ func TestSkipWithPayloadIsRefused(t *testing.T) {
 	refusedWhole(t, w, "malformed")
 }
 
-// Each stream's producer id is in the target's provenance topic, so a link
-// reading the target back skips what the writer wrote there.
-func TestProducerIDIsRecorded(t *testing.T) {
+// Each stream's producer id is in the target's provenance topic with the
+// cluster the stream copies from (the Open's source cluster id), and the
+// writer names its target cluster in the Opened: a link reading the target
+// back to that source skips what the writer wrote there, and a link
+// chained on to a third cluster copies it.
+func TestProducerIDIsRecordedWithItsSource(t *testing.T) {
 	for _, exactlyOnce := range []bool{false, true} {
 		t.Run(fmt.Sprintf("exactly-once %v", exactlyOnce), func(t *testing.T) {
 			w := startWriter(t, passthroughLinks(t, exactlyOnce))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			stream := w.openOrders(ctx, t, "east")
+			stream, opened := w.openOrdersFrom(ctx, t, "east", "cluster-a")
+			cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			target, err := provenance.ClusterID(ctx, cl)
+			if err != nil || target == "" {
+				t.Fatalf("target cluster id %q, %v", target, err)
+			}
+			if opened.GetTargetClusterId() != target {
+				t.Errorf("Opened names target cluster %q, want %q", opened.GetTargetClusterId(), target)
+			}
 			if err := sendKafka(t, stream, 1, 0, sourceBatch(t, 0, 5, nil, recordbatch.LZ4, 0)); err != nil {
 				t.Fatalf("stream ended: %v", err)
 			}
@@ -484,12 +499,14 @@ func TestProducerIDIsRecorded(t *testing.T) {
 			}
 			defer v.Close()
 			id := infos[0].ProducerID
-			got, err := v.Ferry(ctx, []int64{id, 77})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !got[id] || got[77] {
-				t.Fatalf("writer's producer %d recorded: %v; the source's 77: %v", id, got[id], got[77])
+			for from, want := range map[string]provenance.Origin{"cluster-a": provenance.CopiedFrom, "cluster-c": provenance.CopiedFromOther} {
+				got, err := v.Origins(ctx, []int64{id, 77}, from)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got[id] != want || got[77] != provenance.NotCopied {
+					t.Errorf("asked about %s: writer's producer %d: %v, want %v; the source's 77: %v", from, id, got[id], want, got[77])
+				}
 			}
 		})
 	}

@@ -155,6 +155,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	}
 	defer cl.Close()
 	var prod *producer.Producer
+	var targetCluster string // the target's Kafka cluster id, for the Opened
 	err = func() error {
 		limit := s.opts.Producer.MaxMessageBytes
 		by := "the writer's producer.max_message_bytes"
@@ -214,7 +215,15 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		}
 		if rec := s.opts.Recorder; rec != nil {
 			id, _ := prod.ID()
-			err := step(log, "record producer id", func() error { return rec.Record(ss.ctx, id, ss.link.Name) })
+			err := step(log, "record producer id", func() (err error) {
+				// The fetcher skips what this writer copies only when it
+				// reads the target on a link back to the source: it
+				// compares the source recorded here with its own target.
+				if targetCluster, err = rec.ClusterID(ss.ctx); err != nil {
+					return err
+				}
+				return rec.Record(ss.ctx, id, ss.link.Name, ss.open.GetSourceClusterId())
+			})
 			if err != nil {
 				return err
 			}
@@ -233,7 +242,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	if err != nil {
 		return err
 	}
-	opened := &ferryv1.Opened{Writer: s.opts.ID}
+	opened := &ferryv1.Opened{Writer: s.opts.ID, TargetClusterId: targetCluster}
 	for tp := range ss.next {
 		pos := &ferryv1.PartitionPosition{Topic: tp.topic, Partition: tp.partition}
 		if cp, ok := s.store.Get(ss.key(tp)); ok {

@@ -196,20 +196,29 @@ func (w *testWriter) open(t *testing.T, link string, topicNames ...string) (*fer
 // waits for the writer's Opened.
 func (w *testWriter) openOrders(ctx context.Context, t *testing.T, link string) ferryv1.ReplicationService_ReplicateClient {
 	t.Helper()
+	stream, _ := w.openOrdersFrom(ctx, t, link, "")
+	return stream
+}
+
+// openOrdersFrom is openOrders from the source cluster whose Kafka cluster
+// id is source; it returns the writer's Opened too.
+func (w *testWriter) openOrdersFrom(ctx context.Context, t *testing.T, link, source string) (ferryv1.ReplicationService_ReplicateClient, *ferryv1.Opened) {
+	t.Helper()
 	stream, err := w.client.Replicate(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := &ferryv1.Open{Link: link, Shard: 1, Epoch: 1, Fetcher: "f1",
+	open := &ferryv1.Open{Link: link, Shard: 1, Epoch: 1, Fetcher: "f1", SourceClusterId: source,
 		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
 		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
 		t.Fatal(err)
 	}
-	if resp, err := stream.Recv(); err != nil || resp.GetOpened() == nil {
+	resp, err := stream.Recv()
+	if err != nil || resp.GetOpened() == nil {
 		t.Fatalf("open answered %v, %v; want Opened", resp, err)
 	}
-	return stream
+	return stream, resp.GetOpened()
 }
 
 func mustFilter(t *testing.T, include, exclude []string) topicfilter.Filter {
