@@ -9,7 +9,9 @@
 // assigns its own), the partition leader epoch, the producer id, epoch and
 // base sequence (the target deduplicates by them), the transactional bit,
 // and the CRC that covers them. The batches that cannot pass through are
-// decoded with Records and rebuilt with Build.
+// decoded with Records and rebuilt with Build; among them the batches a
+// compacted source's cleaner stamped with a delete horizon
+// (Info.DeleteHorizon): a rebuilt batch never carries one.
 //
 // Legacy message sets (magic 0 and 1, written before Kafka 0.11) have no
 // v2 batch to pass on: FromLegacy converts a run of legacy messages into

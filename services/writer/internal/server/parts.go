@@ -70,6 +70,11 @@ const maxInflated = 64 << 20
 //     numbers count records);
 //   - its timestamps are the source broker's (LogAppendTime): the records
 //     keep them as CreateTime, as a rebuilt record's timestamp;
+//   - it carries the delete horizon a compacted source's cleaner set
+//     (recordbatch.Info.DeleteHorizon): passed on, the target's cleaner
+//     would drop its tombstones by the source's horizon, maybe already
+//     past, before a lagging target consumer saw them; rebuilt, it has no
+//     horizon and the target's cleaner sets its own;
 //   - it is larger than the target takes (ss.maxBatch).
 //
 // A target topic whose compression.type differs from a passing batch's
@@ -89,9 +94,10 @@ func (ss *session) parts(b *ferryv1.Batch) ([]part, error) {
 	parts := make([]part, 0, len(kbs))
 	for _, k := range kbs {
 		info := k.Info
+		_, horizon := info.DeleteHorizon()
 		pass := info.BaseOffset >= b.GetFirstOffset() &&
 			info.NumRecords == info.LastOffsetDelta+1 &&
-			!info.LogAppendTime() &&
+			!info.LogAppendTime() && !horizon &&
 			len(k.Raw) <= ss.maxBatch
 		// With tracing on, a passing batch is decoded only when the probe
 		// picks it (records carrying trace contexts get spans of their
