@@ -64,7 +64,7 @@ func allocated(f func()) uint64 {
 // holds (nor the 88 bytes a record Records would index).
 func TestBombsAreRefusedBeforeInflating(t *testing.T) {
 	const limit = 1 << 20
-	counted := bomb(t, 4<<20, true)    // 4 Mi records: 28 MiB
+	counted := bomb(t, 4<<20, true)               // 4 Mi records: 28 MiB
 	oneClaimed := claim(bomb(t, 4<<20, false), 1) // streamed: only inflating shows the size
 	// A frame declaring a 256 MiB window: the decoder would allocate it
 	// whole before the first block, however little follows.
