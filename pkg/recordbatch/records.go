@@ -26,9 +26,10 @@ type Record struct {
 	Headers     []Header // a header Value nil means null
 }
 
-// minRecordSize is the smallest encoded record: the length, attributes,
+// MinRecordSize is the smallest encoded record: the length, attributes,
 // timestamp delta, offset delta, key, value and header count, a byte each.
-const minRecordSize = 7
+// A batch's record count times this is the least it decompresses to.
+const MinRecordSize = 7
 
 // rawBuffers hold the uncompressed records of a batch being compressed.
 var rawBuffers = sync.Pool{New: func() any { return new([]byte) }}
@@ -203,9 +204,9 @@ func Records(b []byte, maxDecompressed int) ([]Record, error) {
 			return nil, fmt.Errorf("batch at offset %d: %w", info.BaseOffset, err)
 		}
 	}
-	// A record takes at least minRecordSize bytes, so a count that cannot
+	// A record takes at least MinRecordSize bytes, so a count that cannot
 	// fit is refused before it sizes an allocation.
-	if int64(info.NumRecords)*minRecordSize > int64(len(raw)) {
+	if int64(info.NumRecords)*MinRecordSize > int64(len(raw)) {
 		return nil, fmt.Errorf("batch at offset %d: header says %d records, %d bytes cannot hold them",
 			info.BaseOffset, info.NumRecords, len(raw))
 	}
@@ -232,10 +233,10 @@ func Records(b []byte, maxDecompressed int) ([]Record, error) {
 
 // checkCount refuses, before anything is inflated, a compressed batch whose
 // header counts more records than its bound (positive) can hold: each takes
-// at least minRecordSize bytes decompressed. A bomb of a few KB declaring
+// at least MinRecordSize bytes decompressed. A bomb of a few KB declaring
 // millions of records costs nothing to refuse then.
 func checkCount(info Info, bound int) error {
-	if need := int64(info.NumRecords) * minRecordSize; bound > 0 && need > int64(bound) {
+	if need := int64(info.NumRecords) * MinRecordSize; bound > 0 && need > int64(bound) {
 		return fmt.Errorf("batch at offset %d: %d records take at least %d bytes decompressed: %w (%d)",
 			info.BaseOffset, info.NumRecords, need, ErrTooLarge, bound)
 	}
