@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"hash/crc32"
@@ -156,5 +157,46 @@ func TestDecompressionBombStopsItsPartition(t *testing.T) {
 				t.Errorf("target orders/1 holds %v, want its 10 records", got)
 			}
 		})
+	}
+}
+
+// TestMergingInflatesAtMostABatch: a small, highly compressible source
+// batch sharing a round with another batch of its partition (what any
+// producer on the source can write) is merged only if its records fit a
+// target batch, found without inflating more than a batch: a million
+// records in under 1 MiB of zstd (9 MB decompressed, 88 MB indexed by the
+// record-by-record fallback before) pass as they are instead.
+func TestMergingInflatesAtMostABatch(t *testing.T) {
+	w := startWriterWith(t, passthroughLinks(t, false), func(p *ProducerSettings) { p.MergeBelow = 1 << 20 })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream := w.openOrders(ctx, t, "east")
+	small := sourceBatch(t, 0, 3, nil, recordbatch.LZ4, 0)
+	const n = 1_000_000
+	var recs []recordbatch.Record
+	for range n {
+		recs = append(recs, recordbatch.Record{Timestamp: time.Now().UnixMilli()})
+	}
+	dense, err := recordbatch.Build(nil, recs, recordbatch.Zstd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.BigEndian.PutUint64(dense, 3) // base offset 3, after small
+	if len(dense) >= 1<<20 {
+		t.Fatalf("the dense batch takes %d bytes, want it under merge_below and a batch", len(dense))
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err = sendKafka(t, stream, 1, 0, small, dense)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatalf("stream ended: %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 32<<20 {
+		t.Errorf("the writer allocated %d MB for a %d-byte batch", got>>20, len(dense))
+	}
+	infos, raws := targetRaw(t, w)
+	if len(raws) != 2 || infos[1].NumRecords != n || !bytes.Equal(raws[1][recordbatch.HeaderSize:], dense[recordbatch.HeaderSize:]) {
+		t.Fatalf("target holds %d batches, want the small one and the dense one as it is", len(raws))
 	}
 }
