@@ -58,7 +58,7 @@ func (r Refusal) Error() string {
 	case TargetRefused:
 		return fmt.Sprintf("record refused by the target: %s/%d offset %d: %s", r.Topic, r.Partition, r.Offset, r.Cause)
 	case BatchTooLarge:
-		return fmt.Sprintf("batch too large to rebuild: %s/%d batch at offset %d: %s, above %s %d",
+		return fmt.Sprintf("batch too large to rebuild: %s/%d offset %d: %s, above %s %d",
 			r.Topic, r.Partition, r.Offset, r.Cause, r.Setting, r.Limit)
 	}
 	limit := ""
