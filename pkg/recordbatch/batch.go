@@ -35,6 +35,7 @@ const (
 	attrLogAppendTime = 0x08
 	attrTransactional = 0x10
 	attrControl       = 0x20
+	attrDeleteHorizon = 0x40
 )
 
 // ErrTruncated reports bytes that end before the batch they begin does.
@@ -75,6 +76,25 @@ func (i Info) Transactional() bool { return i.Attributes&attrTransactional != 0 
 // Control reports whether the batch holds a transaction marker (bit 5), which
 // only brokers may write.
 func (i Info) Control() bool { return i.Attributes&attrControl != 0 }
+
+// DeleteHorizon reports the delete horizon a compacted log's cleaner set on
+// the batch (attributes bit 6, KIP-534) and whether it set one.
+//
+// Kafka's rule (MemoryRecordsBuilder, DefaultRecordBatch): the cleaner
+// rewrites a batch holding tombstones or transaction markers with the bit
+// set and the horizon as its base timestamp (FirstTimestamp), and writes
+// each record's timestamp delta against that base, so a record's timestamp
+// is FirstTimestamp plus its delta with the bit set or not (Records reads
+// it so); only FirstTimestamp is then no record's own. A cleaner removes
+// the batch's tombstones once the horizon is past, so a copy must not keep
+// the bit: the target would drop them at the source's horizon, maybe
+// already past, instead of delete.retention.ms after its own cleaning.
+func (i Info) DeleteHorizon() (int64, bool) {
+	if i.Attributes&attrDeleteHorizon == 0 {
+		return 0, false
+	}
+	return i.FirstTimestamp, true
+}
 
 // Size is the number of bytes of the whole batch, 12 + Length.
 func (i Info) Size() int { return 12 + int(i.Length) }

@@ -74,11 +74,19 @@ func (b *Builder) AddRecord(rec Record, limit int) bool {
 var ErrCannotMerge = errors.New("batch cannot be merged")
 
 // AddBatch appends every record of raw, exactly one v2 batch with
-// CreateTime timestamps and consecutive offsets, decompressed within
-// maxDecompressed bytes (0: no bound), if the batch being built stays
-// within limit bytes uncompressed (Len). It reports whether it did; when it
-// did not, nothing was added. Each record is checked as Records checks it
-// (its fields fill its length exactly); the CRC is the caller's to check.
+// CreateTime timestamps and consecutive offsets, if the batch being built
+// stays within limit bytes uncompressed (Len). It reports whether it did;
+// when it did not, nothing was added.
+//
+// Nothing is inflated past what could fit: records that take more than
+// limit bytes uncompressed do not fit (false), and neither does a batch
+// whose header counts more records than limit bytes can hold; both are
+// found without decompressing more than limit bytes (a compression bomb
+// costs the limit, not what it inflates to). maxDecompressed (0: none)
+// is a hard bound: a batch inflating past it, when it is below limit, is
+// an error wrapping ErrTooLarge. Each record is checked as Records checks
+// it (its fields fill its length exactly); the CRC is the caller's to
+// check.
 func (b *Builder) AddBatch(raw []byte, maxDecompressed, limit int) (bool, error) {
 	info, err := parseOne(raw)
 	if err != nil {
@@ -87,10 +95,24 @@ func (b *Builder) AddBatch(raw []byte, maxDecompressed, limit int) (bool, error)
 	if info.LogAppendTime() || info.Control() || info.NumRecords != info.LastOffsetDelta+1 || info.Size() != len(raw) {
 		return false, fmt.Errorf("batch at offset %d: %w", info.BaseOffset, ErrCannotMerge)
 	}
+	bound, hard := limit, maxDecompressed > 0 && maxDecompressed < limit
+	if hard {
+		bound = maxDecompressed
+	}
 	src := raw[HeaderSize:]
 	if c := info.Compression(); c != None && len(src) > 0 {
-		if b.scratch, err = decompress(b.scratch, src, c, maxDecompressed); err != nil {
-			return false, fmt.Errorf("batch at offset %d: %w", info.BaseOffset, err)
+		err := checkCount(info, bound)
+		if err == nil {
+			b.scratch, err = decompress(b.scratch, src, c, bound)
+			if err != nil {
+				err = fmt.Errorf("batch at offset %d: %w", info.BaseOffset, err)
+			}
+		}
+		if errors.Is(err, ErrTooLarge) && !hard {
+			return false, nil // larger than a batch of limit bytes
+		}
+		if err != nil {
+			return false, err
 		}
 		src = b.scratch
 	}
@@ -103,14 +125,14 @@ func (b *Builder) AddBatch(raw []byte, maxDecompressed, limit int) (bool, error)
 			return false, fmt.Errorf("batch at offset %d: record %d of %d: %w", info.BaseOffset, i, info.NumRecords, err)
 		}
 		src = src[used:]
+		if b.Len() > limit {
+			undo()
+			return false, nil
+		}
 	}
 	if len(src) != 0 {
 		undo()
 		return false, fmt.Errorf("batch at offset %d: %d trailing bytes after the %d records the header counts", info.BaseOffset, len(src), info.NumRecords)
-	}
-	if b.Len() > limit {
-		undo()
-		return false, nil
 	}
 	return true, nil
 }

@@ -75,8 +75,8 @@ func TestBuilderLimit(t *testing.T) {
 		t.Fatalf("AddBatch larger than the limit into an empty builder = %v, %v, %d records", ok, err, b.Records())
 	}
 	// The decompression bound refuses a bomb before it inflates.
-	if _, err := b.AddBatch(one, 100, 1<<20); !errors.Is(err, errTooLarge) {
-		t.Fatalf("AddBatch over maxDecompressed = %v, want errTooLarge", err)
+	if _, err := b.AddBatch(one, 100, 1<<20); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("AddBatch over maxDecompressed = %v, want ErrTooLarge", err)
 	}
 }
 

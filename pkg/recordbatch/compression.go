@@ -52,8 +52,9 @@ func (c Compression) String() string {
 
 func (c Compression) valid() bool { return c >= None && c <= Zstd }
 
-// errTooLarge reports records that would decompress past the caller's bound.
-var errTooLarge = errors.New("decompressed size over the limit")
+// ErrTooLarge reports records that would decompress past the caller's
+// bound: a batch the caller cannot take whole, or a compression bomb.
+var ErrTooLarge = errors.New("decompressed size over the limit")
 
 // appendWriter is an io.Writer appending to a slice, so the stream codecs
 // compress straight into the batch being built.
@@ -197,10 +198,19 @@ type zstdStream struct {
 	src bytes.Reader
 }
 
+// zstdMaxWindow is the largest window a bounded zstd decode accepts. The
+// decoder allocates a frame's whole window (and two blocks) before its
+// first block, whatever follows: a frame of a few hundred bytes declaring
+// the default maximum of 512 MiB would cost that much. Kafka's Java
+// producer streams with the window of its level (2 MiB at the default 3,
+// 8 MiB at 19; 32 to 128 MiB only at levels 20 to 22), other clients
+// declare the content's size; a larger window is refused as ErrTooLarge.
+const zstdMaxWindow = 8 << 20
+
 var (
 	gzipReaders = sync.Pool{New: func() any { return new(gzipReader) }}
 	zstdStreams = sync.Pool{New: func() any {
-		zr, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+		zr, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(zstdMaxWindow))
 		if err != nil {
 			return err
 		}
@@ -334,7 +344,7 @@ func inflateLZ4Frame(out, src []byte, limit int) ([]byte, []byte, error) {
 			}
 		}
 		if limit > 0 && len(out) > limit {
-			return nil, nil, fmt.Errorf("%w (%d)", errTooLarge, limit)
+			return nil, nil, fmt.Errorf("%w (%d)", ErrTooLarge, limit)
 		}
 	}
 	if contentSum {
@@ -361,7 +371,7 @@ func inflateZstd(dst, src []byte, limit int) ([]byte, error) {
 	// A frame declaring its size is refused before a byte is decoded.
 	var h zstd.Header
 	if h.Decode(src) == nil && h.HasFCS && h.FrameContentSize > uint64(limit) {
-		return nil, fmt.Errorf("zstd: frame declares %d bytes: %w (%d)", h.FrameContentSize, errTooLarge, limit)
+		return nil, fmt.Errorf("zstd: frame declares %d bytes: %w (%d)", h.FrameContentSize, ErrTooLarge, limit)
 	}
 	// The rest is streamed rather than decoded with DecodeAll: a decoder's
 	// memory bound also caps the window it accepts, and Kafka's Java
@@ -382,6 +392,9 @@ func inflateZstd(dst, src []byte, limit int) ([]byte, error) {
 	}
 	defer zs.zr.Reset(nil)
 	out, err := readBounded(dst, zs.zr, len(src), limit)
+	if errors.Is(err, zstd.ErrWindowSizeExceeded) {
+		return nil, fmt.Errorf("zstd: window above %d bytes: %w (%d)", zstdMaxWindow, ErrTooLarge, limit)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
@@ -401,7 +414,7 @@ func readBounded(dst []byte, r io.Reader, srcLen, limit int) ([]byte, error) {
 		return nil, err
 	}
 	if limit > 0 && buf.Len() > limit {
-		return nil, fmt.Errorf("%w (%d)", errTooLarge, limit)
+		return nil, fmt.Errorf("%w (%d)", ErrTooLarge, limit)
 	}
 	return buf.Bytes(), nil
 }
@@ -417,7 +430,7 @@ func inflateSnappy(dst, src []byte, limit int) ([]byte, error) {
 			return nil, fmt.Errorf("snappy: %w", err)
 		}
 		if limit > 0 && n > limit {
-			return nil, fmt.Errorf("snappy: block declares %d bytes: %w (%d)", n, errTooLarge, limit)
+			return nil, fmt.Errorf("snappy: block declares %d bytes: %w (%d)", n, ErrTooLarge, limit)
 		}
 		out, err := snappy.Decode(slices.Grow(dst[:0], n)[:n], src)
 		if err != nil {
@@ -432,7 +445,7 @@ func inflateSnappy(dst, src []byte, limit int) ([]byte, error) {
 		return nil, fmt.Errorf("snappy: %w", err)
 	}
 	if limit > 0 && total > limit {
-		return nil, fmt.Errorf("snappy: blocks declare %d bytes: %w (%d)", total, errTooLarge, limit)
+		return nil, fmt.Errorf("snappy: blocks declare %d bytes: %w (%d)", total, ErrTooLarge, limit)
 	}
 	out := slices.Grow(dst[:0], total)[:total]
 	at := 0

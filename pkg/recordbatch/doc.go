@@ -9,7 +9,9 @@
 // assigns its own), the partition leader epoch, the producer id, epoch and
 // base sequence (the target deduplicates by them), the transactional bit,
 // and the CRC that covers them. The batches that cannot pass through are
-// decoded with Records and rebuilt with Build.
+// decoded with Records and rebuilt with Build; among them the batches a
+// compacted source's cleaner stamped with a delete horizon
+// (Info.DeleteHorizon): a rebuilt batch never carries one.
 //
 // Legacy message sets (magic 0 and 1, written before Kafka 0.11) have no
 // v2 batch to pass on: FromLegacy converts a run of legacy messages into
@@ -33,9 +35,12 @@
 //     codec's framing as Kafka frames it (xerial framing for snappy, the LZ4
 //     frame format with 64 KiB blocks, plain gzip and zstd frames), producer
 //     id, epoch and base sequence -1, ready for SetProducer.
-//   - Records and FromLegacy never inflate past their bound: sizes a codec
-//     declares are checked before anything is decompressed, and streams are
-//     cut one byte past the bound.
+//   - Records, AddBatch and FromLegacy never inflate past their bound
+//     (AddBatch's is its limit): a record count the bound cannot hold
+//     (MinRecordSize each) and sizes a codec declares are checked before
+//     anything is decompressed, zstd windows above 8 MiB (which the
+//     decoder would allocate whole) are refused, and streams are cut one
+//     byte past the bound. Over it: ErrTooLarge.
 //   - Null and empty keys, values and header values stay distinct: nil is
 //     null, a non-nil empty slice is empty.
 package recordbatch

@@ -387,7 +387,7 @@ func TestFromLegacyErrors(t *testing.T) {
 		{name: "nested compressed wrapper",
 			in:  wrap1(t, 5, Gzip, 0, baseTS, inner[0], wrap1(t, 1, Gzip, 0, baseTS, inner...)),
 			has: "message at offset 5 (gzip): inner message at offset 1: compressed too (codec 1), nested compression"},
-		{name: "decompression bound exceeded", in: bomb, limit: 64 << 10, is: errTooLarge, has: "message at offset 3 (gzip): gzip: "},
+		{name: "decompression bound exceeded", in: bomb, limit: 64 << 10, is: ErrTooLarge, has: "message at offset 3 (gzip): gzip: "},
 		{name: "lz4 in magic 1 with the broken header checksum",
 			in: resealed(wrap1(t, 3, LZ4, 0, baseTS, inner...), func(b []byte) []byte {
 				b[legacyHeader1+4+4+6] = byte(xxh32Short(b[legacyHeader1+8:legacyHeader1+8+6]) >> 8) // over magic and descriptor

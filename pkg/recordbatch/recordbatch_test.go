@@ -328,8 +328,8 @@ func TestLZ4Frames(t *testing.T) {
 	if got, err := inflateLZ4(nil, packed, 0); err != nil || !bytes.Equal(got, zeros) {
 		t.Fatalf("highly compressible blocks: %v, %d bytes", err, len(got))
 	}
-	if _, err := inflateLZ4(nil, frame, 1000); !errors.Is(err, errTooLarge) {
-		t.Fatalf("limit: %v, want errTooLarge", err)
+	if _, err := inflateLZ4(nil, frame, 1000); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("limit: %v, want ErrTooLarge", err)
 	}
 	withHC := func(mutate func(f []byte)) []byte {
 		f := bytes.Clone(frame)
@@ -759,7 +759,7 @@ func TestRecordsBound(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := rawBatch(tc.c, tc.payload, 1, baseTS)
 			_, err := Records(b, limit)
-			if !errors.Is(err, errTooLarge) {
+			if !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("%d compressed bytes inflating to %d: error %v, want the limit's", len(tc.payload), len(zeros), err)
 			}
 			if !strings.Contains(err.Error(), "batch at offset 0: "+tc.c.String()) {

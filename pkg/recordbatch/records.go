@@ -26,9 +26,10 @@ type Record struct {
 	Headers     []Header // a header Value nil means null
 }
 
-// minRecordSize is the smallest encoded record: the length, attributes,
+// MinRecordSize is the smallest encoded record: the length, attributes,
 // timestamp delta, offset delta, key, value and header count, a byte each.
-const minRecordSize = 7
+// A batch's record count times this is the least it decompresses to.
+const MinRecordSize = 7
 
 // rawBuffers hold the uncompressed records of a batch being compressed.
 var rawBuffers = sync.Pool{New: func() any { return new([]byte) }}
@@ -181,8 +182,10 @@ func RecordSize(rec Record) int {
 // Timestamp: FirstTimestamp plus its delta, or, in a LogAppendTime batch,
 // MaxTimestamp, which is the broker's stamp for all of them (Kafka's rule).
 // maxDecompressed bounds the decompressed size of a compressed batch,
-// refusing a compression bomb before inflating past it; 0 means no bound. Keys, values and header values
-// alias b when it is uncompressed, a new buffer otherwise.
+// refusing a compression bomb (ErrTooLarge) before inflating past it: a
+// record count the bound cannot hold is refused before anything is
+// inflated; 0 means no bound. Keys, values and header values alias b when
+// it is uncompressed, a new buffer otherwise.
 //
 // The CRC is not checked here: CheckCRC does that.
 func Records(b []byte, maxDecompressed int) ([]Record, error) {
@@ -194,13 +197,16 @@ func Records(b []byte, maxDecompressed int) ([]Record, error) {
 	// Compaction can empty a batch and keep it for its producer state; such
 	// a batch has no records bytes to decompress, whatever its codec.
 	if c := info.Compression(); c != None && (len(raw) > 0 || info.NumRecords > 0) {
+		if err := checkCount(info, maxDecompressed); err != nil {
+			return nil, err
+		}
 		if raw, err = decompress(nil, raw, c, maxDecompressed); err != nil {
 			return nil, fmt.Errorf("batch at offset %d: %w", info.BaseOffset, err)
 		}
 	}
-	// A record takes at least minRecordSize bytes, so a count that cannot
+	// A record takes at least MinRecordSize bytes, so a count that cannot
 	// fit is refused before it sizes an allocation.
-	if int64(info.NumRecords)*minRecordSize > int64(len(raw)) {
+	if int64(info.NumRecords)*MinRecordSize > int64(len(raw)) {
 		return nil, fmt.Errorf("batch at offset %d: header says %d records, %d bytes cannot hold them",
 			info.BaseOffset, info.NumRecords, len(raw))
 	}
@@ -223,6 +229,18 @@ func Records(b []byte, maxDecompressed int) ([]Record, error) {
 			info.BaseOffset, len(raw), info.NumRecords)
 	}
 	return recs, nil
+}
+
+// checkCount refuses, before anything is inflated, a compressed batch whose
+// header counts more records than its bound (positive) can hold: each takes
+// at least MinRecordSize bytes decompressed. A bomb of a few KB declaring
+// millions of records costs nothing to refuse then.
+func checkCount(info Info, bound int) error {
+	if need := int64(info.NumRecords) * MinRecordSize; bound > 0 && need > int64(bound) {
+		return fmt.Errorf("batch at offset %d: %d records take at least %d bytes decompressed: %w (%d)",
+			info.BaseOffset, info.NumRecords, need, ErrTooLarge, bound)
+	}
+	return nil
 }
 
 var errNoRecord = errors.New("no bytes left: fewer records than the header counts")

@@ -25,6 +25,11 @@ const (
 	// TargetRefused: the target's brokers refused a record for good
 	// (INVALID_RECORD, INVALID_TIMESTAMP, ...); Cause is Kafka's error.
 	TargetRefused = "TARGET_REFUSED"
+	// BatchTooLarge: a source batch the writer must decompress to
+	// rebuild inflates past what it may (Limit, by Setting); Cause says
+	// what the batch holds. A compression bomb ends here, and so does a
+	// legitimate batch larger than the writer is configured to rebuild.
+	BatchTooLarge = "BATCH_TOO_LARGE"
 )
 
 const domain = "ferry-replicator.io"
@@ -34,22 +39,27 @@ type Refusal struct {
 	Reason    string
 	Topic     string // source topic
 	Partition int32
-	// Offset is the source offset of the record refused.
+	// Offset is the source offset of the record refused (BatchTooLarge:
+	// the batch's first offset to copy).
 	Offset int64
 	// Size is the record's size in bytes, Limit what it was above, and
 	// Setting the setting (or target config) that sets the limit.
 	Size, Limit int64
 	Setting     string
 	// Cause is the target's error (TargetRefused): Kafka's error name and
-	// message.
+	// message; for BatchTooLarge, what the batch holds and inflates to.
 	Cause string
 }
 
 // Error is the refusal in words: what, where, and why (how big, which
 // limit; or the target's error).
 func (r Refusal) Error() string {
-	if r.Reason == TargetRefused {
+	switch r.Reason {
+	case TargetRefused:
 		return fmt.Sprintf("record refused by the target: %s/%d offset %d: %s", r.Topic, r.Partition, r.Offset, r.Cause)
+	case BatchTooLarge:
+		return fmt.Sprintf("batch too large to rebuild: %s/%d offset %d: %s, above %s %d",
+			r.Topic, r.Partition, r.Offset, r.Cause, r.Setting, r.Limit)
 	}
 	limit := ""
 	if r.Limit > 0 {

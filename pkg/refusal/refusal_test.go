@@ -13,6 +13,8 @@ func TestStatusRoundTrip(t *testing.T) {
 	for _, r := range []Refusal{
 		{Reason: RecordTooLarge, Topic: "orders", Partition: 3, Offset: 1234, Size: 2 << 20, Limit: 1 << 20, Setting: "producer.max_message_bytes"},
 		{Reason: TargetRefused, Topic: "orders", Partition: 1, Offset: 7, Cause: "INVALID_RECORD: ..."},
+		{Reason: BatchTooLarge, Topic: "orders", Partition: 2, Offset: 100, Size: 7_000_000, Limit: 4 << 20, Setting: "max_batch_bytes",
+			Cause: "1000000 records, 729 bytes zstd, at least 7000000 bytes decompressed"},
 	} {
 		roundTrip(t, r)
 	}

@@ -312,6 +312,13 @@ const (
 	// against the target topic's message.timestamp.*.max.ms; ...): the
 	// writer's refusal names the record and Kafka's error.
 	ReasonTargetRefused = "target_refused"
+	// ReasonBatchTooLarge: a source batch the writer must decompress to
+	// rebuild (LogAppendTime, offset gaps, a delete horizon, straddling
+	// the resume offset) inflates past the writer's max_batch_bytes, or
+	// its decoded records past the writer's max_buffered_bytes: a
+	// compression bomb, or a batch larger than the writer is configured
+	// to rebuild.
+	ReasonBatchTooLarge = "batch_too_large"
 	// ReasonSourceUnreadable: the fetcher cannot read the partition's
 	// batches as they are, and fetching again will not change
 	// it: a batch or legacy message failing its CRC, a legacy message set
@@ -336,8 +343,11 @@ func (r *Runner) stopRefused(ref refusal.Refusal) bool {
 // /status name stops; a reason this fetcher does not know (a newer writer)
 // is a target refusal.
 func refusedReason(ref refusal.Refusal) string {
-	if ref.Reason == refusal.RecordTooLarge {
+	switch ref.Reason {
+	case refusal.RecordTooLarge:
 		return ReasonRecordTooLarge
+	case refusal.BatchTooLarge:
+		return ReasonBatchTooLarge
 	}
 	return ReasonTargetRefused
 }

@@ -131,6 +131,7 @@ func TestRecordTooLargeStopsOnlyItsPartition(t *testing.T) {
 		{"refused by the writer", 5_000, "", 0, ReasonRecordTooLarge, "the test writer's limit"},
 		{"above writers.max_message_bytes", 0, "", 5_000, ReasonRecordTooLarge, "writers.max_message_bytes"},
 		{"refused by the target's brokers", 5_000, refusal.TargetRefused, 0, ReasonTargetRefused, "INVALID_RECORD"},
+		{"a batch too large to rebuild", 5_000, refusal.BatchTooLarge, 0, ReasonBatchTooLarge, "max_batch_bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -95,7 +95,8 @@ func (w *Writer) RefuseBatchesAbove(n int) {
 
 // RefuseAs makes the refusals of RefuseBatchesAbove carry reason
 // (refusal.TargetRefused: as the target's brokers refuse a record for
-// good), instead of refusal.RecordTooLarge.
+// good; refusal.BatchTooLarge: as a writer refuses a batch too large to
+// rebuild), instead of refusal.RecordTooLarge.
 func (w *Writer) RefuseAs(reason string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -235,9 +236,13 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 		hold, refuseAbove, refuseAs := w.hold, w.refuseAbove, w.refuseAs
 		w.mu.Unlock()
 		if refuseAbove > 0 && int(b.GetUncompressedSize()) > refuseAbove {
-			if refuseAs == refusal.TargetRefused {
+			switch refuseAs {
+			case refusal.TargetRefused:
 				return refusal.Refusal{Reason: refuseAs, Topic: b.GetTopic(), Partition: b.GetPartition(), Offset: b.GetFirstOffset(),
 					Cause: "INVALID_RECORD: the test writer's target"}.Status()
+			case refusal.BatchTooLarge:
+				return refusal.Refusal{Reason: refuseAs, Topic: b.GetTopic(), Partition: b.GetPartition(), Offset: b.GetFirstOffset(),
+					Limit: int64(refuseAbove), Setting: "max_batch_bytes", Cause: "at least 7000000 bytes decompressed"}.Status()
 			}
 			return refusal.Refusal{Reason: refusal.RecordTooLarge, Topic: b.GetTopic(), Partition: b.GetPartition(),
 				Offset: b.GetFirstOffset(), Size: int64(b.GetUncompressedSize()), Limit: int64(refuseAbove), Setting: "the test writer's limit"}.Status()

@@ -27,6 +27,9 @@ type round struct {
 	last []batchRecord
 	// data counts the batches of records; checkpoint batches follow them.
 	data int
+	// maxDecoded bounds what a passing batch decompresses to when its
+	// records must be named (eachRecord): max_batch_bytes.
+	maxDecoded int
 }
 
 // recordAt is record index of part part of group member member;
@@ -52,7 +55,7 @@ func (ss *session) build(group []work) (*round, error) {
 		ss.s.builders.Put(ss.builder)
 		ss.builder = nil
 	}()
-	r := &round{last: make([]batchRecord, len(group))}
+	r := &round{last: make([]batchRecord, len(group)), maxDecoded: ss.s.opts.MaxBatchBytes}
 	for j := range r.last {
 		r.last[j].batch = -1
 	}
@@ -93,15 +96,8 @@ func (ss *session) build(group []work) (*round, error) {
 		for _, j := range byPartition[tp] {
 			for k := range group[j].parts {
 				p := &group[j].parts[k]
-				if p.passes() && (parts == 1 || len(p.kafka.Raw) >= ss.s.opts.Producer.MergeBelow) {
-					if err := flush(); err != nil {
-						return nil, err
-					}
-					r.last[j] = batchRecord{len(r.batches), p.count() - 1}
-					add(p.kafka.Raw, recordAt{j, k, 0}, p.count())
-					continue
-				}
-				if p.passes() { // a small one is merged with its neighbours
+				if p.passes() && parts > 1 && len(p.kafka.Raw) < ss.s.opts.Producer.MergeBelow {
+					// A small one is merged with its neighbours.
 					ok, err := ss.merge(p, recordAt{j, k, 0}, &start, flush)
 					if err != nil {
 						return nil, err
@@ -110,12 +106,19 @@ func (ss *session) build(group []work) (*round, error) {
 						r.last[j] = batchRecord{len(r.batches), b.Records() - 1}
 						continue
 					}
-					// Larger than a batch once decompressed: record by record.
+					// Larger than a batch once decompressed: it passes as
+					// it is, never inflated further (a bomb costs the
+					// builder a batch's bytes, not what it inflates to).
 				}
-				out, err := p.targetRecords()
-				if err != nil {
-					return nil, err
+				if p.passes() {
+					if err := flush(); err != nil {
+						return nil, err
+					}
+					r.last[j] = batchRecord{len(r.batches), p.count() - 1}
+					add(p.kafka.Raw, recordAt{j, k, 0}, p.count())
+					continue
 				}
+				out := p.targetRecords()
 				for i, rec := range out {
 					if !b.AddRecord(rec, ss.maxBatch) {
 						if err := flush(); err != nil {
@@ -144,13 +147,16 @@ func (ss *session) build(group []work) (*round, error) {
 
 // merge adds a small passing Kafka batch's records to the builder, after
 // sealing what it holds if they do not fit with it (at, the part, becomes
-// start then). It reports false, having added nothing, for a batch whose
-// records alone are larger than a batch once decompressed.
+// start then). It reports false, having added nothing and inflated no
+// more than a batch's bytes, for a batch whose records alone are larger
+// than a batch once decompressed.
 func (ss *session) merge(p *part, at recordAt, start *recordAt, flush func() error) (bool, error) {
 	b := ss.builder
 	for {
 		empty := b.Records() == 0
-		ok, err := b.AddBatch(p.kafka.Raw, maxInflated, ss.maxBatch)
+		// The target batch's limit bounds what AddBatch inflates: no
+		// more than one batch's bytes whatever the source batch holds.
+		ok, err := b.AddBatch(p.kafka.Raw, 0, ss.maxBatch)
 		if err != nil {
 			return false, fmt.Errorf("%w: Kafka batch at %d: %v", batch.ErrMalformed, p.kafka.Info.BaseOffset, err)
 		}
@@ -229,7 +235,7 @@ func (r *round) eachRecord(group []work, b int, f func(*batch.Record)) error {
 			recs := p.recs
 			if p.passes() && recs == nil {
 				var err error
-				if recs, err = kafkaRecords(p.kafka, w.b.GetFirstOffset()); err != nil {
+				if recs, err = kafkaRecords(p.kafka, w.b.GetFirstOffset(), r.maxDecoded); err != nil {
 					return err
 				}
 			}

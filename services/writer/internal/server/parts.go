@@ -1,12 +1,15 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/refusal"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 )
 
@@ -25,27 +28,16 @@ type part struct {
 
 func (p *part) passes() bool { return p.kafka.Raw != nil }
 
-// targetRecords is the part's records to rebuild into target batches. A
-// passing Kafka batch merged with its neighbours (see passMin) is decoded
-// straight into them: all its records are at or past the batch's first
-// offset, or it would not pass.
-func (p *part) targetRecords() ([]recordbatch.Record, error) {
-	if p.out != nil {
-		return p.out, nil
-	}
-	if p.passes() {
-		out, err := recordbatch.Records(p.kafka.Raw, maxInflated)
-		if err != nil {
-			return nil, fmt.Errorf("%w: Kafka batch at %d: %v", batch.ErrMalformed, p.kafka.Info.BaseOffset, err)
+// targetRecords is the part's records to rebuild into target batches:
+// those it decoded (a passing Kafka batch is never rebuilt, build.go).
+func (p *part) targetRecords() []recordbatch.Record {
+	if p.out == nil {
+		p.out = make([]recordbatch.Record, len(p.recs))
+		for i := range p.recs {
+			p.out[i] = toRecord(&p.recs[i])
 		}
-		p.out = out
-		return out, nil
 	}
-	p.out = make([]recordbatch.Record, len(p.recs))
-	for i := range p.recs {
-		p.out[i] = toRecord(&p.recs[i])
-	}
-	return p.out, nil
+	return p.out
 }
 
 // count is how many records of the part are copied.
@@ -56,13 +48,18 @@ func (p *part) count() int {
 	return len(p.recs)
 }
 
-// maxInflated bounds what one source Kafka batch may decompress to when it
-// must be rebuilt: a compression bomb is refused before it fills memory.
-const maxInflated = 64 << 20
+// decodedRecordBytes is what one decoded record of a source Kafka batch
+// holds beside its keys and values until the batch is acknowledged: its
+// batch.Record (part.recs) and its recordbatch.Record (part.out), 176
+// bytes. A batch of a million empty records is a few hundred bytes of
+// zstd and 176 MB decoded.
+const decodedRecordBytes = int64(unsafe.Sizeof(batch.Record{}) + unsafe.Sizeof(recordbatch.Record{}))
 
-// parts checks a batch's payload and splits its records into parts. A
-// Kafka batch passes through untouched unless the target must see it
-// otherwise; then its records are rebuilt:
+// parts checks a batch's payload and splits its records into parts, and
+// returns the bytes its decoded records hold (decoded), which the session
+// charges to the writer's budget with the wire bytes. A Kafka batch passes
+// through untouched unless the target must see it otherwise; then its
+// records are rebuilt:
 //   - it starts before the batch's first offset (its earlier records were
 //     copied already; Kafka fetches return whole batches);
 //   - its offsets have gaps (a compacted source: Kafka refuses a batch whose
@@ -70,28 +67,36 @@ const maxInflated = 64 << 20
 //     numbers count records);
 //   - its timestamps are the source broker's (LogAppendTime): the records
 //     keep them as CreateTime, as a rebuilt record's timestamp;
+//   - it carries the delete horizon a compacted source's cleaner set
+//     (recordbatch.Info.DeleteHorizon): passed on, the target's cleaner
+//     would drop its tombstones by the source's horizon, maybe already
+//     past, before a lagging target consumer saw them; rebuilt, it has no
+//     horizon and the target's cleaner sets its own;
 //   - it is larger than the target takes (ss.maxBatch).
 //
+// A batch to rebuild is decoded within bounds (decode): what does not fit
+// them is refused as refusal.BatchTooLarge, which stops its partition.
 // A target topic whose compression.type differs from a passing batch's
 // codec recompresses it in the target broker, which Kafka does on its own.
-func (ss *session) parts(b *ferryv1.Batch) ([]part, error) {
+func (ss *session) parts(b *ferryv1.Batch) (parts []part, decoded int64, err error) {
 	if b.GetFormat() != ferryv1.PayloadFormat_PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2 {
 		recs, err := ss.s.codecs.Open(b, ss.s.opts.MaxBatchBytes)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		return []part{{recs: recs}}, nil
+		return []part{{recs: recs}}, 0, nil
 	}
 	kbs, err := ss.s.codecs.OpenKafka(b, ss.s.opts.MaxBatchBytes)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	parts := make([]part, 0, len(kbs))
+	parts = make([]part, 0, len(kbs))
 	for _, k := range kbs {
 		info := k.Info
+		_, horizon := info.DeleteHorizon()
 		pass := info.BaseOffset >= b.GetFirstOffset() &&
 			info.NumRecords == info.LastOffsetDelta+1 &&
-			!info.LogAppendTime() &&
+			!info.LogAppendTime() && !horizon &&
 			len(k.Raw) <= ss.maxBatch
 		// With tracing on, a passing batch is decoded only when the probe
 		// picks it (records carrying trace contexts get spans of their
@@ -100,10 +105,15 @@ func (ss *session) parts(b *ferryv1.Batch) ([]part, error) {
 			parts = append(parts, part{kafka: k})
 			continue
 		}
-		recs, err := kafkaRecords(k, b.GetFirstOffset())
-		if err != nil {
-			return nil, err
+		recs, cost, err := ss.decode(b, k, decoded)
+		if pass && errors.Is(err, errTooLargeToDecode) {
+			parts = append(parts, part{kafka: k}) // passes as it is, untraced
+			continue
 		}
+		if err != nil {
+			return nil, 0, err
+		}
+		decoded += cost
 		if pass {
 			ss.probe.Saw(b.GetTopic(), b.GetPartition(), slices.ContainsFunc(recs, traced))
 			parts = append(parts, part{kafka: k, recs: recs})
@@ -111,12 +121,73 @@ func (ss *session) parts(b *ferryv1.Batch) ([]part, error) {
 			parts = append(parts, part{recs: recs})
 		}
 	}
-	return parts, nil
+	return parts, decoded, nil
 }
 
-// kafkaRecords decodes a Kafka batch's records from offset first on.
-func kafkaRecords(k batch.KafkaBatch, first int64) ([]batch.Record, error) {
-	recs, err := recordbatch.Records(k.Raw, maxInflated)
+// errTooLargeToDecode marks decode's refusals (refusal.BatchTooLarge).
+var errTooLargeToDecode = errors.New("too large to decode")
+
+// decode decodes Kafka batch k of wire batch b from b's first offset on,
+// and returns its records and the bytes they hold (decodedRecordBytes
+// each, and their keys, values and headers when they were compressed:
+// uncompressed, they alias the wire payload, already counted). Both are
+// bounded before anything is inflated as far as the header tells, and
+// while inflating: the records by max_batch_bytes decompressed (a batch
+// the writer rebuilds becomes target batches of at most that), and, with
+// spent (what b's earlier batches decoded), by the writer's whole budget,
+// max_buffered_bytes, which a stream's batch can take at most. A batch
+// over either is refused as refusal.BatchTooLarge.
+func (ss *session) decode(b *ferryv1.Batch, k batch.KafkaBatch, spent int64) ([]batch.Record, int64, error) {
+	n := int64(k.Info.NumRecords)
+	if least := n * recordbatch.MinRecordSize; k.Info.Compression() != recordbatch.None && least > int64(ss.s.opts.MaxBatchBytes) {
+		return nil, 0, ss.tooLarge(b, k, int64(ss.s.opts.MaxBatchBytes), "max_batch_bytes (a source batch the writer rebuilds, decompressed)",
+			fmt.Sprintf("at least %d bytes decompressed", least))
+	}
+	if budget := ss.s.opts.MaxBufferedBytes - int64(len(b.GetPayload())) - spent; ss.s.opts.MaxBufferedBytes > 0 && n*decodedRecordBytes > budget {
+		return nil, 0, ss.tooLarge(b, k, ss.s.opts.MaxBufferedBytes, "max_buffered_bytes (the records of one wire batch, decoded)",
+			fmt.Sprintf("%d records take %d bytes decoded, %d left of the budget", n, n*decodedRecordBytes, max(budget, 0)))
+	}
+	recs, err := kafkaRecords(k, b.GetFirstOffset(), ss.s.opts.MaxBatchBytes)
+	if errors.Is(err, recordbatch.ErrTooLarge) {
+		return nil, 0, ss.tooLarge(b, k, int64(ss.s.opts.MaxBatchBytes), "max_batch_bytes (a source batch the writer rebuilds, decompressed)", err.Error())
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	cost := n * decodedRecordBytes
+	if k.Info.Compression() != recordbatch.None {
+		for i := range recs {
+			cost += int64(len(recs[i].Key) + len(recs[i].Value))
+			for _, h := range recs[i].Headers {
+				cost += int64(len(h.Key) + len(h.Value))
+			}
+		}
+	}
+	if limit := ss.s.opts.MaxBufferedBytes; limit > 0 && int64(len(b.GetPayload()))+spent+cost > limit {
+		return nil, 0, ss.tooLarge(b, k, limit, "max_buffered_bytes (the records of one wire batch, decoded)",
+			fmt.Sprintf("%d records take %d bytes decoded, %d with the wire batch's others", n, cost, int64(len(b.GetPayload()))+spent+cost))
+	}
+	return recs, cost, nil
+}
+
+// tooLarge is the refusal of Kafka batch k of b: its partition stops at
+// the batch's first offset to copy.
+func (ss *session) tooLarge(b *ferryv1.Batch, k batch.KafkaBatch, limit int64, setting, why string) error {
+	ref := refusal.Refusal{
+		Reason: refusal.BatchTooLarge, Topic: b.GetTopic(), Partition: b.GetPartition(),
+		Offset: max(k.Info.BaseOffset, b.GetFirstOffset()), Limit: limit, Setting: setting,
+		Cause: fmt.Sprintf("%d records in %d bytes (%v): %s", k.Info.NumRecords, len(k.Raw), k.Info.Compression(), why),
+	}
+	return fmt.Errorf("%w: %w", errTooLargeToDecode, ref)
+}
+
+// kafkaRecords decodes a Kafka batch's records from offset first on,
+// decompressing no more than bound bytes.
+func kafkaRecords(k batch.KafkaBatch, first int64, bound int) ([]batch.Record, error) {
+	recs, err := recordbatch.Records(k.Raw, bound)
+	if errors.Is(err, recordbatch.ErrTooLarge) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: Kafka batch at %d: %v", batch.ErrMalformed, k.Info.BaseOffset, err)
 	}

@@ -89,6 +89,9 @@ type work struct {
 	// held is what the batch holds of session.hold, released when it is
 	// acknowledged.
 	held int64
+	// decoded is the bytes its decoded records hold (session.parts),
+	// charged to session.hold with its wire bytes.
+	decoded int64
 }
 
 func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (*session, error) {
@@ -368,14 +371,17 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 		if err := ss.queued.Acquire(ss.ctx, ss.weight(w)); err != nil {
 			return // the session ended
 		}
-		// The wire payload is what stays in memory until the batch is
-		// acknowledged. Waiting here cannot deadlock: only receivers take
+		// The wire payload, and the records decoded from it (those of
+		// batches the writer rebuilds), are what stay in memory until
+		// the batch is acknowledged. Decoding is bounded before it is
+		// charged (session.decode: within the whole budget), so a
+		// stream decodes at most one batch beyond what it was granted. Waiting here cannot deadlock: only receivers take
 		// from the budget, never rounds, and every round ends (commits or
 		// fails, ending its stream and releasing its hold) without its
 		// receiver, so held bytes always come back. A batch above the
 		// whole budget takes all of it (Acquire caps), so it is admitted
 		// once the others are gone.
-		if w.held, err = ss.hold.Acquire(ss.ctx, int64(len(w.b.GetPayload()))); err != nil {
+		if w.held, err = ss.hold.Acquire(ss.ctx, int64(len(w.b.GetPayload()))+w.decoded); err != nil {
 			return // the session ended
 		}
 		select {
@@ -399,7 +405,10 @@ func reasonOf(err error) string {
 	case errors.Is(err, errOutOfOrder):
 		return "out_of_order"
 	}
-	if _, ok := refusal.From(err); ok {
+	if ref, ok := refusal.From(err); ok {
+		if ref.Reason == refusal.BatchTooLarge {
+			return "batch_too_large"
+		}
 		return "record_too_large"
 	}
 	return "malformed"
@@ -424,11 +433,11 @@ func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
 	if b.GetFirstOffset() < next {
 		return work{}, fmt.Errorf("%w: %s/%d batch starts at %d, below %d", errOutOfOrder, tp.topic, tp.partition, b.GetFirstOffset(), next)
 	}
-	parts, err := ss.parts(b)
+	parts, decoded, err := ss.parts(b)
 	if err != nil {
 		return work{}, fmt.Errorf("batch %d of %s/%d: %w", b.GetSequence(), tp.topic, tp.partition, err)
 	}
-	w := work{b: b, parts: parts}
+	w := work{b: b, parts: parts, decoded: decoded}
 	if err := ss.oversized(w); err != nil {
 		return work{}, err
 	}

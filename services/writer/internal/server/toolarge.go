@@ -22,10 +22,7 @@ func (ss *session) oversized(w work) error {
 		if p.passes() {
 			continue
 		}
-		recs, err := p.targetRecords()
-		if err != nil {
-			return err
-		}
+		recs := p.targetRecords()
 		for i := range recs {
 			if size := recordbatch.RecordSize(recs[i]); size > ss.maxRecord {
 				return refusal.Refusal{
