@@ -49,6 +49,7 @@ func TestRealKafkaActiveActiveCopiesNothingBack(t *testing.T) {
 		e.createTopic(topic, partitions, nil)
 		links[i] = e
 	}
+	shareCerts(t, links[:]...) // each fetcher verifies the other link's writer's signed entries
 	for _, e := range links {
 		e.startWriter()
 		e.startFetcher(nil) // link.skip_replicated is on by default

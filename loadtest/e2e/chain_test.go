@@ -30,6 +30,7 @@ func TestRealKafkaChainCarriesOn(t *testing.T) {
 	}
 	const topic, partitions, records = "t.orders", 3, 3000
 	ab, bc := newEnvOn(t, addrs[0], addrs[1]), newEnvOn(t, addrs[1], addrs[2])
+	shareCerts(t, ab, bc) // B→C verifies A→B's signed entries: it copies them as copied from A, not as unverified
 	for _, e := range []*env{ab, bc} {
 		e.naming, e.prefix = "identity", ""
 		e.createTopic(topic, partitions, nil)

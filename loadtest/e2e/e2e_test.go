@@ -111,6 +111,38 @@ func newEnvOn(t *testing.T, src, dst []string) *env {
 	return e
 }
 
+// shareCerts gives every env the first one's development CA and
+// certificates, as one trust domain across regions: a fetcher verifies the
+// producer id entries written into its source by the writers of the links
+// into that cluster against its own writers.tls (pkg/provenance), so links
+// under different CAs would refuse each other's entries and copy back.
+func shareCerts(t *testing.T, envs ...*env) {
+	t.Helper()
+	from, err := harness.Certs(envs[0].dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range envs[1:] {
+		to := filepath.Join(e.dir, "certs")
+		if err := os.MkdirAll(to, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(filepath.Join(from, f.Name()))
+			if err == nil {
+				err = os.WriteFile(filepath.Join(to, f.Name()), data, 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // dumpLogsOnFailure fails the test if the race detector reported in a
 // process, and puts the end of each process log in the test output when the
 // test failed; the whole logs stay in e.dir (keptDir).

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -27,6 +28,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 )
 
 // Topic is where writers record their producer ids: compacted, keyed by id,
@@ -62,6 +65,31 @@ const maxValue = 4 << 10
 
 func key(id int64) []byte { return strconv.AppendInt(nil, id, 10) }
 
+// Entries are signed by the writer that records them, with the key of its
+// gRPC certificate, and a View takes only entries whose signer its link
+// admits (the fetcher's writers.tls: CA bundle and allowed ids). Anyone
+// else able to produce to the topic could otherwise name an application's
+// producer id (any batch header shows it) as copied from this link's
+// target, and every fetcher reading the cluster would leave that
+// application's data out. An entry that does not verify is not taken: its
+// batches are copied, as a loop is better than a loss.
+const (
+	signPurpose     = "ferry-producer-entry"
+	headerChain     = "ferry-signer-chain"
+	headerSignature = "ferry-signature"
+)
+
+// Signer signs entries: a writer's tlsconfig.Source.
+type Signer interface {
+	Sign(purpose string, key, value []byte) (tlsconfig.Signature, error)
+}
+
+// Verifier checks entries' signatures: a fetcher's tlsconfig.Source of
+// its writers.
+type Verifier interface {
+	Verify(purpose string, key, value []byte, sig tlsconfig.Signature) (string, error)
+}
+
 func (e Entry) check() error {
 	if e.ProducerID < 0 {
 		return fmt.Errorf("producer id %d", e.ProducerID)
@@ -74,8 +102,9 @@ func (e Entry) check() error {
 	return nil
 }
 
-// encodeEntry is e's record.
-func encodeEntry(e Entry) (*kgo.Record, error) {
+// encodeEntry is e's record, signed by signer unless it is nil (a writer
+// whose gRPC port has no TLS, on loopback, has no key to sign with).
+func encodeEntry(e Entry, signer Signer) (*kgo.Record, error) {
 	if err := e.check(); err != nil {
 		return nil, fmt.Errorf("entry of producer id %d: %w", e.ProducerID, err)
 	}
@@ -83,15 +112,38 @@ func encodeEntry(e Entry) (*kgo.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("entry of producer id %d: %w", e.ProducerID, err)
 	}
-	return &kgo.Record{Key: key(e.ProducerID), Value: value}, nil
+	rec := &kgo.Record{Key: key(e.ProducerID), Value: value}
+	if signer != nil {
+		sig, err := signer.Sign(signPurpose, rec.Key, rec.Value)
+		if err != nil {
+			return nil, fmt.Errorf("entry of producer id %d: %w", e.ProducerID, err)
+		}
+		rec.Headers = []kgo.RecordHeader{{Key: headerChain, Value: sig.Chain}, {Key: headerSignature, Value: sig.Value}}
+	}
+	return rec, nil
 }
 
 // decodeEntry is the entry a record holds, refused when anything in it is
-// out of bounds or its key is not its producer id (compaction keeps one
-// record per key: a record keyed otherwise could outlive the id's own).
-func decodeEntry(rec *kgo.Record) (Entry, error) {
+// out of bounds, its key is not its producer id (compaction keeps one
+// record per key: a record keyed otherwise could outlive the id's own), or
+// verifier, unless nil, does not admit its signature.
+func decodeEntry(rec *kgo.Record, verifier Verifier) (Entry, error) {
 	if len(rec.Value) > maxValue {
 		return Entry{}, fmt.Errorf("value of %d bytes, above %d", len(rec.Value), maxValue)
+	}
+	if verifier != nil {
+		var sig tlsconfig.Signature
+		for _, h := range rec.Headers {
+			switch h.Key {
+			case headerChain:
+				sig.Chain = h.Value
+			case headerSignature:
+				sig.Value = h.Value
+			}
+		}
+		if _, err := verifier.Verify(signPurpose, rec.Key, rec.Value, sig); err != nil {
+			return Entry{}, fmt.Errorf("entry %q: %w", rec.Key, err)
+		}
 	}
 	var e Entry
 	if err := json.Unmarshal(rec.Value, &e); err != nil {
@@ -121,6 +173,7 @@ func ClusterID(ctx context.Context, cl *kgo.Client) (string, error) {
 type Recorder struct {
 	cl     *kgo.Client
 	writer string
+	signer Signer // nil: entries unsigned
 
 	mu      sync.Mutex
 	done    map[int64]bool // recorded by this process
@@ -133,9 +186,10 @@ type Recorder struct {
 const maxDone = 1 << 16
 
 // NewRecorder makes a Recorder on a client of its own built from opts (the
-// target cluster's seeds, TLS and SASL). Its produce is not idempotent, so
-// it takes no producer id of its own.
-func NewRecorder(opts []kgo.Opt, writer string) (*Recorder, error) {
+// target cluster's seeds, TLS and SASL), signing its entries with signer
+// (nil: unsigned). Its produce is not idempotent, so it takes no producer
+// id of its own.
+func NewRecorder(opts []kgo.Opt, writer string, signer Signer) (*Recorder, error) {
 	if len(writer) > MaxField {
 		return nil, fmt.Errorf("producer id recorder: writer id of %d bytes, above %d", len(writer), MaxField)
 	}
@@ -148,7 +202,7 @@ func NewRecorder(opts []kgo.Opt, writer string) (*Recorder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("producer id recorder: %w", err)
 	}
-	return &Recorder{cl: cl, writer: writer, done: map[int64]bool{}}, nil
+	return &Recorder{cl: cl, writer: writer, signer: signer, done: map[int64]bool{}}, nil
 }
 
 // Close releases the client.
@@ -184,7 +238,7 @@ func (r *Recorder) Record(ctx context.Context, id int64, link, source string) er
 	if done {
 		return nil
 	}
-	rec, err := encodeEntry(Entry{ProducerID: id, SourceCluster: source, Link: link, Writer: r.writer, Time: time.Now().UTC()})
+	rec, err := encodeEntry(Entry{ProducerID: id, SourceCluster: source, Link: link, Writer: r.writer, Time: time.Now().UTC()}, r.signer)
 	if err != nil {
 		return err
 	}
@@ -256,8 +310,10 @@ const (
 // fetcher share one. One read of the topic runs at a time, without the
 // lock: ids already settled are answered meanwhile.
 type View struct {
-	cl      *kgo.Client
-	adm     *kadm.Client
+	cl       *kgo.Client
+	adm      *kadm.Client
+	verifier Verifier // nil: entries taken unsigned
+	log      *slog.Logger
 	timeout time.Duration // readTimeout; shorter in tests
 	// maxEntries is the const maxEntries; smaller in tests.
 	maxEntries int
@@ -292,8 +348,13 @@ type read struct {
 }
 
 // NewView makes a View on a client of its own built from opts (the source
-// cluster's seeds, TLS and SASL). It reads nothing until asked.
-func NewView(opts []kgo.Opt) (*View, error) {
+// cluster's seeds, TLS and SASL), taking only entries verifier admits (nil:
+// every entry, signed or not), logging refused entries to log (nil: not
+// logged). It reads nothing until asked.
+func NewView(opts []kgo.Opt, verifier Verifier, log *slog.Logger) (*View, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	// Each read must see the topic as it is now: a topic a writer created
 	// a moment ago, after this client found it missing, holds the record
 	// of the id being asked about. A missing topic is asked of a broker
@@ -304,7 +365,7 @@ func NewView(opts []kgo.Opt) (*View, error) {
 		return nil, fmt.Errorf("producer id view: %w", err)
 	}
 	return &View{
-		cl: cl, adm: kadm.NewClient(cl), timeout: readTimeout, maxEntries: maxEntries,
+		cl: cl, adm: kadm.NewClient(cl), verifier: verifier, log: log, timeout: readTimeout, maxEntries: maxEntries,
 		ferry: map[int64]string{}, clusters: map[string]string{}, foreign: map[int64]bool{}, next: map[int32]int64{},
 	}, nil
 }
@@ -320,8 +381,9 @@ func (v *View) Reads() int {
 }
 
 // Refused is how many of the topic's records the View did not take:
-// malformed or out of bounds, past its bound on entries, or a later
-// record of an id it knows, naming another source cluster.
+// malformed or out of bounds, not signed by an admitted writer, past its
+// bound on entries, or a later record of an id it knows, naming another
+// source cluster.
 func (v *View) Refused() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -457,10 +519,17 @@ func (v *View) take(entries []Entry) {
 // Ferry writer has written to this cluster. Only one runs at a time.
 func (v *View) readToEnd(ctx context.Context) (entries []Entry, err error) {
 	refused := 0
+	var firstRefusal error
 	defer func() {
 		v.mu.Lock()
 		v.refused += refused
 		v.mu.Unlock()
+		if refused > 0 {
+			// Once a read, and reads are rare: an entry refused for its
+			// signature is what a writer outside this fetcher's
+			// writers.tls looks like, whose copies then loop back.
+			v.log.Warn("producer id entries refused (their batches are copied)", "topic", Topic, "refused", refused, "first", firstRefusal)
+		}
 	}()
 	ends, err := v.endOffsets(ctx)
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
@@ -507,10 +576,13 @@ func (v *View) readToEnd(ctx context.Context) (entries []Entry, err error) {
 			return entries, ferr
 		}
 		fs.EachRecord(func(rec *kgo.Record) {
-			if e, err := decodeEntry(rec); err == nil {
+			if e, err := decodeEntry(rec, v.verifier); err == nil {
 				entries = append(entries, e)
 			} else {
 				refused++
+				if firstRefusal == nil {
+					firstRefusal = fmt.Errorf("offset %d: %w", rec.Offset, err)
+				}
 			}
 			v.next[rec.Partition] = rec.Offset + 1
 			if end, ok := want[rec.Partition]; ok && rec.Offset+1 >= end {

@@ -48,7 +48,7 @@ func createTopic(ctx context.Context, t *testing.T, opts []kgo.Opt) *kgo.Client 
 
 func newView(t *testing.T, opts []kgo.Opt) *View {
 	t.Helper()
-	v, err := NewView(opts)
+	v, err := NewView(opts, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func newView(t *testing.T, opts []kgo.Opt) *View {
 
 func newRecorder(t *testing.T, opts []kgo.Opt, writer string) *Recorder {
 	t.Helper()
-	r, err := NewRecorder(opts, writer)
+	r, err := NewRecorder(opts, writer, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestViewTellsRecordedIDsFromTheRest(t *testing.T) {
 	opts := cluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	v, err := NewView(opts)
+	v, err := NewView(opts, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,12 +200,12 @@ func TestViewTellsRecordedIDsFromTheRest(t *testing.T) {
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, map[string]*string{"cleanup.policy": ptr("compact")}, Topic); err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewRecorder(opts, "writer-a")
+	a, err := NewRecorder(opts, "writer-a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := NewRecorder(opts, "writer-b")
+	b, err := NewRecorder(opts, "writer-b", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

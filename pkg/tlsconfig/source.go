@@ -30,6 +30,8 @@ type Source struct {
 	lastErr  error // guarded by reloadMu
 
 	denials denialLog
+	// signers caches the signer chains Verify has checked.
+	signers signerCache
 }
 
 // material is one consistent set of files, never modified once stored.

@@ -174,7 +174,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		if err != nil {
 			return notStarted(fmt.Errorf("source: %w", err))
 		}
-		view, err := provenance.NewView(opts)
+		// Entries are taken only when signed by a writer this fetcher
+		// admits (writers.tls); without TLS (loopback) none can be checked.
+		var verifier provenance.Verifier
+		if certs != nil {
+			verifier = certs
+		} else {
+			log.Warn("producer id entries are taken unverified: writers.tls.insecure leaves no CA to check their signatures against")
+		}
+		view, err := provenance.NewView(opts, verifier, log.With("component", "provenance"))
 		if err != nil {
 			return notStarted(err)
 		}

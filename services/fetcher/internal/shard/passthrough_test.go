@@ -643,7 +643,7 @@ func TestPassThroughSkipsOnlyWhatCameFromTheTarget(t *testing.T) {
 			plain := src.batchProducer(t, kgo.DisableIdempotentWrite()) // producer id -1
 			fromA := src.batchProducer(t)                               // the writer of A→B
 			oldWriter := src.batchProducer(t)                           // a writer older than source clusters
-			rec, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(src.addrs...)}, "writer-b")
+			rec, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(src.addrs...)}, "writer-b", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -684,7 +684,7 @@ func TestPassThroughSkipsOnlyWhatCameFromTheTarget(t *testing.T) {
 			m := metrics.New(prometheus.NewRegistry())
 			writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 			writer.SetTargetCluster(tc.target)
-			view, err := provenance.NewView([]kgo.Opt{kgo.SeedBrokers(src.addrs...)})
+			view, err := provenance.NewView([]kgo.Opt{kgo.SeedBrokers(src.addrs...)}, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -723,7 +723,7 @@ func TestSkipReplicatedNeedsTheTargetCluster(t *testing.T) {
 	produceBatch(t, src.batchProducer(t), numbered(topic, 0, 3))
 	m := metrics.New(prometheus.NewRegistry())
 	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
-	view, err := provenance.NewView([]kgo.Opt{kgo.SeedBrokers(src.addrs...)})
+	view, err := provenance.NewView([]kgo.Opt{kgo.SeedBrokers(src.addrs...)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

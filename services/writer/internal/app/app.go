@@ -144,7 +144,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}); err != nil {
 		return notStarted(fmt.Errorf("producer id topic: %w", err))
 	}
-	recorder, err := provenance.NewRecorder(franzOpts, cfg.ID)
+	// The gRPC certificate also signs the writer's producer id entries,
+	// which fetchers verify against their writers.tls (pkg/provenance).
+	var certs *tlsconfig.Source
+	var signer provenance.Signer // nil without TLS: entries unsigned
+	if !cfg.TLS.Insecure {
+		if certs, err = tlsconfig.NewSource(cfg.TLS, log.With("component", "tls")); err != nil {
+			return notStarted(err)
+		}
+		signer = certs
+	}
+	recorder, err := provenance.NewRecorder(franzOpts, cfg.ID, signer)
 	if err != nil {
 		return notStarted(err)
 	}
@@ -178,13 +188,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// With tracing on, each stream has an otelgrpc server span, the child
 	// of the fetcher's client span (trace context in the stream's metadata).
 	opts = append(opts, tracing.ServerOptions(tp)...)
-	var certs *tlsconfig.Source
 	if cfg.TLS.Insecure {
 		log.Warn("INSECURE: the gRPC port serves plaintext without peer authentication (tls.insecure); loopback only")
 	} else {
-		if certs, err = tlsconfig.NewSource(cfg.TLS, log.With("component", "tls")); err != nil {
-			return notStarted(err)
-		}
 		// TLS credentials plus interceptors: a trusted client with the wrong
 		// identity gets PermissionDenied on every call, before any handler.
 		opts = append(opts, certs.ServerOptions()...)

@@ -493,7 +493,7 @@ func TestProducerIDIsRecordedWithItsSource(t *testing.T) {
 			if len(infos) != 1 {
 				t.Fatalf("target holds %d batches, want 1", len(infos))
 			}
-			v, err := provenance.NewView([]kgo.Opt{kgo.SeedBrokers(w.cluster.ListenAddrs()...)})
+			v, err := provenance.NewView([]kgo.Opt{kgo.SeedBrokers(w.cluster.ListenAddrs()...)}, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -116,7 +116,7 @@ func startWriterOptions(t *testing.T, links []Link, edit func(*Options)) *testWr
 	if err := ens.Ensure(topics.Spec{Name: provenance.Topic, Partitions: 1, ReplicationFactor: -1, Configs: provenance.Configs}); err != nil {
 		t.Fatal(err)
 	}
-	recorder, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(addrs...)}, "w1")
+	recorder, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(addrs...)}, "w1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

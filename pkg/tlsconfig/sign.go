@@ -1,0 +1,198 @@
+package tlsconfig
+
+import (
+	"bytes"
+	"cmp"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Signatures on Ferry's own records. Anyone who may produce to a topic
+// Ferry reads its own state from (the producer registry) could otherwise
+// write what Ferry then trusts. A tier signs such a record with the key of
+// the certificate it already holds for the gRPC link, and a reader admits
+// it only if the certificate chains to the reader's CA bundle and names one
+// of the reader's allowed identities: the same trust as the link's
+// handshake, with no key or secret of its own to distribute or rotate.
+
+// Signature is what a signed record carries beside its key and value.
+type Signature struct {
+	// Chain is the signer's certificate chain, leaf first, DER
+	// certificates one after the other (x509.ParseCertificates reads it).
+	Chain []byte
+	// Value signs the purpose, the key and the value (signedMessage).
+	Value []byte
+}
+
+// ErrUnsigned reports a record without a signature.
+var ErrUnsigned = errors.New("not signed")
+
+// Sign signs key and value for purpose with the current certificate's key.
+// purpose names the kind of record, so a signature made for one kind never
+// passes for another.
+func (s *Source) Sign(purpose string, key, value []byte) (Signature, error) {
+	m := s.cur.Load()
+	signer, ok := m.cert.PrivateKey.(crypto.Signer)
+	if !ok {
+		return Signature{}, fmt.Errorf("sign %s: the certificate's key (%T) cannot sign", purpose, m.cert.PrivateKey)
+	}
+	msg := signedMessage(purpose, key, value)
+	var sig []byte
+	var err error
+	switch signer.Public().(type) {
+	case ed25519.PublicKey:
+		sig, err = signer.Sign(rand.Reader, msg, crypto.Hash(0))
+	case *ecdsa.PublicKey, *rsa.PublicKey:
+		digest := sha256.Sum256(msg)
+		sig, err = signer.Sign(rand.Reader, digest[:], crypto.SHA256)
+	default:
+		err = fmt.Errorf("keys of type %T are not supported", signer.Public())
+	}
+	if err != nil {
+		return Signature{}, fmt.Errorf("sign %s: %w", purpose, err)
+	}
+	return Signature{Chain: bytes.Join(m.cert.Certificate, nil), Value: sig}, nil
+}
+
+// Verify checks that sig signs key and value for purpose with a
+// certificate that chains to the current CA bundle and names an allowed
+// identity, and returns that identity. The chain is checked as of a moment
+// within the leaf's validity, not now: a record signed before its
+// certificate expired (certificates rotate, records stay) remains
+// verifiable while its CA stays in the bundle.
+func (s *Source) Verify(purpose string, key, value []byte, sig Signature) (string, error) {
+	if len(sig.Chain) == 0 && len(sig.Value) == 0 {
+		return "", ErrUnsigned
+	}
+	leaf, id, err := s.signers.leaf(s, sig.Chain)
+	if err != nil {
+		return "", err
+	}
+	if err := leaf.CheckSignature(algorithm(leaf.PublicKey), signedMessage(purpose, key, value), sig.Value); err != nil {
+		return "", fmt.Errorf("signature of %s: %w", id, err)
+	}
+	return id, nil
+}
+
+// signedMessage is what a signature covers: each part length-prefixed, so
+// no two (purpose, key, value) give the same bytes; a null value (a
+// tombstone) differs from an empty one.
+func signedMessage(purpose string, key, value []byte) []byte {
+	msg := make([]byte, 0, 32+len(purpose)+len(key)+len(value))
+	msg = append(msg, "ferry-record-signature-v1"...)
+	msg = binary.AppendUvarint(msg, uint64(len(purpose)))
+	msg = append(msg, purpose...)
+	msg = binary.AppendUvarint(msg, uint64(len(key)))
+	msg = append(msg, key...)
+	if value == nil {
+		msg = append(msg, 0)
+	} else {
+		msg = append(msg, 1)
+		msg = binary.AppendUvarint(msg, uint64(len(value)))
+		msg = append(msg, value...)
+	}
+	return msg
+}
+
+// algorithm is the signature algorithm Sign uses for a key.
+func algorithm(pub any) x509.SignatureAlgorithm {
+	switch pub.(type) {
+	case ed25519.PublicKey:
+		return x509.PureEd25519
+	case *ecdsa.PublicKey:
+		return x509.ECDSAWithSHA256
+	case *rsa.PublicKey:
+		return x509.SHA256WithRSA
+	}
+	return x509.UnknownSignatureAlgorithm
+}
+
+// signerCache remembers the chains already verified against a CA bundle:
+// records of one writer repeat one chain, and a chain verification costs
+// far more than the signature's.
+type signerCache struct {
+	mu  sync.Mutex
+	m   *material // the bundle the entries were verified against
+	ok  map[[sha256.Size]byte]verifiedSigner
+	max int
+}
+
+type verifiedSigner struct {
+	leaf *x509.Certificate
+	id   string
+}
+
+// maxSigners bounds the cache: chains are chosen by whoever writes the
+// topic.
+const maxSigners = 256
+
+// maxChain bounds a chain's bytes before it is parsed.
+const maxChain = 16 << 10
+
+// leaf parses and verifies chain (cached) and returns its leaf and the
+// allowed identity it names.
+func (c *signerCache) leaf(s *Source, chain []byte) (*x509.Certificate, string, error) {
+	if len(chain) > maxChain {
+		return nil, "", fmt.Errorf("signer chain of %d bytes, above %d", len(chain), maxChain)
+	}
+	sum := sha256.Sum256(chain)
+	m := s.cur.Load()
+	c.mu.Lock()
+	if c.m != m { // a reload: verify again against the new bundle
+		c.m, c.ok = m, nil
+	}
+	v, hit := c.ok[sum]
+	c.mu.Unlock()
+	if hit {
+		return v.leaf, v.id, nil
+	}
+	certs, err := x509.ParseCertificates(chain)
+	if err != nil || len(certs) == 0 {
+		return nil, "", fmt.Errorf("signer chain: %w", cmp.Or(err, errors.New("no certificate")))
+	}
+	leaf := certs[0]
+	ids := identities(leaf)
+	intermediates := x509.NewCertPool()
+	for _, ic := range certs[1:] {
+		intermediates.AddCert(ic)
+	}
+	at := time.Now()
+	if at.After(leaf.NotAfter) {
+		at = leaf.NotAfter
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		Roots: m.pool, Intermediates: intermediates, CurrentTime: at,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	}); err != nil {
+		return nil, "", fmt.Errorf("signer %s (issuer %q): certificate not trusted: %w", describe(ids), leaf.Issuer.String(), err)
+	}
+	if err := s.checkIdentity(ids); err != nil {
+		return nil, "", fmt.Errorf("signer: %w", err)
+	}
+	id := ids[0]
+	for _, cand := range ids {
+		if s.allowed[normalizeID(cand)] {
+			id = cand
+			break
+		}
+	}
+	c.mu.Lock()
+	if c.m == m {
+		if c.ok == nil || len(c.ok) >= maxSigners {
+			c.ok = map[[sha256.Size]byte]verifiedSigner{}
+		}
+		c.ok[sum] = verifiedSigner{leaf: leaf, id: id}
+	}
+	c.mu.Unlock()
+	return leaf, id, nil
+}
