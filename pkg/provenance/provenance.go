@@ -314,7 +314,7 @@ type View struct {
 	adm      *kadm.Client
 	verifier Verifier // nil: entries taken unsigned
 	log      *slog.Logger
-	timeout time.Duration // readTimeout; shorter in tests
+	timeout  time.Duration // readTimeout; shorter in tests
 	// maxEntries is the const maxEntries; smaller in tests.
 	maxEntries int
 

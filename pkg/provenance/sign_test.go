@@ -62,7 +62,7 @@ func TestForgedEntriesAreNotTaken(t *testing.T) {
 	otherIdentity := forge(101, fetcherSrc)
 	moved := forge(102, nil)
 	moved.Headers = forge(7, writerSrc).Headers // a valid signature, of another entry
-	early := forge(7, nil)                       // the writer's own id, claimed first, from elsewhere
+	early := forge(7, nil)                      // the writer's own id, claimed first, from elsewhere
 	early.Value = []byte(`{"producer_id":7,"source_cluster":"elsewhere","link":"east","writer":"mallory","time":"2026-01-01T00:00:00Z"}`)
 	if err := cl.ProduceSync(ctx, unsigned, otherIdentity, moved, early).FirstErr(); err != nil {
 		t.Fatal(err)
