@@ -72,6 +72,10 @@ type Facts struct {
 	ShutdownTimeout time.Duration
 	// TLSFiles are the mTLS certificate, key and CA bundle paths.
 	TLSFiles []string
+	// SecretFiles hold credentials (the Consul ACL token files): each must
+	// come from the platform's secret store, never from the image or the
+	// configuration.
+	SecretFiles []string
 	// Replicable is true when several instances with this configuration
 	// may run at once: always for writers; for fetchers only with Consul
 	// leases, since without them each fetcher owns every shard.

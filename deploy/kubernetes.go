@@ -498,6 +498,13 @@ func (k *Kubernetes) Check(f Facts) []error {
 		}
 	}
 
+	// Credentials come from a mounted Secret too, under any key.
+	for _, file := range f.SecretFiles {
+		if _, err := k.SecretAt(path.Dir(file)); err != nil {
+			fail("secret file %s: %v", file, err)
+		}
+	}
+
 	// The platform must wait out the drain.
 	need := f.ShutdownTimeout + drainMargin
 	if ps := c.Lifecycle.PreStop; ps != nil && ps.Sleep != nil {

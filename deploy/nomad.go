@@ -241,6 +241,15 @@ func (n *Nomad) Check(f Facts) []error {
 		}
 	}
 
+	for _, file := range f.SecretFiles {
+		if !strings.HasPrefix(taskPath(file), "secrets/") {
+			fail("secret file %s: want it in the task's secrets/ folder", file)
+		}
+		if _, err := n.template(taskPath(file)); err != nil {
+			fail("secret file %s: %v", file, err)
+		}
+	}
+
 	need := f.ShutdownTimeout + drainMargin
 	if _, ok := n.Task.Attrs["shutdown_delay"]; ok {
 		d, err := n.duration(n.Task, "shutdown_delay")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/deploy"
 	"github.com/ferry-replicator/ferry/pkg/config"
+	"github.com/ferry-replicator/ferry/pkg/consulclient"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 )
@@ -23,6 +24,9 @@ type Tier[C any] struct {
 	Defaults func() C                // the config package's Defaults
 	Facts    func(c *C) deploy.Facts // what the loaded config says the manifest must match
 	TLS      func(c *C) *tlsconfig.Config
+	// Consul returns the tier's Consul settings (nil: none), whose token
+	// files exist only where the manifest runs, like the mTLS files.
+	Consul   func(c *C) []*consulclient.Config
 	Validate func(c *C) error
 }
 
@@ -33,12 +37,16 @@ type Tier[C any] struct {
 //
 // Validate also reads the mTLS files, which exist only where the manifest
 // runs; once their paths are checked against the manifest's mounts, Check
-// points them at fresh development certificates so the rest of the
-// validation runs unchanged.
+// points them at fresh development certificates (and Consul token files at
+// a sample token) so the rest of the validation runs unchanged.
 func Check[C any](t *testing.T, tier Tier[C]) {
 	t.Helper()
 	certs := t.TempDir()
 	if _, err := devcerts.WriteDir(certs, devcerts.Options{Validity: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(certs, "consul-token")
+	if err := os.WriteFile(token, []byte("00000000-0000-0000-0000-000000000000\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	prefix := "FERRY_" + strings.ToUpper(tier.Name) + "_"
@@ -79,6 +87,13 @@ func Check[C any](t *testing.T, tier Tier[C]) {
 			tls.CertFile = filepath.Join(certs, tier.Name+".pem")
 			tls.KeyFile = filepath.Join(certs, tier.Name+"-key.pem")
 			tls.CAFile = filepath.Join(certs, "ca.pem")
+			if tier.Consul != nil {
+				for _, cc := range tier.Consul(&c) {
+					if cc.TokenFile != "" {
+						cc.TokenFile = token
+					}
+				}
+			}
 			if err := tier.Validate(&c); err != nil {
 				t.Errorf("%s: %v", name, err)
 			}

@@ -2,7 +2,8 @@
 # Kafka cluster. Guide: docs/deploy.md; every Ferry key:
 # docs/configuration.md. Values marked CHANGE are placeholders.
 #
-#   nomad var put nomad/jobs/ferry-fetcher tls_crt=@fetcher.pem tls_key=@fetcher-key.pem ca_crt=@ca.pem
+#   nomad var put nomad/jobs/ferry-fetcher tls_crt=@fetcher.pem tls_key=@fetcher-key.pem ca_crt=@ca.pem \
+#     consul_token=@consul-token
 #   nomad job run deploy/nomad/ferry-fetcher.nomad.hcl
 #
 # The image is not published by this repository: build it from
@@ -88,8 +89,6 @@ job "ferry-fetcher" {
         FERRY_FETCHER_LEASE_ADDRESS          = "${attr.unique.network.ip-address}:8500"
         FERRY_FETCHER_WRITERS_CONSUL_ADDRESS = "${attr.unique.network.ip-address}:8500"
         GOMEMLIMIT                           = "360MiB"
-        # With Consul ACLs, give the task a token (CONSUL_HTTP_TOKEN) with
-        # KV and session write on the key prefix and service read.
       }
 
       resources {
@@ -124,6 +123,7 @@ job "ferry-fetcher" {
             consul:                       # address: FERRY_FETCHER_WRITERS_CONSUL_ADDRESS
               datacenter: west            # CHANGE: the target region's datacenter
               service: ferry-writer
+              token_file: /secrets/consul-token  # service and node read
             tls:
               cert_file: /secrets/tls.crt
               key_file: /secrets/tls.key
@@ -134,6 +134,11 @@ job "ferry-fetcher" {
             key_prefix: ferry
             session_ttl: 10s
             lock_delay: 5s
+            # The Consul ACL token (KV write on ferry/, session write:
+            # docs/security.md, "Consul: TLS and ACL tokens"), from the
+            # template below; read at start, never logged. CHANGE: without
+            # Consul ACLs, remove both token_file lines and that template.
+            token_file: /secrets/consul-token
           shutdown_timeout: 20s
         EOF
       }
@@ -162,6 +167,15 @@ job "ferry-fetcher" {
         change_mode   = "signal"
         change_signal = "SIGHUP"
         data          = "{{ with nomadVar \"nomad/jobs/ferry-fetcher\" }}{{ .ca_crt }}{{ end }}"
+      }
+      # The Consul ACL token, read at start: a new one restarts the task.
+      template {
+        destination = "secrets/consul-token"
+        perms       = "0600"
+        uid         = 65532
+        gid         = 65532
+        change_mode = "restart"
+        data        = "{{ with nomadVar \"nomad/jobs/ferry-fetcher\" }}{{ .consul_token }}{{ end }}"
       }
     }
   }

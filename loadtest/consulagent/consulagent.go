@@ -11,6 +11,8 @@ package consulagent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +62,21 @@ type Options struct {
 	// StopTimeout is how long Stop waits after SIGTERM before SIGKILL
 	// (default DefaultStopTimeout).
 	StopTimeout time.Duration
+	// TLS, when set, makes the agent serve its HTTP API over HTTPS only,
+	// and admit only clients presenting a certificate signed by the CA
+	// (verify_incoming): HTTPAddr then names the HTTPS port, and no
+	// plaintext port is open.
+	TLS *TLSFiles
+	// HCL fragments are passed to the agent as they are, one -hcl each (an
+	// acl block, for instance).
+	HCL []string
+}
+
+// TLSFiles are the PEM files of an agent's HTTPS API: its certificate and
+// key (the certificate must name 127.0.0.1), and the CA that signs it and
+// its clients' certificates.
+type TLSFiles struct {
+	CAFile, CertFile, KeyFile string
 }
 
 // Agent is a running (or stopped) Consul dev agent. Its methods are safe for
@@ -149,7 +166,6 @@ func start(ctx context.Context, opts Options) (*Agent, error) {
 		"-bind", "127.0.0.1",
 		"-datacenter", opts.Datacenter,
 		"-node", opts.NodeName,
-		"-http-port", strconv.Itoa(httpPort),
 		"-server-port", strconv.Itoa(serverPort),
 		"-serf-lan-port", strconv.Itoa(lanPort),
 		"-serf-wan-port", strconv.Itoa(wanPort),
@@ -159,6 +175,18 @@ func start(ctx context.Context, opts Options) (*Agent, error) {
 		"-grpc-tls-port", "-1",
 		"-dns-port", "-1",
 	)
+	if opts.TLS != nil {
+		// Consul 1.12 and later: the tls block; tls.defaults also covers the
+		// server RPC port, which a single server does not dial.
+		args = append(args, "-http-port", "-1", "-https-port", strconv.Itoa(httpPort),
+			"-hcl", fmt.Sprintf("tls { defaults { ca_file = %q cert_file = %q key_file = %q verify_incoming = true } }",
+				opts.TLS.CAFile, opts.TLS.CertFile, opts.TLS.KeyFile))
+	} else {
+		args = append(args, "-http-port", strconv.Itoa(httpPort))
+	}
+	for _, h := range opts.HCL {
+		args = append(args, "-hcl", h)
+	}
 	if opts.DataDir != "" {
 		args = append(args, "-data-dir", opts.DataDir)
 	}
@@ -177,7 +205,8 @@ func start(ctx context.Context, opts Options) (*Agent, error) {
 	return a, nil
 }
 
-// HTTPAddr is the agent's HTTP API address, host:port.
+// HTTPAddr is the agent's HTTP API address, host:port (HTTPS with
+// Options.TLS).
 func (a *Agent) HTTPAddr() string { return a.httpAddr }
 
 // LogFile is the path of the file that holds the agent's output.
@@ -279,7 +308,11 @@ func (a *Agent) startLocked(ctx context.Context) error {
 func (a *Agent) waitLeader(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, a.opts.StartTimeout)
 	defer cancel()
-	client := &http.Client{Timeout: time.Second}
+	client, err := a.probeClient()
+	if err != nil {
+		return err
+	}
+	defer client.CloseIdleConnections()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	var last error
@@ -302,8 +335,34 @@ func (a *Agent) waitLeader(ctx context.Context) error {
 	}
 }
 
+// probeClient is the readiness check's HTTP client: with TLS it presents
+// the agent's own certificate, which the CA signed for client use too.
+func (a *Agent) probeClient() (*http.Client, error) {
+	if a.opts.TLS == nil {
+		return &http.Client{Timeout: time.Second}, nil
+	}
+	ca, err := os.ReadFile(a.opts.TLS.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("consul agent CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("consul agent CA %s: no PEM certificate", a.opts.TLS.CAFile)
+	}
+	cert, err := tls.LoadX509KeyPair(a.opts.TLS.CertFile, a.opts.TLS.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("consul agent certificate: %w", err)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
+	return &http.Client{Timeout: time.Second, Transport: tr}, nil
+}
+
 func (a *Agent) leader(ctx context.Context, client *http.Client) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.httpAddr+"/v1/status/leader", nil)
+	scheme := "http://"
+	if a.opts.TLS != nil {
+		scheme = "https://"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+a.httpAddr+"/v1/status/leader", nil)
 	if err != nil {
 		return "", err
 	}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,6 +110,10 @@ func typeName(t reflect.Type) string {
 func walk(t reflect.Type, prefix string, fn func(string, reflect.Type)) {
 	for i := range t.NumField() {
 		f := t.Field(i)
+		if inline(f) {
+			walk(f.Type, prefix, fn)
+			continue
+		}
 		name := yamlName(f)
 		if name == "" {
 			continue
@@ -120,6 +125,13 @@ func walk(t reflect.Type, prefix string, fn func(string, reflect.Type)) {
 		}
 		fn(key, f.Type)
 	}
+}
+
+// inline reports a struct whose keys YAML takes as the outer struct's own
+// (`yaml:",inline"`): a settings type shared by several sections.
+func inline(f reflect.StructField) bool {
+	_, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return f.Type.Kind() == reflect.Struct && slices.Contains(strings.Split(opts, ","), "inline")
 }
 
 func yamlName(f reflect.StructField) string {
@@ -140,18 +152,30 @@ func Set(cfg any, key, value string) error {
 		if v.Kind() != reflect.Struct {
 			return fmt.Errorf("no such setting %q", key)
 		}
-		found := false
-		for i := range v.NumField() {
-			if yamlName(v.Type().Field(i)) == part {
-				v, found = v.Field(i), true
-				break
-			}
-		}
-		if !found {
+		var found bool
+		if v, found = field(v, part); !found {
 			return fmt.Errorf("no such setting %q", key)
 		}
 	}
 	return setValue(v, key, value)
+}
+
+// field finds the field of struct v named name in YAML, looking into
+// inlined structs as YAML does.
+func field(v reflect.Value, name string) (reflect.Value, bool) {
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if inline(f) {
+			if fv, ok := field(v.Field(i), name); ok {
+				return fv, true
+			}
+			continue
+		}
+		if yamlName(f) == name {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
 }
 
 func setValue(v reflect.Value, key, text string) error {

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/ferry-replicator/ferry/pkg/config"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 )
 
 // TLSConfig is how to reach the brokers over TLS.
@@ -97,4 +98,21 @@ func loadPool(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("CA bundle %s holds no PEM certificate", path)
 	}
 	return pool, nil
+}
+
+// Warnings says what in the settings is allowed but unsafe, each naming its
+// key under prefix (source, target), for the service to log at start.
+func (c Config) Warnings(prefix string) []string {
+	if !c.TLS.Enabled || !c.TLS.InsecureSkipVerify {
+		return nil
+	}
+	// Allowed, for test clusters; on loopback nobody else is on the path.
+	for _, b := range c.BootstrapServers {
+		if !tlsconfig.IsLoopback(b) {
+			return []string{fmt.Sprintf("%s.tls.insecure_skip_verify is set for broker %s, which is not on loopback: "+
+				"any certificate is accepted, so anyone on the path can read and change the traffic (and the SASL login); "+
+				"set %s.tls.ca_file instead", prefix, b, prefix)}
+		}
+	}
+	return nil
 }

@@ -15,6 +15,10 @@ import (
 // certificate is trusted but names no identity in allowed_ids.
 var ErrIdentityNotAllowed = errors.New("identity not in allowed_ids")
 
+// ErrNotOneURISAN is the cause of a denial of a peer whose certificate
+// names several URI SANs where allowed_ids holds SPIFFE IDs.
+var ErrNotOneURISAN = errors.New("a SPIFFE certificate names exactly one URI SAN")
+
 // ServerOptions returns the gRPC server options of a TLS server (the
 // writer's listener) that refuses a trusted client with the wrong identity
 // per call, with PermissionDenied, rather than in the handshake.
@@ -79,7 +83,7 @@ func (s *Source) authorize(ctx context.Context, method string) error {
 		s.denials.record(s.log, "tls client denied", "remote", remote, "method", method, "err", err)
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
-	if err := s.checkIdentity(identities(info.State.PeerCertificates[0])); err != nil {
+	if err := s.checkIdentity(info.State.PeerCertificates[0]); err != nil {
 		s.denials.record(s.log, "tls client denied", "remote", remote, "method", method, "err", err)
 		return status.Error(codes.PermissionDenied, err.Error())
 	}

@@ -176,7 +176,7 @@ func (c *signerCache) leaf(s *Source, chain []byte) (*x509.Certificate, string, 
 	}); err != nil {
 		return nil, "", fmt.Errorf("signer %s (issuer %q): certificate not trusted: %w", describe(ids), leaf.Issuer.String(), err)
 	}
-	if err := s.checkIdentity(ids); err != nil {
+	if err := s.checkIdentity(leaf); err != nil {
 		return nil, "", fmt.Errorf("signer: %w", err)
 	}
 	id := ids[0]

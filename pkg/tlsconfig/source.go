@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,9 @@ type Source struct {
 	cfg     Config
 	log     *slog.Logger
 	allowed map[string]bool
+	// spiffe is set when allowed_ids names a SPIFFE ID: a peer must then
+	// present at most one URI SAN, as an X.509 SVID does.
+	spiffe bool
 
 	cur atomic.Pointer[material]
 
@@ -71,6 +75,7 @@ func NewSource(cfg Config, log *slog.Logger) (*Source, error) {
 	s := &Source{cfg: cfg, log: log, allowed: map[string]bool{}}
 	for _, id := range cfg.AllowedIDs {
 		s.allowed[normalizeID(id)] = true
+		s.spiffe = s.spiffe || strings.HasPrefix(id, "spiffe://")
 	}
 	m, err := load(cfg)
 	if err != nil {

@@ -504,3 +504,37 @@ func reload(t *testing.T, srcs ...*Source) {
 		}
 	}
 }
+
+// An X.509 SVID names exactly one SPIFFE ID. A certificate naming an
+// allowed fetcher ID and another one besides (a CA that signs whatever
+// SANs it is asked for) is refused on both sides, not admitted on the
+// first match.
+func TestSeveralURISANsRefused(t *testing.T) {
+	p := newPair(t)
+	both, err := p.ca.Issue(devcerts.LeafOptions{
+		CommonName: "both", URIs: []string{fetcherID, intruderID},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	double := newSide(t, both, []string{writerID}, p.ca).source(discard())
+	if _, err := dial(t, p.srv.addr(), double.ClientTLS()); err == nil {
+		t.Fatal("client with two URI SANs admitted")
+	}
+	if err := p.srv.result(t); err == nil || !strings.Contains(err.Error(), "exactly one URI SAN") {
+		t.Fatalf("server: %v, want a denial for two URI SANs", err)
+	}
+	bothWriter, err := p.ca.Issue(devcerts.LeafOptions{
+		CommonName: "both", URIs: []string{writerID, intruderID},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	impostor := newSide(t, bothWriter, []string{fetcherID}, p.ca).source(discard())
+	srv := startServer(t, impostor.ServerTLS())
+	if _, err := dial(t, srv.addr(), p.fsrc.ClientTLS()); err == nil || !strings.Contains(err.Error(), "exactly one URI SAN") {
+		t.Fatalf("client: %v, want a denial for two URI SANs", err)
+	}
+}

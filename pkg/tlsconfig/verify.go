@@ -111,11 +111,10 @@ func (s *Source) ClientTLS() *tls.Config {
 // given use, and its identity against allowed_ids. The error names what the
 // peer presented, which is what an operator needs to fix either side.
 func (s *Source) verifyPeer(cs tls.ConnectionState, usage x509.ExtKeyUsage) error {
-	ids, err := s.verifyChain(cs, usage)
-	if err != nil {
+	if _, err := s.verifyChain(cs, usage); err != nil {
 		return err
 	}
-	return s.checkIdentity(ids)
+	return s.checkIdentity(cs.PeerCertificates[0])
 }
 
 // verifyChain checks the peer's chain against the current CA pool, for the
@@ -142,8 +141,17 @@ func (s *Source) verifyChain(cs tls.ConnectionState, usage x509.ExtKeyUsage) ([]
 	return ids, nil
 }
 
-// checkIdentity admits ids if one of them is in allowed_ids.
-func (s *Source) checkIdentity(ids []string) error {
+// checkIdentity admits a peer certificate if one of its identities is in
+// allowed_ids. Where SPIFFE IDs are allowed, a certificate with several
+// URI SANs is refused whatever they are: an X.509 SVID names exactly one
+// SPIFFE ID, and a certificate naming an allowed ID and others besides
+// comes from a CA that signs whatever it is asked, so it is not admitted
+// on the first match.
+func (s *Source) checkIdentity(leaf *x509.Certificate) error {
+	ids := identities(leaf)
+	if s.spiffe && len(leaf.URIs) > 1 {
+		return fmt.Errorf("tls peer presented %s: %w", describe(ids), ErrNotOneURISAN)
+	}
 	for _, id := range ids {
 		if s.allowed[normalizeID(id)] {
 			return nil

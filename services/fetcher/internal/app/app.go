@@ -52,7 +52,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	for _, w := range cfg.Deprecations() {
+	for _, w := range append(cfg.Deprecations(), cfg.Source.Warnings("source")...) {
 		log.Warn(w)
 	}
 	// The admin port answers from the start: while the source cannot be

@@ -15,14 +15,16 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/ferry-replicator/ferry/pkg/consulclient"
 )
 
 // Config says where to look.
 type Config struct {
-	// Address is the Consul agent HTTP address; empty disables discovery.
-	Address string `yaml:"address"`
-	// Datacenter is the target region's datacenter; empty is the agent's.
-	Datacenter string `yaml:"datacenter"`
+	// Consul is how to reach an agent that sees the target region's
+	// catalog: address (empty disables discovery), TLS, token file, and
+	// the target region's datacenter (empty is the agent's).
+	consulclient.Config `yaml:",inline"`
 	// Service is the writers' service name.
 	Service string `yaml:"service"`
 }
@@ -31,15 +33,15 @@ type Config struct {
 // the service whenever they change, until ctx ends. Errors are logged and
 // retried; the last known list stays in force meanwhile.
 func Watch(ctx context.Context, cfg Config, update func([]string), log *slog.Logger) error {
-	acfg := api.DefaultConfig()
-	acfg.Address, acfg.Datacenter = cfg.Address, cfg.Datacenter
-	client, err := api.NewClient(acfg)
+	// No request timeout: blocking queries wait up to WaitTime on the
+	// agent, and ctx ends them.
+	client, err := consulclient.New(cfg.Config, 0)
 	if err != nil {
-		return fmt.Errorf("consul client: %w", err)
+		return fmt.Errorf("writer discovery: %w", err)
 	}
 	// The client's pooled transport is this watch's own: its idle
 	// connections, and their goroutines, end with it.
-	defer acfg.Transport.CloseIdleConnections()
+	defer client.Close()
 	var index uint64
 	var last []string
 	for ctx.Err() == nil {

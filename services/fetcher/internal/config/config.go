@@ -284,6 +284,8 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		p.Addf("shutdown_timeout", "must be positive")
 	}
+	c.Writers.Consul.Config.Validate("writers.consul", &p)
+	c.Lease.Config.Validate("lease", &p)
 	if c.Lease.Address != "" {
 		// Consul's own bounds: it refuses session TTLs outside 10s..24h and
 		// caps the lock delay at 60s.
@@ -315,17 +317,17 @@ func (c *Config) refuseInert(p *config.Problems) {
 	if c.Lease.Address == "" {
 		l, dl := c.Lease, d.Lease
 		refuse("has no effect without lease.address (no leases: this fetcher owns every shard it is given); set lease.address or remove it",
-			config.Setting{Key: "lease.datacenter", Set: l.Datacenter != dl.Datacenter},
-			config.Setting{Key: "lease.key_prefix", Set: l.KeyPrefix != dl.KeyPrefix},
-			config.Setting{Key: "lease.session_ttl", Set: l.SessionTTL != dl.SessionTTL},
-			config.Setting{Key: "lease.lock_delay", Set: l.LockDelay != dl.LockDelay},
-			config.Setting{Key: "lease.balance_interval", Set: l.BalanceInterval != dl.BalanceInterval})
+			append(l.Settings("lease"),
+				config.Setting{Key: "lease.key_prefix", Set: l.KeyPrefix != dl.KeyPrefix},
+				config.Setting{Key: "lease.session_ttl", Set: l.SessionTTL != dl.SessionTTL},
+				config.Setting{Key: "lease.lock_delay", Set: l.LockDelay != dl.LockDelay},
+				config.Setting{Key: "lease.balance_interval", Set: l.BalanceInterval != dl.BalanceInterval})...)
 	}
 	if c.Writers.Consul.Address == "" {
 		w, dw := c.Writers.Consul, d.Writers.Consul
 		refuse("has no effect without writers.consul.address; set it or remove this",
-			config.Setting{Key: "writers.consul.datacenter", Set: w.Datacenter != dw.Datacenter},
-			config.Setting{Key: "writers.consul.service", Set: w.Service != dw.Service})
+			append(w.Settings("writers.consul"),
+				config.Setting{Key: "writers.consul.service", Set: w.Service != dw.Service})...)
 	}
 	if t := c.Writers.TLS; t.Insecure {
 		refuse("has no effect with writers.tls.insecure (plaintext); remove it, or turn insecure off",

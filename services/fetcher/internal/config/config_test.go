@@ -65,6 +65,17 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "certificate in plaintext", yaml: valid, sets: []string{"writers.tls.cert_file=/x.pem"}, want: "writers.tls.cert_file: has no effect with writers.tls.insecure"},
 		{name: "sampling without tracing", yaml: valid, sets: []string{"tracing.sampling_ratio=0.5"}, want: "tracing.sampling_ratio: has no effect without tracing.endpoint"},
 		{name: "lease settings with leases", yaml: valid, sets: []string{"lease.address=127.0.0.1:8500", "lease.session_ttl=30s"}},
+		// Consul's TLS and token settings, the same keys in every Consul
+		// section (pkg/consulclient).
+		{name: "lease over https", yaml: valid, sets: []string{"lease.address=127.0.0.1:8501", "lease.scheme=https"}},
+		{name: "lease CA file missing", yaml: valid, sets: []string{"lease.address=127.0.0.1:8501", "lease.ca_file=/nonexistent/ca.pem"}, want: "lease.ca_file: open /nonexistent/ca.pem"},
+		{name: "lease client cert without key", yaml: valid, sets: []string{"lease.address=127.0.0.1:8501", "lease.cert_file=/c.pem"}, want: "lease.cert_file: cert_file and key_file go together"},
+		{name: "lease bad scheme", yaml: valid, sets: []string{"lease.address=127.0.0.1:8501", "lease.scheme=tls"}, want: `lease.scheme: "tls": want http or https`},
+		{name: "lease TLS over http", yaml: valid, sets: []string{"lease.address=127.0.0.1:8500", "lease.scheme=http", "lease.server_name=consul"}, want: "lease.scheme: http, but TLS settings"},
+		{name: "lease token file missing", yaml: valid, sets: []string{"lease.address=127.0.0.1:8500", "lease.token_file=/nonexistent/token"}, want: "lease.token_file: open /nonexistent/token"},
+		{name: "lease token without leases", yaml: valid, env: []string{"FERRY_FETCHER_LEASE_TOKEN_FILE=/t"}, want: "lease.token_file: has no effect without lease.address"},
+		{name: "discovery CA without discovery", yaml: valid, sets: []string{"writers.consul.ca_file=/ca.pem"}, want: "writers.consul.ca_file: has no effect without writers.consul.address"},
+		{name: "discovery token file missing", yaml: "source: {bootstrap_servers: [k:9092]}\nlink: {name: a}\nwriters: {consul: {address: '127.0.0.1:8500', token_file: /nonexistent/t}, tls: {cert_file: /c, key_file: /k, ca_file: /ca}}\n", want: "writers.consul.token_file: open /nonexistent/t"},
 		// The record path is gone: an older configuration that chose
 		// pass-through still loads (TestDeprecatedSettingsLoadWithAWarning),
 		// one that chose the record path is refused by name.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/deploy"
 	"github.com/ferry-replicator/ferry/deploy/deploytest"
+	"github.com/ferry-replicator/ferry/pkg/consulclient"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 )
 
@@ -24,10 +25,14 @@ func TestDeployManifests(t *testing.T) {
 				AdminListen:     c.Admin.Listen,
 				ShutdownTimeout: c.ShutdownTimeout,
 				TLSFiles:        []string{tls.CertFile, tls.KeyFile, tls.CAFile},
+				SecretFiles:     nonEmpty(c.Lease.TokenFile, c.Writers.Consul.TokenFile),
 				Replicable:      c.Lease.Address != "" && len(c.Link.OwnedShards) == 0,
 			}
 		},
 		TLS: func(c *Config) *tlsconfig.Config { return &c.Writers.TLS },
+		Consul: func(c *Config) []*consulclient.Config {
+			return []*consulclient.Config{&c.Lease.Config, &c.Writers.Consul.Config}
+		},
 		Validate: func(c *Config) error {
 			// A shipped manifest carries no setting the fetcher warns about.
 			if d := c.Deprecations(); len(d) > 0 {
@@ -36,4 +41,15 @@ func TestDeployManifests(t *testing.T) {
 			return c.Validate()
 		},
 	})
+}
+
+// nonEmpty drops the unset paths.
+func nonEmpty(paths ...string) []string {
+	var out []string
+	for _, p := range paths {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

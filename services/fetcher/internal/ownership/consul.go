@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sort"
 	"strconv"
@@ -14,16 +13,17 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-replicator/ferry/pkg/consulclient"
 )
 
 // ConsulConfig configures shard leases in Consul.
 type ConsulConfig struct {
-	// Address is the Consul agent's HTTP address (host:port). Empty means
-	// no Consul: the in-process Local backend, single fetcher only.
-	Address string `yaml:"address"`
-	// Datacenter is the source region's Consul datacenter; empty is the
-	// agent's own.
-	Datacenter string `yaml:"datacenter"`
+	// Consul is how to reach the source region's agent: address, TLS,
+	// token file and datacenter (the source region's; empty is the
+	// agent's own). An empty address means no Consul: the in-process
+	// Local backend, single fetcher only.
+	consulclient.Config `yaml:",inline"`
 	// KeyPrefix roots Ferry's keys: <prefix>/<link>/shards/<n>.
 	KeyPrefix string `yaml:"key_prefix"`
 	// SessionTTL is the lease session's TTL (Consul accepts 10s to 24h).
@@ -82,7 +82,7 @@ type Consul struct {
 	id      string
 	kv      *api.KV
 	session *api.Session
-	http    *http.Client
+	client  *consulclient.Client
 	metrics *Metrics
 	log     *slog.Logger
 	// bg tracks the expiry timer's callback, from arming to its end: Run
@@ -102,20 +102,15 @@ type Consul struct {
 
 // NewConsul builds the backend for one fetcher of a link.
 func NewConsul(cfg ConsulConfig, link, fetcherID string, m *Metrics, log *slog.Logger) (*Consul, error) {
-	acfg := api.DefaultConfig()
-	acfg.Address = cfg.Address
-	acfg.Datacenter = cfg.Datacenter
 	// Bounded calls: a hung request must not outlive a renewal period. The
 	// transport is this backend's own, so Run can close its idle
 	// connections when it ends.
-	hc := &http.Client{Timeout: cfg.SessionTTL / 3, Transport: acfg.Transport}
-	acfg.HttpClient = hc
-	client, err := api.NewClient(acfg)
+	client, err := consulclient.New(cfg.Config, cfg.SessionTTL/3)
 	if err != nil {
-		return nil, fmt.Errorf("consul client: %w", err)
+		return nil, fmt.Errorf("lease: %w", err)
 	}
 	return &Consul{
-		cfg: cfg, link: link, id: fetcherID, kv: client.KV(), session: client.Session(), http: hc,
+		cfg: cfg, link: link, id: fetcherID, kv: client.KV(), session: client.Session(), client: client,
 		metrics: m, log: log.With("component", "lease"), held: map[int]chan struct{}{}, waiting: map[int]time.Time{},
 	}, nil
 }
@@ -138,7 +133,7 @@ func (c *Consul) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			c.leave()
 			c.bg.Wait()
-			c.http.CloseIdleConnections()
+			c.client.Close()
 			return nil
 		case <-tick.C:
 		}

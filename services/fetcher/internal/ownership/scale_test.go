@@ -102,7 +102,7 @@ func BenchmarkLeaseScale(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		owner.http.Transport = &countingTransport{n: &requests, next: owner.http.Transport}
+		owner.client.HTTP.Transport = &countingTransport{n: &requests, next: owner.client.HTTP.Transport}
 		rctx, stop := context.WithCancel(ctx)
 		stops[i] = stop
 		wg.Add(1)

@@ -65,6 +65,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	for _, w := range cfg.Target.Warnings("target") {
+		log.Warn(w)
+	}
 	links, err := buildLinks(cfg.Links)
 	if err != nil {
 		return err

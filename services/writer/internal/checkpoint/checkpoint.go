@@ -87,6 +87,8 @@ type Store struct {
 	// its position), and only a new store, reading the topic from its
 	// start, can serve again.
 	failed chan struct{}
+	// foreign rate-limits the log of records with foreign keys.
+	foreign sampledLog
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -251,7 +253,9 @@ func (s *Store) apply(p int32, m *sarama.ConsumerMessage) {
 	}
 	k, ok := parseKey(key)
 	if !ok {
-		s.log.Warn("ignoring checkpoint record with a foreign key", "key", key, "partition", p, "offset", m.Offset)
+		if n, ok := s.foreign.allow(); ok {
+			s.log.Warn("ignoring checkpoint record with a foreign key", "key", key, "partition", p, "offset", m.Offset, "suppressed_before", n)
+		}
 		return
 	}
 	if m.Value == nil { // a tombstone forgets the partition

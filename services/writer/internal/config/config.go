@@ -281,6 +281,7 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		p.Addf("shutdown_timeout", "must be positive")
 	}
+	c.Registration.Config.Validate("registration", &p)
 	if c.Registration.Address != "" && c.Registration.Service == "" {
 		p.Addf("registration.service", "required with registration.address")
 	}
@@ -351,9 +352,9 @@ func (c *Config) refuseInert(p *config.Problems) {
 	d := Defaults()
 	if r, dr := c.Registration, d.Registration; r.Address == "" {
 		p.RefuseInert("has no effect without registration.address (the writer is not in Consul's catalog); set it or remove this",
-			config.Setting{Key: "registration.datacenter", Set: r.Datacenter != dr.Datacenter},
-			config.Setting{Key: "registration.service", Set: r.Service != dr.Service},
-			config.Setting{Key: "registration.advertise", Set: r.Advertise != dr.Advertise})
+			append(r.Settings("registration"),
+				config.Setting{Key: "registration.service", Set: r.Service != dr.Service},
+				config.Setting{Key: "registration.advertise", Set: r.Advertise != dr.Advertise})...)
 	}
 	if t, dt := c.TLS, d.TLS; t.Insecure {
 		p.RefuseInert("has no effect with tls.insecure (plaintext); remove it, or turn insecure off",

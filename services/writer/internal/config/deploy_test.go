@@ -5,6 +5,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/deploy"
 	"github.com/ferry-replicator/ferry/deploy/deploytest"
+	"github.com/ferry-replicator/ferry/pkg/consulclient"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 )
 
@@ -25,9 +26,19 @@ func TestDeployManifests(t *testing.T) {
 				TLSFiles:        []string{tls.CertFile, tls.KeyFile, tls.CAFile},
 				Replicable:      true, // each shard's transactional producer fences the last
 				SelfRegisters:   c.Registration.Address != "",
+				SecretFiles:     secretFiles(c.Registration.TokenFile),
 			}
 		},
 		TLS:      func(c *Config) *tlsconfig.Config { return &c.TLS },
+		Consul:   func(c *Config) []*consulclient.Config { return []*consulclient.Config{&c.Registration.Config} },
 		Validate: func(c *Config) error { return c.Validate() },
 	})
+}
+
+// secretFiles is the token file when one is set.
+func secretFiles(token string) []string {
+	if token == "" {
+		return nil
+	}
+	return []string{token}
 }

@@ -12,14 +12,16 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/ferry-replicator/ferry/pkg/consulclient"
 )
 
 // Config says how to register.
 type Config struct {
-	// Address is the Consul agent HTTP address; empty disables registration.
-	Address string `yaml:"address"`
-	// Datacenter is the target region's datacenter; empty is the agent's.
-	Datacenter string `yaml:"datacenter"`
+	// Consul is how to reach the agent: address (empty disables
+	// registration), TLS, token file, and the target region's datacenter
+	// (empty is the agent's).
+	consulclient.Config `yaml:",inline"`
 	// Service is the service name fetchers look for.
 	Service string `yaml:"service"`
 	// Advertise is the gRPC host:port fetchers should dial; default listen.
@@ -38,6 +40,7 @@ const (
 
 // Registration is a writer's entry in the catalog.
 type Registration struct {
+	client  *consulclient.Client
 	agent   *api.Agent
 	service *api.AgentServiceRegistration
 	log     *slog.Logger
@@ -52,11 +55,10 @@ type Registration struct {
 // (plain HTTP, so it works whatever the gRPC port's TLS demands); Consul
 // drops an instance whose check stays critical for a minute.
 func New(cfg Config, id, grpcAddr, adminAddr string, log *slog.Logger) (*Registration, error) {
-	acfg := api.DefaultConfig()
-	acfg.Address, acfg.Datacenter = cfg.Address, cfg.Datacenter
-	client, err := api.NewClient(acfg)
+	// Requests are bounded by their contexts (timeout), not the client.
+	client, err := consulclient.New(cfg.Config, 0)
 	if err != nil {
-		return nil, fmt.Errorf("consul client: %w", err)
+		return nil, fmt.Errorf("registration: %w", err)
 	}
 	adv := cfg.Advertise
 	if adv == "" {
@@ -71,7 +73,8 @@ func New(cfg Config, id, grpcAddr, adminAddr string, log *slog.Logger) (*Registr
 		return nil, fmt.Errorf("registration.advertise port %q: %w", portText, err)
 	}
 	return &Registration{
-		agent: client.Agent(),
+		client: client,
+		agent:  client.Agent(),
 		service: &api.AgentServiceRegistration{
 			ID: cfg.Service + "-" + id, Name: cfg.Service, Address: host, Port: port,
 			Check: &api.AgentServiceCheck{
@@ -118,6 +121,7 @@ func (r *Registration) Run(ctx context.Context) {
 			if err := r.deregister(); err != nil {
 				r.log.Warn("leave consul catalog", "service", r.service.ID, "err", err)
 			}
+			r.client.Close()
 			return
 		case <-t.C:
 		}

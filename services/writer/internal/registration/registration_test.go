@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/ferry-replicator/ferry/loadtest/consulagent"
+	"github.com/ferry-replicator/ferry/pkg/consulclient"
 )
 
 // logLines collects log messages, so the test can wait for the retry.
@@ -60,7 +61,7 @@ func TestRunRegistersWhenConsulComesBackAndKeepsTheEntry(t *testing.T) {
 	}
 
 	logs := &logLines{}
-	r, err := New(Config{Address: agent.HTTPAddr(), Service: "ferry-writer"}, "w1", "127.0.0.1:7000",
+	r, err := New(Config{Config: consulclient.Config{Address: agent.HTTPAddr()}, Service: "ferry-writer"}, "w1", "127.0.0.1:7000",
 		strings.TrimPrefix(ready.URL, "http://"), slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +121,7 @@ func TestRunRegistersWhenConsulComesBackAndKeepsTheEntry(t *testing.T) {
 
 // A bad advertised address is a configuration error, reported at once.
 func TestNewRefusesABadAdvertiseAddress(t *testing.T) {
-	_, err := New(Config{Address: "127.0.0.1:1", Service: "s", Advertise: "no-port"}, "w", "127.0.0.1:1", "127.0.0.1:2", slog.Default())
+	_, err := New(Config{Config: consulclient.Config{Address: "127.0.0.1:1"}, Service: "s", Advertise: "no-port"}, "w", "127.0.0.1:1", "127.0.0.1:2", slog.Default())
 	if err == nil || !strings.Contains(err.Error(), "registration.advertise") {
 		t.Fatalf("err = %v, want one naming registration.advertise", err)
 	}
