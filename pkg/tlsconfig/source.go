@@ -32,6 +32,8 @@ type Source struct {
 	// result of a later one.
 	reloadMu sync.Mutex
 	lastErr  error // guarded by reloadMu
+	// reloadErrors counts failed reloads, for metrics.
+	reloadErrors atomic.Uint64
 
 	denials denialLog
 	// signers caches the signer chains Verify has checked.
@@ -133,6 +135,7 @@ func (s *Source) reload(trigger string) error {
 	m, err := load(s.cfg)
 	s.lastErr = err
 	if err != nil {
+		s.reloadErrors.Add(1)
 		old := s.cur.Load()
 		s.log.Error("tls reload failed, keeping the previous certificate",
 			"trigger", trigger, "err", err,

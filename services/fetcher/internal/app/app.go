@@ -134,6 +134,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			return notStarted(err)
 		}
 		creds = credentials.NewTLS(certs.ClientTLS())
+		certs.RegisterMetrics(reg)
 	}
 	// A failed writer's connection is retried within the reconnect backoff
 	// bounds (gRPC's own default grows to two minutes), so its shards return

@@ -156,6 +156,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			return notStarted(err)
 		}
 		signer = certs
+		certs.RegisterMetrics(promReg)
 	}
 	recorder, err := provenance.NewRecorder(franzOpts, cfg.ID, signer)
 	if err != nil {
