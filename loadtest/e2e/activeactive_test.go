@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-replicator/ferry/loadtest/harness"
-	"github.com/ferry-replicator/ferry/loadtest/kafkabroker"
 	"github.com/ferry-replicator/ferry/loadtest/workload"
 )
 
@@ -29,15 +28,8 @@ import (
 // again: q3 saw 7,282 for 6,000.)
 func TestRealKafkaActiveActiveCopiesNothingBack(t *testing.T) {
 	ctx := context.Background()
-	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
 	var addrs [2][]string
-	for i := range 2 {
-		b, err := kafkabroker.Start(startCtx, kafkabroker.Options{DataDir: keptDir(t, "kafka-"+"ab"[i:i+1])})
-		if err != nil {
-			t.Fatalf("start Apache Kafka: %v", err)
-		}
-		t.Cleanup(func() { _ = b.Stop() })
+	for i, b := range startKafkas(t, "a", "b") {
 		addrs[i] = []string{b.Addr()}
 	}
 	const topic, partitions, records = "t.orders", 3, 6000

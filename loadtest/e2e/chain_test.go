@@ -3,10 +3,8 @@ package e2e
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/ferry-replicator/ferry/loadtest/harness"
-	"github.com/ferry-replicator/ferry/loadtest/kafkabroker"
 	"github.com/ferry-replicator/ferry/loadtest/workload"
 )
 
@@ -17,15 +15,8 @@ import (
 // each once, and B→C's fetcher leaves nothing out.
 func TestRealKafkaChainCarriesOn(t *testing.T) {
 	ctx := context.Background()
-	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
 	var addrs [3][]string
-	for i := range 3 {
-		b, err := kafkabroker.Start(startCtx, kafkabroker.Options{DataDir: keptDir(t, "kafka-"+"abc"[i:i+1])})
-		if err != nil {
-			t.Fatalf("start Apache Kafka: %v", err)
-		}
-		t.Cleanup(func() { _ = b.Stop() })
+	for i, b := range startKafkas(t, "a", "b", "c") {
 		addrs[i] = []string{b.Addr()}
 	}
 	const topic, partitions, records = "t.orders", 3, 3000

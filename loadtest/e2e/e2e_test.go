@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferry-replicator/ferry/loadtest/harness"
+	"github.com/ferry-replicator/ferry/loadtest/kafkabroker"
 	"github.com/ferry-replicator/ferry/loadtest/verify"
 	"github.com/ferry-replicator/ferry/loadtest/workload"
 )
@@ -109,6 +110,25 @@ func newEnvOn(t *testing.T, src, dst []string) *env {
 	}
 	t.Cleanup(e.dumpLogsOnFailure)
 	return e
+}
+
+// startKafkas starts one Apache Kafka broker per name, each a cluster of
+// its own with its data in a kept folder (kafka-<name>), stopped when the
+// test ends.
+func startKafkas(t *testing.T, names ...string) []*kafkabroker.Broker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	brokers := make([]*kafkabroker.Broker, len(names))
+	for i, name := range names {
+		b, err := kafkabroker.Start(ctx, kafkabroker.Options{DataDir: keptDir(t, "kafka-"+name)})
+		if err != nil {
+			t.Fatalf("start Apache Kafka %s: %v", name, err)
+		}
+		t.Cleanup(func() { _ = b.Stop() })
+		brokers[i] = b
+	}
+	return brokers
 }
 
 // shareCerts gives every env the first one's development CA and

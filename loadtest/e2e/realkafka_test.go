@@ -25,15 +25,8 @@ import (
 // losing nothing. It fails, never skips, when Java or the jars are missing.
 func TestRealKafkaReplicationSurvivesWriterKill(t *testing.T) {
 	ctx := context.Background()
-	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
 	var addrs [][]string
-	for range 2 {
-		b, err := kafkabroker.Start(startCtx, kafkabroker.Options{DataDir: keptDir(t, "kafka")})
-		if err != nil {
-			t.Fatalf("start Apache Kafka: %v", err)
-		}
-		t.Cleanup(func() { _ = b.Stop() })
+	for _, b := range startKafkas(t, "source", "target") {
 		addrs = append(addrs, []string{b.Addr()})
 	}
 	e := newEnvOn(t, addrs[0], addrs[1])
@@ -66,17 +59,7 @@ func TestRealKafkaReplicationSurvivesWriterKill(t *testing.T) {
 // writer killed mid-stream, and the target must hold every record once.
 func TestRealKafkaExactlyOnceSurvivesBrokerRestartAndWriterKill(t *testing.T) {
 	ctx := context.Background()
-	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	var brokers []*kafkabroker.Broker
-	for range 2 {
-		b, err := kafkabroker.Start(startCtx, kafkabroker.Options{DataDir: keptDir(t, "kafka")})
-		if err != nil {
-			t.Fatalf("start Apache Kafka: %v", err)
-		}
-		t.Cleanup(func() { _ = b.Stop() })
-		brokers = append(brokers, b)
-	}
+	brokers := startKafkas(t, "source", "target")
 	e := newEnvOn(t, []string{brokers[0].Addr()}, []string{brokers[1].Addr()})
 	e.delivery = "exactly_once"
 	e.createTopic("t.real", 4, nil)
@@ -92,7 +75,9 @@ func TestRealKafkaExactlyOnceSurvivesBrokerRestartAndWriterKill(t *testing.T) {
 		e.produce(ctx, workload.Options{Topic: "t.real", Partitions: 4, Records: records, ValueBytes: 500, Rate: 2000, Seed: 6})
 	}()
 	e.waitFor(ctx, "src.t.real", records/4)
-	if err := brokers[1].Restart(startCtx); err != nil {
+	restartCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := brokers[1].Restart(restartCtx); err != nil {
 		t.Fatalf("restart target broker: %v", err)
 	}
 	e.waitFor(ctx, "src.t.real", records/2)
