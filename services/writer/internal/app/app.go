@@ -293,7 +293,7 @@ func buildLinks(cfgs []config.Link) ([]server.Link, error) {
 		}
 		link := server.Link{
 			Name: l.Name, Naming: policy, ReplicationFactor: l.ReplicationFactor, ExactlyOnce: l.Delivery == "exactly_once",
-			Topics: l.TopicFilter(),
+			Topics: l.TopicFilter(), Shards: uint32(l.Shards), AllowedIDs: tlsconfig.NewIDs(l.AllowedIDs),
 		}
 		for _, re := range l.ConfigExclude {
 			link.ConfigExclude = append(link.ConfigExclude, regexp.MustCompile(re)) // checked by Validate

@@ -132,6 +132,16 @@ type Link struct {
 	// transaction) or at_least_once (idempotent producer, checkpoint after
 	// the records; a crash can duplicate, never lose).
 	Delivery string `yaml:"delivery"`
+	// Shards is the link's number of shards, the fetchers' link.shards: an
+	// Open of a shard number at or above it is refused. Default 8, the
+	// fetchers' default.
+	Shards int `yaml:"shards"`
+	// AllowedIDs lists the fetcher identities (SPIFFE IDs or DNS names, as
+	// in tls.allowed_ids, each of which they must be) that may open the
+	// link's shards. Empty admits every identity of tls.allowed_ids: with
+	// several links, name each link's fetchers, or any one of them can
+	// write, skip and fence on every link.
+	AllowedIDs []string `yaml:"allowed_ids"`
 	// ReplicationFactor of created target topics; -1 takes the broker's default.
 	ReplicationFactor int16 `yaml:"replication_factor"`
 	// ConfigExclude lists regular expressions of source topic configs never
@@ -202,6 +212,9 @@ func linkDefaults(l *Link) {
 	if l.ReplicationFactor == 0 {
 		l.ReplicationFactor = -1
 	}
+	if l.Shards == 0 {
+		l.Shards = DefaultShards
+	}
 	if l.ConfigExclude == nil {
 		l.ConfigExclude = DefaultConfigExclude
 	}
@@ -213,6 +226,10 @@ func linkDefaults(l *Link) {
 		l.Topics.Exclude = topicfilter.DefaultExclude
 	}
 }
+
+// DefaultShards is links[].shards' default, the fetchers' link.shards
+// default.
+const DefaultShards = 8
 
 var linkName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
@@ -307,6 +324,16 @@ func (c *Config) Validate() error {
 		case "at_least_once", "exactly_once":
 		default:
 			p.Addf(key("delivery"), "%q: want exactly_once or at_least_once", l.Delivery)
+		}
+		if l.Shards < 1 || l.Shards > 100000 {
+			p.Addf(key("shards"), "%d: must be between 1 and 100000, the fetchers' link.shards", l.Shards)
+		}
+		if c.TLS.Insecure {
+			if len(l.AllowedIDs) > 0 {
+				p.Addf(key("allowed_ids"), "has no effect with tls.insecure (plaintext peers have no identity); remove it, or turn insecure off")
+			}
+		} else {
+			tlsconfig.ValidateIDs(key("allowed_ids"), l.AllowedIDs, c.TLS.AllowedIDs, &p)
 		}
 		if l.ReplicationFactor < -1 || l.ReplicationFactor == 0 {
 			p.Addf(key("replication_factor"), "%d: want -1 (broker default) or a positive number", l.ReplicationFactor)

@@ -50,6 +50,14 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		{"transaction timeout below two produce timeouts", base + "producer: {timeout: 30s, transaction_timeout: 10s}\nlinks: [{name: a}]\n", "producer.transaction_timeout: 10s: must be at least 1m10s"},
 		{"transaction timeout unused at least once", base + "producer: {timeout: 30s, transaction_timeout: 10s}\nlinks: [{name: a, delivery: at_least_once}]\n", ""},
 		{"transaction timeout that fits", base + "producer: {timeout: 5s, transaction_timeout: 20s}\nlinks: [{name: a}]\n", ""},
+		// Issue 22 item 1: a link binds its fetchers and its shard count.
+		{"link shards", base + "links: [{name: a, shards: 64}]\n", ""},
+		{"link shards above the fetchers' limit", base + "links: [{name: a, shards: 100001}]\n", "links[0].shards: 100001"},
+		{"link allowed ids with insecure", base + "links: [{name: a, allowed_ids: ['spiffe://x/f']}]\n", "links[0].allowed_ids: has no effect with tls.insecure"},
+		{"link allowed id the writer refuses", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\nlinks: [{name: a, allowed_ids: ['spiffe://x/g']}]\n",
+			`links[0].allowed_ids: "spiffe://x/g" is not in tls.allowed_ids`},
+		{"link allowed id not an identity", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\nlinks: [{name: a, allowed_ids: ['*.x']}]\n",
+			`links[0].allowed_ids: "*.x"`},
 		{"sampling without tracing", base + "tracing: {sampling_ratio: 0.5}\nlinks: [{name: a}]\n", "tracing.sampling_ratio: has no effect without tracing.endpoint"},
 	}
 	for _, tt := range tests {

@@ -20,6 +20,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
@@ -39,6 +40,12 @@ type Link struct {
 	// Topics is the link's allow list of source topics; an Open naming
 	// any other is refused (topicpolicy.go). The zero Filter accepts none.
 	Topics topicfilter.Filter
+	// Shards is the link's number of shards (the fetchers' link.shards):
+	// an Open of a shard number at or above it is refused.
+	Shards uint32
+	// AllowedIDs are the peer identities that may open the link's shards;
+	// empty admits every peer the writer admits (tls.allowed_ids).
+	AllowedIDs tlsconfig.IDs
 }
 
 // Options are the server's fixed settings.
@@ -151,10 +158,9 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	if open == nil {
 		return fmt.Errorf("%w: the first message must be an Open", errBadRequest)
 	}
-	link, ok := s.links[open.GetLink()]
-	if !ok {
-		s.metrics.Rejected.WithLabelValues(open.GetLink(), "unknown_link").Inc()
-		return fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, open.GetLink())
+	link, err := s.admit(stream.Context(), open)
+	if err != nil {
+		return err
 	}
 	sess, err := newSession(stream.Context(), s, link, open)
 	if err != nil {
@@ -172,6 +178,32 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	}
 	defer s.release(sess)
 	return sess.run(stream)
+}
+
+// admit returns the Open's link if the peer may open the shard: its
+// identity is one the link admits and the shard is one the link has. It
+// runs before anything of the stream is allocated and before the shard's
+// epoch is looked at, so a peer that may not hold a shard can neither
+// raise its epoch (refusing the real owner until the writer restarts) nor
+// supersede its stream.
+func (s *Server) admit(ctx context.Context, open *ferryv1.Open) (Link, error) {
+	link, ok := s.links[open.GetLink()]
+	if !ok {
+		s.metrics.Rejected.WithLabelValues(open.GetLink(), "unknown_link").Inc()
+		return Link{}, fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, open.GetLink())
+	}
+	if !link.AllowedIDs.Empty() {
+		if err := link.AllowedIDs.AdmitPeer(ctx); err != nil {
+			s.metrics.Rejected.WithLabelValues(link.Name, "peer_refused").Inc()
+			return Link{}, fmt.Errorf("%w: link %q admits only its links[].allowed_ids: %v", errPeerRefused, link.Name, err)
+		}
+	}
+	if open.GetShard() >= link.Shards {
+		s.metrics.Rejected.WithLabelValues(link.Name, "bad_open").Inc()
+		return Link{}, fmt.Errorf("%w: open of shard %d, but link %q has links[].shards %d (shards 0..%d)",
+			errBadRequest, open.GetShard(), link.Name, link.Shards, link.Shards-1)
+	}
+	return link, nil
 }
 
 // claim makes sess the shard's active stream. An open with an older epoch
