@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"regexp"
 	"sync/atomic"
 	"time"
 
@@ -163,6 +162,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		MaxBatchBytes:    int(cfg.MaxBatchBytes),
 		MaxGroupBytes:    int(cfg.MaxGroupBytes),
 		MaxBufferedBytes: int64(cfg.MaxBufferedBytes),
+		MaxPartitions:    cfg.MaxPartitions,
 		Tracer:           tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
 		Recorder:         recorder,
 	}, links, ens, store, codecs, m, log)
@@ -295,10 +295,16 @@ func buildLinks(cfgs []config.Link) ([]server.Link, error) {
 			Name: l.Name, Naming: policy, ReplicationFactor: l.ReplicationFactor, ExactlyOnce: l.Delivery == "exactly_once",
 			Topics: l.TopicFilter(), Shards: uint32(l.Shards), AllowedIDs: tlsconfig.NewIDs(l.AllowedIDs),
 		}
-		for _, re := range l.ConfigExclude {
-			link.ConfigExclude = append(link.ConfigExclude, regexp.MustCompile(re)) // checked by Validate
-		}
+		link.ConfigAllow, link.PlatformTopics = set(l.ConfigAllow), set(l.PlatformTopics)
 		out = append(out, link)
 	}
 	return out, nil
+}
+
+func set(keys []string) map[string]bool {
+	m := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		m[k] = true
+	}
+	return m
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"sync"
 	"time"
 
@@ -36,7 +35,12 @@ type Link struct {
 	ExactlyOnce       bool
 	Naming            naming.Policy
 	ReplicationFactor int16
-	ConfigExclude     []*regexp.Regexp
+	// ConfigAllow are the source topic configs a created target topic
+	// takes (topics.CopyConfigs).
+	ConfigAllow map[string]bool
+	// PlatformTopics are the platform topics (topics.Platform) the link
+	// may write nonetheless, such as _schemas for a Schema Registry copy.
+	PlatformTopics map[string]bool
 	// Topics is the link's allow list of source topics; an Open naming
 	// any other is refused (topicpolicy.go). The zero Filter accepts none.
 	Topics topicfilter.Filter
@@ -61,6 +65,9 @@ type Options struct {
 	MaxBatchBytes int
 	// MaxGroupBytes bounds the records of one produce round.
 	MaxGroupBytes int
+	// MaxPartitions bounds the partition count of a target topic the
+	// writer creates or grows (growth cannot be undone).
+	MaxPartitions int32
 	// MaxBufferedBytes bounds the wire bytes of the received batches the
 	// server holds, queued or in a round, across all its streams.
 	MaxBufferedBytes int64

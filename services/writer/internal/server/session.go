@@ -103,6 +103,12 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 		if err := s.checkTopic(link, t.GetName()); err != nil {
 			return nil, err
 		}
+		// The writer creates or grows the target topic to this count, and
+		// growth cannot be undone: a fetcher does not decide it alone.
+		if n := t.GetPartitionCount(); n > s.opts.MaxPartitions {
+			return nil, fmt.Errorf("%w: link %q, topic %q has %d partitions, above the writer's max_partitions %d",
+				errTopicRefused, link.Name, t.GetName(), n, s.opts.MaxPartitions)
+		}
 		counts[t.GetName()] = t.GetPartitionCount()
 	}
 	sess := &session{
@@ -161,12 +167,14 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		by := "the writer's producer.max_message_bytes"
 		for _, t := range ss.open.GetTopics() {
 			target := ss.link.Naming.Target(t.GetName())
+			configs, dropped := topics.CopyConfigs(t.GetConfigs(), ss.link.ConfigAllow)
 			err := step(log, "ensure target topic", func() error {
 				return s.topics.Ensure(topics.Spec{
 					Name:              target,
 					Partitions:        t.GetPartitionCount(),
 					ReplicationFactor: ss.link.ReplicationFactor,
-					Configs:           topics.FilterConfigs(t.GetConfigs(), ss.link.ConfigExclude),
+					Configs:           configs,
+					Dropped:           dropped,
 				})
 			})
 			if err != nil {
