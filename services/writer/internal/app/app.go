@@ -159,12 +159,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			Compression: compression, MaxMessageBytes: int(cfg.Producer.MaxMessageBytes), MergeBelow: int(cfg.Producer.MergeBelow),
 			Timeout: cfg.Producer.Timeout, TransactionTimeout: cfg.Producer.TransactionTimeout,
 		},
-		MaxBatchBytes:    int(cfg.MaxBatchBytes),
-		MaxGroupBytes:    int(cfg.MaxGroupBytes),
-		MaxBufferedBytes: int64(cfg.MaxBufferedBytes),
-		MaxPartitions:    cfg.MaxPartitions,
-		Tracer:           tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
-		Recorder:         recorder,
+		MaxBatchBytes:     int(cfg.MaxBatchBytes),
+		MaxGroupBytes:     int(cfg.MaxGroupBytes),
+		MaxBufferedBytes:  int64(cfg.MaxBufferedBytes),
+		MaxPartitions:     cfg.MaxPartitions,
+		MaxStreams:        cfg.MaxStreams,
+		MaxStreamsPerPeer: cfg.MaxStreamsPerPeer,
+		Tracer:            tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
+		Recorder:          recorder,
 	}, links, ens, store, codecs, m, log)
 
 	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}

@@ -55,6 +55,12 @@ type Config struct {
 	// MaxGroupBytes bounds the records one produce round (and, in
 	// exactly-once mode, one transaction) groups from several batches.
 	MaxGroupBytes config.ByteSize `yaml:"max_group_bytes"`
+	// MaxStreams bounds the shard streams the writer serves at once, and
+	// MaxStreamsPerPeer those of one fetcher identity: each stream holds a
+	// Kafka client, a producer id and a __ferry_producers record. An Open
+	// above either is refused with ResourceExhausted (the fetcher retries).
+	MaxStreams        int `yaml:"max_streams"`
+	MaxStreamsPerPeer int `yaml:"max_streams_per_peer"`
 	// MaxPartitions bounds the partition count of a target topic the
 	// writer creates or grows: an Open with a topic above it is refused.
 	// Growth cannot be undone, so a fetcher never decides it alone.
@@ -192,17 +198,19 @@ const DefaultMaxPartitions = 1000
 func Defaults() Config {
 	host, _ := os.Hostname()
 	c := Config{
-		ID:               host,
-		Listen:           "127.0.0.1:7400",
-		Log:              telemetry.LogConfig{Level: "info", Format: "text"},
-		Target:           kafkaclient.Defaults("ferry-writer"),
-		Checkpoints:      Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
-		Producer:         Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
-		MaxBatchBytes:    4 << 20,
-		MaxGroupBytes:    8 << 20,
-		MaxBufferedBytes: 64 << 20,
-		MaxPartitions:    DefaultMaxPartitions,
-		ShutdownTimeout:  20 * time.Second,
+		ID:                host,
+		Listen:            "127.0.0.1:7400",
+		Log:               telemetry.LogConfig{Level: "info", Format: "text"},
+		Target:            kafkaclient.Defaults("ferry-writer"),
+		Checkpoints:       Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
+		Producer:          Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
+		MaxBatchBytes:     4 << 20,
+		MaxGroupBytes:     8 << 20,
+		MaxBufferedBytes:  64 << 20,
+		MaxPartitions:     DefaultMaxPartitions,
+		MaxStreams:        1024,
+		MaxStreamsPerPeer: 256,
+		ShutdownTimeout:   20 * time.Second,
 	}
 	c.Admin.Listen = "127.0.0.1:7401"
 	c.Registration.Service = "ferry-writer"
@@ -308,6 +316,12 @@ func (c *Config) Validate() error {
 	// (alone), so only a floor that keeps streams moving is needed.
 	if c.MaxBufferedBytes < 1<<20 || c.MaxBufferedBytes > 64<<30 {
 		p.Addf("max_buffered_bytes", "%v: must be between 1MiB and 64GiB", c.MaxBufferedBytes)
+	}
+	if c.MaxStreams < 1 {
+		p.Addf("max_streams", "%d: must be at least 1", c.MaxStreams)
+	}
+	if c.MaxStreamsPerPeer < 1 || c.MaxStreamsPerPeer > c.MaxStreams {
+		p.Addf("max_streams_per_peer", "%d: must be between 1 and max_streams (%d)", c.MaxStreamsPerPeer, c.MaxStreams)
 	}
 	if c.MaxPartitions < 1 || c.MaxPartitions > 1000000 {
 		p.Addf("max_partitions", "%d: must be between 1 and 1000000", c.MaxPartitions)

@@ -30,6 +30,9 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		{"prefix naming takes every topic by default", base + "links: [{name: a, naming: prefix, prefix: 'a.'}]\n", ""},
 		{"platform topic", base + "links: [{name: a, topics: {include: ['.*']}, platform_topics: [_schemas]}]\n", ""},
 		{"not a platform topic", base + "links: [{name: a, topics: {include: ['.*']}, platform_topics: [orders]}]\n", `links[0].platform_topics: "orders" is not a platform topic`},
+		// Issue 22 item 3: streams bounded per peer and per writer.
+		{"streams per peer above the writer's", base + "links: [{name: a, topics: {include: ['.*']}}]\nmax_streams: 10\nmax_streams_per_peer: 11\n", "max_streams_per_peer: 11"},
+		{"no streams", base + "links: [{name: a, topics: {include: ['.*']}}]\nmax_streams: 0\n", "max_streams: 0"},
 		{"max partitions", base + "links: [{name: a, topics: {include: ['.*']}}]\nmax_partitions: 0\n", "max_partitions: 0"},
 		{"group below batch", base + "links: [{name: a, topics: {include: ['.*']}}]\nmax_group_bytes: 1KiB\n", "max_group_bytes"},
 		{"buffered bytes below max_batch_bytes", base + "links: [{name: a, topics: {include: ['.*']}}]\nmax_buffered_bytes: 1MiB\n", ""},

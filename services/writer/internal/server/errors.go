@@ -30,6 +30,9 @@ var (
 	// errBeyondSource is a batch whose range reaches past the source
 	// high watermark it carries, or a Skip that carries none.
 	errBeyondSource = errors.New("batch beyond the source")
+	// errTooManyStreams is an Open above max_streams or
+	// max_streams_per_peer.
+	errTooManyStreams = errors.New("too many streams")
 )
 
 var statusTable = []struct {
@@ -46,6 +49,7 @@ var statusTable = []struct {
 	{errTopicRefused, codes.PermissionDenied},
 	{errPeerRefused, codes.PermissionDenied},
 	{errBeyondSource, codes.InvalidArgument},
+	{errTooManyStreams, codes.ResourceExhausted},
 	{errOutOfOrder, codes.FailedPrecondition},
 	{errSuperseded, codes.Aborted},
 	{errDraining, codes.Unavailable},

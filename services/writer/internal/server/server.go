@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -65,6 +66,11 @@ type Options struct {
 	MaxBatchBytes int
 	// MaxGroupBytes bounds the records of one produce round.
 	MaxGroupBytes int
+	// MaxStreams bounds the streams the writer serves at once, and
+	// MaxStreamsPerPeer those of one peer identity: each stream holds a
+	// Kafka client and a producer id of its own.
+	MaxStreams        int
+	MaxStreamsPerPeer int
 	// MaxPartitions bounds the partition count of a target topic the
 	// writer creates or grows (growth cannot be undone).
 	MaxPartitions int32
@@ -114,8 +120,12 @@ type Server struct {
 	// round (build.go).
 	builders sync.Pool
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// shards holds only shards of the writer's links below their shard
+	// counts (admit), so it is bounded by the links' settings.
 	shards   map[shardKey]*shardState
+	streams  int            // streams entered (enter)
+	perPeer  map[string]int // streams entered by peer identity
 	draining bool
 	drain    chan struct{} // closed by Drain
 	sessions sync.WaitGroup
@@ -141,7 +151,7 @@ func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Stor
 	}
 	return &Server{
 		opts: opts, links: byName, topics: ens, store: store, codecs: codecs,
-		metrics: m, log: log, shards: map[shardKey]*shardState{}, drain: make(chan struct{}),
+		metrics: m, log: log, shards: map[shardKey]*shardState{}, perPeer: map[string]int{}, drain: make(chan struct{}),
 		budget:   budget.New(opts.MaxBufferedBytes, func(n int64) { m.BufferedBytes.Set(float64(n)) }),
 		builders: sync.Pool{New: func() any { return new(recordbatch.Builder) }},
 	}
@@ -165,10 +175,22 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	if open == nil {
 		return fmt.Errorf("%w: the first message must be an Open", errBadRequest)
 	}
+	// Nothing of the Open is labelled, kept or allocated for before these
+	// checks: its link name becomes a metric label only once it is known.
+	if err := checkOpen(open); err != nil {
+		s.metrics.Rejected.WithLabelValues(unknownLink, "bad_open").Inc()
+		return err
+	}
 	link, err := s.admit(stream.Context(), open)
 	if err != nil {
 		return err
 	}
+	peer := tlsconfig.PeerIdentity(stream.Context())
+	if err := s.enter(peer); err != nil {
+		s.metrics.Rejected.WithLabelValues(link.Name, "too_many_streams").Inc()
+		return err
+	}
+	defer s.leave(peer)
 	sess, err := newSession(stream.Context(), s, link, open)
 	if err != nil {
 		reason := "bad_open"
@@ -196,8 +218,8 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 func (s *Server) admit(ctx context.Context, open *ferryv1.Open) (Link, error) {
 	link, ok := s.links[open.GetLink()]
 	if !ok {
-		s.metrics.Rejected.WithLabelValues(open.GetLink(), "unknown_link").Inc()
-		return Link{}, fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, open.GetLink())
+		s.metrics.Rejected.WithLabelValues(unknownLink, "unknown_link").Inc()
+		return Link{}, fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, clip(open.GetLink()))
 	}
 	if !link.AllowedIDs.Empty() {
 		if err := link.AllowedIDs.AdmitPeer(ctx); err != nil {
@@ -211,6 +233,47 @@ func (s *Server) admit(ctx context.Context, open *ferryv1.Open) (Link, error) {
 			errBadRequest, open.GetShard(), link.Name, link.Shards, link.Shards-1)
 	}
 	return link, nil
+}
+
+// unknownLink is the link label of refusals before the Open's link is
+// known to be one of the writer's: a client-chosen name would make a
+// series per Open.
+const unknownLink = ""
+
+// clip shortens a client-chosen name for an error or a log line.
+func clip(name string) string {
+	const max = 128
+	if len(name) <= max {
+		return name
+	}
+	return name[:max] + "…(" + strconv.Itoa(len(name)) + " bytes)"
+}
+
+// enter counts a stream of peer (its identity; "" in plaintext) against
+// max_streams and max_streams_per_peer, before anything is allocated for
+// it: each stream holds a Kafka client, a producer id and a
+// __ferry_producers record. leave gives the place back.
+func (s *Server) enter(peer string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams >= s.opts.MaxStreams {
+		return fmt.Errorf("%w: the writer serves max_streams %d streams already", errTooManyStreams, s.opts.MaxStreams)
+	}
+	if s.perPeer[peer] >= s.opts.MaxStreamsPerPeer {
+		return fmt.Errorf("%w: peer %q holds max_streams_per_peer %d streams already", errTooManyStreams, peer, s.opts.MaxStreamsPerPeer)
+	}
+	s.streams++
+	s.perPeer[peer]++
+	return nil
+}
+
+func (s *Server) leave(peer string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streams--
+	if s.perPeer[peer]--; s.perPeer[peer] == 0 {
+		delete(s.perPeer, peer)
+	}
 }
 
 // claim makes sess the shard's active stream. An open with an older epoch
