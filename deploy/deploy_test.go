@@ -239,16 +239,18 @@ func expect(t *testing.T, errs []error, want string) {
 	t.Errorf("want an error containing %q, got %v", want, errs)
 }
 
+// tierLink is a link as both tiers name it; shards unset is 0 here.
+type tierLink struct {
+	Name   string `yaml:"name"`
+	Shards int    `yaml:"shards"`
+}
+
 // tierConfig is the part of both tiers' configurations they must agree on,
 // decoded loosely (the services' tests decode them strictly).
 type tierConfig struct {
-	Link struct {
-		Name string `yaml:"name"`
-	} `yaml:"link"`
-	Links []struct {
-		Name string `yaml:"name"`
-	} `yaml:"links"`
-	TLS struct {
+	Link  tierLink   `yaml:"link"`
+	Links []tierLink `yaml:"links"`
+	TLS   struct {
 		AllowedIDs []string `yaml:"allowed_ids"`
 	} `yaml:"tls"`
 	Writers struct {
@@ -301,12 +303,10 @@ func TestTiersAgree(t *testing.T) {
 		fetcher, writer Manifest
 	}{{"kubernetes", kf, kw}, {"nomad", nf, nw}} {
 		f, w := decodeConfig(t, pair.fetcher), decodeConfig(t, pair.writer)
-		if !slices.ContainsFunc(w.Links, func(l struct {
-			Name string `yaml:"name"`
-		}) bool {
-			return l.Name == f.Link.Name
-		}) {
-			t.Errorf("%s: the writer's links %v do not include the fetcher's link %q", pair.name, w.Links, f.Link.Name)
+		// Same name and shard count: the writer refuses shard numbers
+		// outside its links[].shards.
+		if !slices.Contains(w.Links, f.Link) {
+			t.Errorf("%s: the writer's links %v do not include the fetcher's link %+v", pair.name, w.Links, f.Link)
 		}
 		if !slices.Contains(w.TLS.AllowedIDs, "spiffe://prod.example/ferry/fetcher") ||
 			!slices.Contains(f.Writers.TLS.AllowedIDs, "spiffe://prod.example/ferry/writer") {

@@ -130,6 +130,7 @@ job "ferry-writer" {
               naming: prefix
               prefix: "east."
               delivery: exactly_once
+              shards: 16                  # CHANGE with the fetchers' link.shards
           shutdown_timeout: 20s
         EOF
       }

@@ -230,7 +230,7 @@ func (e *env) startWriter() {
 	e.t.Helper()
 	link := map[string]any{"name": "test", "naming": "prefix", "prefix": e.prefix}
 	if e.naming == "identity" {
-		link = map[string]any{"name": "test", "naming": "identity"}
+		link = map[string]any{"name": "test", "naming": "identity", "topics": map[string]any{"include": []string{`t\..*`}}}
 	}
 	if e.delivery != "" {
 		link["delivery"] = e.delivery

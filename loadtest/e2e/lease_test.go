@@ -71,7 +71,7 @@ func (f *fleet) addWriter(register bool) *member {
 	f.t.Helper()
 	addr, _ := harness.FreeAddr()
 	admin, _ := harness.FreeAddr()
-	link := map[string]any{"name": "test", "naming": "prefix", "prefix": f.prefix}
+	link := map[string]any{"name": "test", "naming": "prefix", "prefix": f.prefix, "shards": leaseShards}
 	name := fmt.Sprintf("writer-%d", len(f.writers))
 	cfg := harness.WriterConfig(name, addr, admin, f.dst, link)
 	if register {

@@ -320,7 +320,7 @@ func (e *env) startBack(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l := map[string]any{"name": backLink, "naming": "identity", "delivery": e.opts.Delivery}
+	l := map[string]any{"name": backLink, "naming": "identity", "delivery": e.opts.Delivery, "topics": map[string]any{"include": []string{`soak\..*`}}}
 	e.back[0] = &member{name: "back-writer", admin: wadmin, cfg: harness.WriterConfig("back-writer", listen, wadmin, []string{e.srcProxy}, l)}
 	fcfg := harness.FetcherConfig("back-fetcher", fadmin, backLink, []string{e.dstProxy}, []string{listen}, `soak\..*`)
 	fcfg["link"].(map[string]any)["shards"] = 8

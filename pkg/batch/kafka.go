@@ -53,10 +53,11 @@ func (c *Codecs) SealKafka(raw []byte, batches []KafkaBatch, first int64, codec 
 // partition hold nothing to copy: Kafka batches a Ferry writer produced
 // into the source cluster, left out so that no record goes back to the
 // cluster it came from (active-active links). It has no records and an
-// empty payload; the writer checkpoints past it.
-func Skip(first, last int64) *ferryv1.Batch {
+// empty payload; the writer checkpoints past it, only when the range ends
+// below the source's high watermark hw, which the fetch saw.
+func Skip(first, last, hw int64) *ferryv1.Batch {
 	return &ferryv1.Batch{
-		FirstOffset: first, LastOffset: last, Codec: ferryv1.Codec_CODEC_NONE,
+		FirstOffset: first, LastOffset: last, SourceHighWatermark: hw, Codec: ferryv1.Codec_CODEC_NONE,
 		Format: ferryv1.PayloadFormat_PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2, Crc32C: Checksum(nil),
 	}
 }

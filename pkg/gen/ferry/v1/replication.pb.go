@@ -743,9 +743,15 @@ type Batch struct {
 	// Traceparent is the W3C trace context of the fetcher's span for this
 	// batch (empty when not sampled). The stream lives for hours, so context
 	// travels per batch rather than once in the stream's gRPC metadata.
-	Traceparent   string `protobuf:"bytes,13,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Traceparent string `protobuf:"bytes,13,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// SourceHighWatermark is the source partition's high watermark as the
+	// fetch that read the batch's range saw it (at least last_offset + 1).
+	// A writer refuses a batch that ends at or beyond it, and a Skip batch
+	// (record_count 0) without it: a Skip moves the checkpoint without
+	// records, so its range must be one the source had.
+	SourceHighWatermark int64 `protobuf:"varint,14,opt,name=source_high_watermark,json=sourceHighWatermark,proto3" json:"source_high_watermark,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Batch) Reset() {
@@ -869,6 +875,13 @@ func (x *Batch) GetTraceparent() string {
 	return ""
 }
 
+func (x *Batch) GetSourceHighWatermark() int64 {
+	if x != nil {
+		return x.SourceHighWatermark
+	}
+	return 0
+}
+
 // Ack reports that every batch of the stream up to and including sequence
 // is committed in the target cluster, with its checkpoint.
 type Ack struct {
@@ -969,7 +982,7 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\vnext_offset\x18\x03 \x01(\x03R\n" +
 	"nextOffset\x12%\n" +
 	"\x0ehas_checkpoint\x18\x04 \x01(\bR\rhasCheckpoint\x12&\n" +
-	"\x0fsource_topic_id\x18\x05 \x01(\fR\rsourceTopicId\"\xad\x03\n" +
+	"\x0fsource_topic_id\x18\x05 \x01(\fR\rsourceTopicId\"\xe1\x03\n" +
 	"\x05Batch\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +
@@ -985,7 +998,8 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	" \x01(\fR\apayload\x12\x16\n" +
 	"\x06crc32c\x18\v \x01(\aR\x06crc32c\x12+\n" +
 	"\x11uncompressed_size\x18\f \x01(\rR\x10uncompressedSize\x12 \n" +
-	"\vtraceparent\x18\r \x01(\tR\vtraceparent\"\\\n" +
+	"\vtraceparent\x18\r \x01(\tR\vtraceparent\x122\n" +
+	"\x15source_high_watermark\x18\x0e \x01(\x03R\x13sourceHighWatermark\"\\\n" +
 	"\x03Ack\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x129\n" +
 	"\tcommitted\x18\x02 \x03(\v2\x1b.ferry.v1.PartitionPositionR\tcommitted*_\n" +

@@ -184,7 +184,11 @@ func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, r
 	if err != nil {
 		return &StopError{Reason: ReasonSourceUnreadable, Err: err}, true, nil
 	}
-	ks, skipped, err := s.withoutReplicated(ctx, pp, ks)
+	// What the round read ends below the source's high watermark; a Skip
+	// carries it, as the writer checkpoints past a Skip only below it
+	// (res.Next bounds it when the round did not learn it).
+	hw := max(res.HighWatermark, res.Next)
+	ks, skipped, err := s.withoutReplicated(ctx, pp, ks, hw)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, false, nil
@@ -214,7 +218,7 @@ func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, r
 	// is a marker would show a lag of one until its next record.
 	if res.Err == nil && res.Next > pp.sent && (skipped == nil || skipped.GetLastOffset() < res.Next-1) {
 		if skipped == nil {
-			skipped = batch.Skip(pp.sent, res.Next-1)
+			skipped = batch.Skip(pp.sent, res.Next-1, hw)
 			skipped.Topic, skipped.Partition, skipped.Epoch = pp.p.Topic, pp.p.Partition, s.r.epoch
 		} else {
 			skipped.LastOffset = res.Next - 1
@@ -277,7 +281,7 @@ func kafkaBatches(raws [][]byte, from int64) ([]batch.KafkaBatch, error) {
 // gaps. Those after the last one left in become a Skip wire batch to send
 // after the others, so the writer checkpoints past them: a partition
 // holding only copied records otherwise stays behind.
-func (s *session) withoutReplicated(ctx context.Context, pp *ptPartition, ks []batch.KafkaBatch) ([]batch.KafkaBatch, *ferryv1.Batch, error) {
+func (s *session) withoutReplicated(ctx context.Context, pp *ptPartition, ks []batch.KafkaBatch, hw int64) ([]batch.KafkaBatch, *ferryv1.Batch, error) {
 	view := s.r.deps.Provenance
 	if view == nil || len(ks) == 0 {
 		return ks, nil, nil
@@ -325,7 +329,7 @@ func (s *session) withoutReplicated(ctx context.Context, pp *ptPartition, ks []b
 	if len(kept) > 0 {
 		first = max(first, kept[len(kept)-1].LastOffset()+1)
 	}
-	skip := batch.Skip(first, tail.LastOffset())
+	skip := batch.Skip(first, tail.LastOffset(), hw)
 	skip.Topic, skip.Partition, skip.Epoch = pp.p.Topic, pp.p.Partition, s.r.epoch
 	return kept, skip, nil
 }

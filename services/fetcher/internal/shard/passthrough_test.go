@@ -338,6 +338,27 @@ func TestPassThroughLeavesOutAbortedTransactions(t *testing.T) {
 	if f := got[0].GetFirstOffset(); f != want[0].Offset {
 		t.Errorf("first batch starts at %d, want %d: the first committed record, after the aborted ones", f, want[0].Offset)
 	}
+	skipsCarryHighWatermark(t, got, end)
+}
+
+// skipsCarryHighWatermark checks that each Skip among bs carries the
+// source high watermark its range was read under (after its last offset,
+// at most end), which writers require of a Skip.
+func skipsCarryHighWatermark(t *testing.T, bs []*ferryv1.Batch, end int64) {
+	t.Helper()
+	skips := 0
+	for _, b := range bs {
+		if b.GetRecordCount() != 0 {
+			continue
+		}
+		skips++
+		if hw := b.GetSourceHighWatermark(); hw <= b.GetLastOffset() || hw > end {
+			t.Errorf("Skip %d..%d carries source high watermark %d, want one in %d..%d", b.GetFirstOffset(), b.GetLastOffset(), hw, b.GetLastOffset()+1, end)
+		}
+	}
+	if skips == 0 {
+		t.Error("no Skip sent")
+	}
 }
 
 // A checkpoint below the source log start stops the partition before
@@ -699,6 +720,9 @@ func TestPassThroughSkipsOnlyWhatCameFromTheTarget(t *testing.T) {
 			sameRecords(t, copiedRecords(t, got), want)
 			if last := got[len(got)-1]; tc.skipped && (last.GetRecordCount() != 0 || last.GetLastOffset() != int64(n-1)) {
 				t.Errorf("last wire batch %d..%d holds %d records, want a Skip to %d", last.GetFirstOffset(), last.GetLastOffset(), last.GetRecordCount(), n-1)
+			}
+			if tc.skipped {
+				skipsCarryHighWatermark(t, got, int64(n))
 			}
 			if v := testutil.ToFloat64(m.Replicated.WithLabelValues(testLink, topic, "0")); v != float64(skipped) {
 				t.Errorf("replicated records skipped: %v, want %d", v, skipped)

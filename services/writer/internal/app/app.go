@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"regexp"
 	"sync/atomic"
 	"time"
 
@@ -174,11 +173,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			Compression: compression, MaxMessageBytes: int(cfg.Producer.MaxMessageBytes), MergeBelow: int(cfg.Producer.MergeBelow),
 			Timeout: cfg.Producer.Timeout, TransactionTimeout: cfg.Producer.TransactionTimeout,
 		},
-		MaxBatchBytes:    int(cfg.MaxBatchBytes),
-		MaxGroupBytes:    int(cfg.MaxGroupBytes),
-		MaxBufferedBytes: int64(cfg.MaxBufferedBytes),
-		Tracer:           tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
-		Recorder:         recorder,
+		MaxBatchBytes:     int(cfg.MaxBatchBytes),
+		MaxGroupBytes:     int(cfg.MaxGroupBytes),
+		MaxBufferedBytes:  int64(cfg.MaxBufferedBytes),
+		MaxPartitions:     cfg.MaxPartitions,
+		MaxStreams:        cfg.MaxStreams,
+		MaxStreamsPerPeer: cfg.MaxStreamsPerPeer,
+		Tracer:            tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
+		Recorder:          recorder,
 	}, links, ens, store, codecs, m, log)
 
 	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
@@ -303,12 +305,18 @@ func buildLinks(cfgs []config.Link) ([]server.Link, error) {
 		}
 		link := server.Link{
 			Name: l.Name, Naming: policy, ReplicationFactor: l.ReplicationFactor, ExactlyOnce: l.Delivery == "exactly_once",
-			Topics: l.TopicFilter(),
+			Topics: l.TopicFilter(), Shards: uint32(l.Shards), AllowedIDs: tlsconfig.NewIDs(l.AllowedIDs),
 		}
-		for _, re := range l.ConfigExclude {
-			link.ConfigExclude = append(link.ConfigExclude, regexp.MustCompile(re)) // checked by Validate
-		}
+		link.ConfigAllow, link.PlatformTopics = set(l.ConfigAllow), set(l.PlatformTopics)
 		out = append(out, link)
 	}
 	return out, nil
+}
+
+func set(keys []string) map[string]bool {
+	m := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		m[k] = true
+	}
+	return m
 }

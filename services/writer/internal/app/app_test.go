@@ -64,7 +64,7 @@ func TestReadinessFollowsTheTarget(t *testing.T) {
 	cfg.Listen, cfg.Admin.Listen = freeAddr(t), freeAddr(t)
 	cfg.TLS.Insecure = true
 	cfg.Target.BootstrapServers = []string{target}
-	cfg.Links = []config.Link{{Name: "east"}}
+	cfg.Links = []config.Link{{Name: "east", Naming: "prefix", Prefix: "east."}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestFailedCheckpointViewEndsTheWriter(t *testing.T) {
 	cfg.Listen, cfg.Admin.Listen = freeAddr(t), freeAddr(t)
 	cfg.TLS.Insecure = true
 	cfg.Target.BootstrapServers = cluster.ListenAddrs()
-	cfg.Links = []config.Link{{Name: "east"}}
+	cfg.Links = []config.Link{{Name: "east", Naming: "prefix", Prefix: "east."}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestTargetDownAtStartIsWaitedFor(t *testing.T) {
 		cfg.Listen, cfg.Admin.Listen = freeAddr(t), freeAddr(t)
 		cfg.TLS.Insecure = true
 		cfg.Target.BootstrapServers = []string{target}
-		cfg.Links = []config.Link{{Name: "east"}}
+		cfg.Links = []config.Link{{Name: "east", Naming: "prefix", Prefix: "east."}}
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -325,7 +325,7 @@ func TestPlaintextClientAtATLSTargetExits(t *testing.T) {
 	cfg.TLS.Insecure = true
 	cfg.Target.BootstrapServers = cluster.ListenAddrs()
 	cfg.Target.DialTimeout = 5 * time.Second
-	cfg.Links = []config.Link{{Name: "east"}}
+	cfg.Links = []config.Link{{Name: "east", Naming: "prefix", Prefix: "east."}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
 	"github.com/ferry-replicator/ferry/services/writer/internal/registration"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
+	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
 
 // GRPC holds the gRPC port's HTTP/2 flow-control windows. Both zero (the
@@ -54,6 +55,16 @@ type Config struct {
 	// MaxGroupBytes bounds the records one produce round (and, in
 	// exactly-once mode, one transaction) groups from several batches.
 	MaxGroupBytes config.ByteSize `yaml:"max_group_bytes"`
+	// MaxStreams bounds the shard streams the writer serves at once, and
+	// MaxStreamsPerPeer those of one fetcher identity: each stream holds a
+	// Kafka client, a producer id and a __ferry_producers record. An Open
+	// above either is refused with ResourceExhausted (the fetcher retries).
+	MaxStreams        int `yaml:"max_streams"`
+	MaxStreamsPerPeer int `yaml:"max_streams_per_peer"`
+	// MaxPartitions bounds the partition count of a target topic the
+	// writer creates or grows: an Open with a topic above it is refused.
+	// Growth cannot be undone, so a fetcher never decides it alone.
+	MaxPartitions int32 `yaml:"max_partitions"`
 	// MaxBufferedBytes bounds the wire bytes (as received, compressed) of
 	// the batches the writer holds, queued or in a round, across all its
 	// streams: one limit for the process, whatever the number of shards.
@@ -132,17 +143,39 @@ type Link struct {
 	// transaction) or at_least_once (idempotent producer, checkpoint after
 	// the records; a crash can duplicate, never lose).
 	Delivery string `yaml:"delivery"`
+	// Shards is the link's number of shards, the fetchers' link.shards: an
+	// Open of a shard number at or above it is refused. Default 8, the
+	// fetchers' default.
+	Shards int `yaml:"shards"`
+	// AllowedIDs lists the fetcher identities (SPIFFE IDs or DNS names, as
+	// in tls.allowed_ids, each of which they must be) that may open the
+	// link's shards. Empty admits every identity of tls.allowed_ids: with
+	// several links, name each link's fetchers, or any one of them can
+	// write, skip and fence on every link.
+	AllowedIDs []string `yaml:"allowed_ids"`
 	// ReplicationFactor of created target topics; -1 takes the broker's default.
 	ReplicationFactor int16 `yaml:"replication_factor"`
-	// ConfigExclude lists regular expressions of source topic configs never
-	// copied to a created target topic (MM2's config.properties.exclude).
+	// ConfigAllow lists the source topic configs a created target topic
+	// takes (exact keys). Default topics.DefaultConfigAllow; retention is
+	// copied only when it keeps at least Kafka's default (7 days, no size
+	// limit), whatever the list says.
+	ConfigAllow []string `yaml:"config_allow"`
+	// ConfigExclude was a deny list of regular expressions; it is refused,
+	// naming config_allow, so a file written for it is not silently read
+	// as an allow-everything.
 	ConfigExclude []string `yaml:"config_exclude"`
+	// PlatformTopics lists platform topics (Schema Registry's _schemas,
+	// Kafka Connect's connect-*, _confluent*, mm2-*) this link may write
+	// nonetheless, such as _schemas for a Schema Registry copy.
+	PlatformTopics []string `yaml:"platform_topics"`
 	// Topics is the writer's own allow list of source topics for the link,
 	// with the meaning of the fetcher's link.topics: a topic is accepted
 	// when an include matches and no exclude does, each expression
 	// anchored at both ends. An Open naming any other topic is refused, so
 	// a fetcher's settings never decide alone what is written here.
-	// Defaults: include `.*`, exclude the fetcher's default list.
+	// Defaults: include `.*` (with naming prefix only: identity naming
+	// writes the target's own topic names, so it needs an include set),
+	// exclude the fetcher's default list.
 	Topics struct {
 		Include []string `yaml:"include"`
 		Exclude []string `yaml:"exclude"`
@@ -154,35 +187,30 @@ type Link struct {
 // TopicFilter is Topics as parsed by Validate.
 func (l *Link) TopicFilter() topicfilter.Filter { return l.topics }
 
-// DefaultConfigExclude is MirrorMaker 2's default list of topic configs
-// that describe the source cluster rather than the data.
 // DefaultMergeBelow is producer.merge_below's default (docs/benchmark.md
 // has the measurements behind it).
 const DefaultMergeBelow = 64 << 10
 
-var DefaultConfigExclude = []string{
-	`follower\.replication\.throttled\.replicas`,
-	`leader\.replication\.throttled\.replicas`,
-	`message\.timestamp\.difference\.max\.ms`,
-	`message\.timestamp\.type`,
-	`unclean\.leader\.election\.enable`,
-	`min\.insync\.replicas`,
-}
+// DefaultMaxPartitions is max_partitions' default.
+const DefaultMaxPartitions = 1000
 
 // Defaults returns the configuration used where a file is silent.
 func Defaults() Config {
 	host, _ := os.Hostname()
 	c := Config{
-		ID:               host,
-		Listen:           "127.0.0.1:7400",
-		Log:              telemetry.LogConfig{Level: "info", Format: "text"},
-		Target:           kafkaclient.Defaults("ferry-writer"),
-		Checkpoints:      Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
-		Producer:         Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
-		MaxBatchBytes:    4 << 20,
-		MaxGroupBytes:    8 << 20,
-		MaxBufferedBytes: 64 << 20,
-		ShutdownTimeout:  20 * time.Second,
+		ID:                host,
+		Listen:            "127.0.0.1:7400",
+		Log:               telemetry.LogConfig{Level: "info", Format: "text"},
+		Target:            kafkaclient.Defaults("ferry-writer"),
+		Checkpoints:       Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
+		Producer:          Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
+		MaxBatchBytes:     4 << 20,
+		MaxGroupBytes:     8 << 20,
+		MaxBufferedBytes:  64 << 20,
+		MaxPartitions:     DefaultMaxPartitions,
+		MaxStreams:        1024,
+		MaxStreamsPerPeer: 256,
+		ShutdownTimeout:   20 * time.Second,
 	}
 	c.Admin.Listen = "127.0.0.1:7401"
 	c.Registration.Service = "ferry-writer"
@@ -202,11 +230,15 @@ func linkDefaults(l *Link) {
 	if l.ReplicationFactor == 0 {
 		l.ReplicationFactor = -1
 	}
-	if l.ConfigExclude == nil {
-		l.ConfigExclude = DefaultConfigExclude
+	if l.Shards == 0 {
+		l.Shards = DefaultShards
 	}
-	// nil is unset; an empty list set in the file stays empty.
-	if l.Topics.Include == nil {
+	if l.ConfigAllow == nil {
+		l.ConfigAllow = topics.DefaultConfigAllow
+	}
+	// nil is unset; an empty list set in the file stays empty. Identity
+	// naming gets no default include (Validate asks for one).
+	if l.Topics.Include == nil && l.Naming != "identity" {
 		l.Topics.Include = topicfilter.DefaultInclude
 	}
 	if l.Topics.Exclude == nil {
@@ -214,7 +246,14 @@ func linkDefaults(l *Link) {
 	}
 }
 
-var linkName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+// DefaultShards is links[].shards' default, the fetchers' link.shards
+// default.
+const DefaultShards = 8
+
+var (
+	linkName  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+	configKey = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,254}$`)
+)
 
 // Validate fills link defaults and returns every problem, each naming its key.
 func (c *Config) Validate() error {
@@ -278,6 +317,15 @@ func (c *Config) Validate() error {
 	if c.MaxBufferedBytes < 1<<20 || c.MaxBufferedBytes > 64<<30 {
 		p.Addf("max_buffered_bytes", "%v: must be between 1MiB and 64GiB", c.MaxBufferedBytes)
 	}
+	if c.MaxStreams < 1 {
+		p.Addf("max_streams", "%d: must be at least 1", c.MaxStreams)
+	}
+	if c.MaxStreamsPerPeer < 1 || c.MaxStreamsPerPeer > c.MaxStreams {
+		p.Addf("max_streams_per_peer", "%d: must be between 1 and max_streams (%d)", c.MaxStreamsPerPeer, c.MaxStreams)
+	}
+	if c.MaxPartitions < 1 || c.MaxPartitions > 1000000 {
+		p.Addf("max_partitions", "%d: must be between 1 and 1000000", c.MaxPartitions)
+	}
 	if c.ShutdownTimeout <= 0 {
 		p.Addf("shutdown_timeout", "must be positive")
 	}
@@ -309,15 +357,36 @@ func (c *Config) Validate() error {
 		default:
 			p.Addf(key("delivery"), "%q: want exactly_once or at_least_once", l.Delivery)
 		}
+		if l.Shards < 1 || l.Shards > 100000 {
+			p.Addf(key("shards"), "%d: must be between 1 and 100000, the fetchers' link.shards", l.Shards)
+		}
+		if c.TLS.Insecure {
+			if len(l.AllowedIDs) > 0 {
+				p.Addf(key("allowed_ids"), "has no effect with tls.insecure (plaintext peers have no identity); remove it, or turn insecure off")
+			}
+		} else {
+			tlsconfig.ValidateIDs(key("allowed_ids"), l.AllowedIDs, c.TLS.AllowedIDs, &p)
+		}
 		if l.ReplicationFactor < -1 || l.ReplicationFactor == 0 {
 			p.Addf(key("replication_factor"), "%d: want -1 (broker default) or a positive number", l.ReplicationFactor)
 		}
-		for _, re := range l.ConfigExclude {
-			if _, err := regexp.Compile(re); err != nil {
-				p.Addf(key("config_exclude"), "%q: %v", re, err)
+		if l.ConfigExclude != nil {
+			p.Addf(key("config_exclude"), "replaced by links[].config_allow, an allow list of the source configs a created topic takes (docs/configuration.md)")
+		}
+		for _, k := range l.ConfigAllow {
+			if !configKey.MatchString(k) {
+				p.Addf(key("config_allow"), "%q: want a topic config key such as retention.ms", k)
 			}
 		}
-		if len(l.Topics.Include) == 0 {
+		for _, t := range l.PlatformTopics {
+			if !topics.Platform(t) {
+				p.Addf(key("platform_topics"), "%q is not a platform topic: it needs no entry here (links[].topics decides)", t)
+			}
+		}
+		switch {
+		case l.Topics.Include == nil && l.Naming == "identity":
+			p.Addf(key("topics.include"), "required with naming identity: the target's own topic names are written, so the writer, not the fetcher, must say which")
+		case len(l.Topics.Include) == 0:
 			p.Addf(key("topics.include"), "required: at least one regular expression (an empty list would refuse every topic)")
 		}
 		for j, re := range l.Topics.Include {

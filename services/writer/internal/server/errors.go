@@ -24,6 +24,15 @@ var (
 	// errTopicRefused is an Open naming a topic the link may not write:
 	// outside its allow list, or onto a reserved target topic.
 	errTopicRefused = errors.New("topic refused")
+	// errPeerRefused is an Open from a peer the link does not admit
+	// (links[].allowed_ids), although the writer admits it.
+	errPeerRefused = errors.New("peer refused")
+	// errBeyondSource is a batch whose range reaches past the source
+	// high watermark it carries, or a Skip that carries none.
+	errBeyondSource = errors.New("batch beyond the source")
+	// errTooManyStreams is an Open above max_streams or
+	// max_streams_per_peer.
+	errTooManyStreams = errors.New("too many streams")
 )
 
 var statusTable = []struct {
@@ -38,6 +47,9 @@ var statusTable = []struct {
 	{errNotInShard, codes.FailedPrecondition},
 	{errUnknownLink, codes.FailedPrecondition},
 	{errTopicRefused, codes.PermissionDenied},
+	{errPeerRefused, codes.PermissionDenied},
+	{errBeyondSource, codes.InvalidArgument},
+	{errTooManyStreams, codes.ResourceExhausted},
 	{errOutOfOrder, codes.FailedPrecondition},
 	{errSuperseded, codes.Aborted},
 	{errDraining, codes.Unavailable},

@@ -436,9 +436,9 @@ func TestSkipBatchesMoveTheCheckpointOnly(t *testing.T) {
 					t.Fatalf("batch %d: checkpoint %+v (found %v), want next %d target %d", seq, cp, ok, next, target)
 				}
 			}
-			step(1, batch.Skip(0, 4), 5)
+			step(1, batch.Skip(0, 4, 5), 5)
 			step(2, wireKafka(t, 5, sourceBatch(t, 5, 10, nil, recordbatch.LZ4, 0)), 15)
-			step(3, batch.Skip(15, 19), 20)
+			step(3, batch.Skip(15, 19, 25), 20)
 			step(4, wireKafka(t, 20, sourceBatch(t, 20, 5, nil, recordbatch.None, 0)), 25)
 			if got, want := targetValues(t, w), append(vals(5, 15), vals(20, 25)...); fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("target values %v, want %v", got, want)
@@ -453,7 +453,7 @@ func TestSkipWithPayloadIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stream := w.openOrders(ctx, t, "east")
-	b := batch.Skip(0, 9)
+	b := batch.Skip(0, 9, 10)
 	b.Payload = sourceBatch(t, 0, 10, nil, recordbatch.None, 0)
 	b.UncompressedSize, b.Crc32C = uint32(len(b.Payload)), batch.Checksum(b.Payload)
 	if _, err := sendWire(t, stream, 1, b); status.Code(err) != codes.DataLoss && status.Code(err) != codes.InvalidArgument {

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,6 +20,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
@@ -35,10 +36,21 @@ type Link struct {
 	ExactlyOnce       bool
 	Naming            naming.Policy
 	ReplicationFactor int16
-	ConfigExclude     []*regexp.Regexp
+	// ConfigAllow are the source topic configs a created target topic
+	// takes (topics.CopyConfigs).
+	ConfigAllow map[string]bool
+	// PlatformTopics are the platform topics (topics.Platform) the link
+	// may write nonetheless, such as _schemas for a Schema Registry copy.
+	PlatformTopics map[string]bool
 	// Topics is the link's allow list of source topics; an Open naming
 	// any other is refused (topicpolicy.go). The zero Filter accepts none.
 	Topics topicfilter.Filter
+	// Shards is the link's number of shards (the fetchers' link.shards):
+	// an Open of a shard number at or above it is refused.
+	Shards uint32
+	// AllowedIDs are the peer identities that may open the link's shards;
+	// empty admits every peer the writer admits (tls.allowed_ids).
+	AllowedIDs tlsconfig.IDs
 }
 
 // Options are the server's fixed settings.
@@ -54,6 +66,14 @@ type Options struct {
 	MaxBatchBytes int
 	// MaxGroupBytes bounds the records of one produce round.
 	MaxGroupBytes int
+	// MaxStreams bounds the streams the writer serves at once, and
+	// MaxStreamsPerPeer those of one peer identity: each stream holds a
+	// Kafka client and a producer id of its own.
+	MaxStreams        int
+	MaxStreamsPerPeer int
+	// MaxPartitions bounds the partition count of a target topic the
+	// writer creates or grows (growth cannot be undone).
+	MaxPartitions int32
 	// MaxBufferedBytes bounds the wire bytes of the received batches the
 	// server holds, queued or in a round, across all its streams.
 	MaxBufferedBytes int64
@@ -100,8 +120,12 @@ type Server struct {
 	// round (build.go).
 	builders sync.Pool
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// shards holds only shards of the writer's links below their shard
+	// counts (admit), so it is bounded by the links' settings.
 	shards   map[shardKey]*shardState
+	streams  int            // streams entered (enter)
+	perPeer  map[string]int // streams entered by peer identity
 	draining bool
 	drain    chan struct{} // closed by Drain
 	sessions sync.WaitGroup
@@ -127,7 +151,7 @@ func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Stor
 	}
 	return &Server{
 		opts: opts, links: byName, topics: ens, store: store, codecs: codecs,
-		metrics: m, log: log, shards: map[shardKey]*shardState{}, drain: make(chan struct{}),
+		metrics: m, log: log, shards: map[shardKey]*shardState{}, perPeer: map[string]int{}, drain: make(chan struct{}),
 		budget:   budget.New(opts.MaxBufferedBytes, func(n int64) { m.BufferedBytes.Set(float64(n)) }),
 		builders: sync.Pool{New: func() any { return new(recordbatch.Builder) }},
 	}
@@ -151,11 +175,22 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	if open == nil {
 		return fmt.Errorf("%w: the first message must be an Open", errBadRequest)
 	}
-	link, ok := s.links[open.GetLink()]
-	if !ok {
-		s.metrics.Rejected.WithLabelValues(open.GetLink(), "unknown_link").Inc()
-		return fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, open.GetLink())
+	// Nothing of the Open is labelled, kept or allocated for before these
+	// checks: its link name becomes a metric label only once it is known.
+	if err := checkOpen(open); err != nil {
+		s.metrics.Rejected.WithLabelValues(unknownLink, "bad_open").Inc()
+		return err
 	}
+	link, err := s.admit(stream.Context(), open)
+	if err != nil {
+		return err
+	}
+	peer := tlsconfig.PeerIdentity(stream.Context())
+	if err := s.enter(peer); err != nil {
+		s.metrics.Rejected.WithLabelValues(link.Name, "too_many_streams").Inc()
+		return err
+	}
+	defer s.leave(peer)
 	sess, err := newSession(stream.Context(), s, link, open)
 	if err != nil {
 		reason := "bad_open"
@@ -172,6 +207,73 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	}
 	defer s.release(sess)
 	return sess.run(stream)
+}
+
+// admit returns the Open's link if the peer may open the shard: its
+// identity is one the link admits and the shard is one the link has. It
+// runs before anything of the stream is allocated and before the shard's
+// epoch is looked at, so a peer that may not hold a shard can neither
+// raise its epoch (refusing the real owner until the writer restarts) nor
+// supersede its stream.
+func (s *Server) admit(ctx context.Context, open *ferryv1.Open) (Link, error) {
+	link, ok := s.links[open.GetLink()]
+	if !ok {
+		s.metrics.Rejected.WithLabelValues(unknownLink, "unknown_link").Inc()
+		return Link{}, fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, clip(open.GetLink()))
+	}
+	if !link.AllowedIDs.Empty() {
+		if err := link.AllowedIDs.AdmitPeer(ctx); err != nil {
+			s.metrics.Rejected.WithLabelValues(link.Name, "peer_refused").Inc()
+			return Link{}, fmt.Errorf("%w: link %q admits only its links[].allowed_ids: %v", errPeerRefused, link.Name, err)
+		}
+	}
+	if open.GetShard() >= link.Shards {
+		s.metrics.Rejected.WithLabelValues(link.Name, "bad_open").Inc()
+		return Link{}, fmt.Errorf("%w: open of shard %d, but link %q has links[].shards %d (shards 0..%d)",
+			errBadRequest, open.GetShard(), link.Name, link.Shards, link.Shards-1)
+	}
+	return link, nil
+}
+
+// unknownLink is the link label of refusals before the Open's link is
+// known to be one of the writer's: a client-chosen name would make a
+// series per Open.
+const unknownLink = ""
+
+// clip shortens a client-chosen name for an error or a log line.
+func clip(name string) string {
+	const max = 128
+	if len(name) <= max {
+		return name
+	}
+	return name[:max] + "…(" + strconv.Itoa(len(name)) + " bytes)"
+}
+
+// enter counts a stream of peer (its identity; "" in plaintext) against
+// max_streams and max_streams_per_peer, before anything is allocated for
+// it: each stream holds a Kafka client, a producer id and a
+// __ferry_producers record. leave gives the place back.
+func (s *Server) enter(peer string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams >= s.opts.MaxStreams {
+		return fmt.Errorf("%w: the writer serves max_streams %d streams already", errTooManyStreams, s.opts.MaxStreams)
+	}
+	if s.perPeer[peer] >= s.opts.MaxStreamsPerPeer {
+		return fmt.Errorf("%w: peer %q holds max_streams_per_peer %d streams already", errTooManyStreams, peer, s.opts.MaxStreamsPerPeer)
+	}
+	s.streams++
+	s.perPeer[peer]++
+	return nil
+}
+
+func (s *Server) leave(peer string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streams--
+	if s.perPeer[peer]--; s.perPeer[peer] == 0 {
+		delete(s.perPeer, peer)
+	}
 }
 
 // claim makes sess the shard's active stream. An open with an older epoch

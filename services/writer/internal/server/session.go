@@ -106,6 +106,12 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 		if err := s.checkTopic(link, t.GetName()); err != nil {
 			return nil, err
 		}
+		// The writer creates or grows the target topic to this count, and
+		// growth cannot be undone: a fetcher does not decide it alone.
+		if n := t.GetPartitionCount(); n > s.opts.MaxPartitions {
+			return nil, fmt.Errorf("%w: link %q, topic %q has %d partitions, above the writer's max_partitions %d",
+				errTopicRefused, link.Name, t.GetName(), n, s.opts.MaxPartitions)
+		}
 		counts[t.GetName()] = t.GetPartitionCount()
 	}
 	sess := &session{
@@ -164,12 +170,14 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		by := "the writer's producer.max_message_bytes"
 		for _, t := range ss.open.GetTopics() {
 			target := ss.link.Naming.Target(t.GetName())
+			configs, dropped := topics.CopyConfigs(t.GetConfigs(), ss.link.ConfigAllow)
 			err := step(log, "ensure target topic", func() error {
 				return s.topics.Ensure(topics.Spec{
 					Name:              target,
 					Partitions:        t.GetPartitionCount(),
 					ReplicationFactor: ss.link.ReplicationFactor,
-					Configs:           topics.FilterConfigs(t.GetConfigs(), ss.link.ConfigExclude),
+					Configs:           configs,
+					Dropped:           dropped,
 				})
 			})
 			if err != nil {
@@ -404,6 +412,8 @@ func reasonOf(err error) string {
 		return "not_in_shard"
 	case errors.Is(err, errOutOfOrder):
 		return "out_of_order"
+	case errors.Is(err, errBeyondSource):
+		return "beyond_source"
 	}
 	if ref, ok := refusal.From(err); ok {
 		if ref.Reason == refusal.BatchTooLarge {
@@ -433,6 +443,9 @@ func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
 	if b.GetFirstOffset() < next {
 		return work{}, fmt.Errorf("%w: %s/%d batch starts at %d, below %d", errOutOfOrder, tp.topic, tp.partition, b.GetFirstOffset(), next)
 	}
+	if err := withinSource(b); err != nil {
+		return work{}, err
+	}
 	parts, decoded, err := ss.parts(b)
 	if err != nil {
 		return work{}, fmt.Errorf("batch %d of %s/%d: %w", b.GetSequence(), tp.topic, tp.partition, err)
@@ -443,6 +456,29 @@ func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
 	}
 	ss.next[tp] = b.GetLastOffset() + 1
 	return w, nil
+}
+
+// withinSource refuses a batch whose range ends at or past the source high
+// watermark it carries, and a Skip (no records) that carries none. A Skip
+// moves the partition's checkpoint with nothing written, so a range beyond
+// what the source had (a fetcher's bug, or a peer's lie: 0..2^62) would
+// silently lose everything the source writes below its end. A record
+// batch of a fetcher older than the field carries none and is not held
+// to it: its payload's own offsets are checked (batch.OpenKafka).
+func withinSource(b *ferryv1.Batch) error {
+	hw, what := b.GetSourceHighWatermark(), "batch"
+	if b.GetRecordCount() == 0 {
+		what = "skip"
+		if hw == 0 {
+			return fmt.Errorf("%w: skip of %s/%d over %d..%d carries no source high watermark", errBeyondSource,
+				b.GetTopic(), b.GetPartition(), b.GetFirstOffset(), b.GetLastOffset())
+		}
+	}
+	if hw != 0 && b.GetLastOffset() >= hw {
+		return fmt.Errorf("%w: %s of %s/%d over %d..%d ends at or beyond the source high watermark %d", errBeyondSource,
+			what, b.GetTopic(), b.GetPartition(), b.GetFirstOffset(), b.GetLastOffset(), hw)
+	}
+	return nil
 }
 
 // transactionalID names the target producer of a shard. It must never

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
@@ -50,6 +52,8 @@ type testWriter struct {
 	client  ferryv1.ReplicationServiceClient
 	store   *checkpoint.Store
 	srv     *Server
+	lis     *bufconn.Listener
+	conns   []*grpc.ClientConn // closed before the server drains
 }
 
 // rejected is ferry_writer_rejected_total of the link and reason.
@@ -91,6 +95,22 @@ func startWriterWith(t *testing.T, links []Link, producer func(*ProducerSettings
 // startWriterOptions is startWriter with the server's options edited.
 func startWriterOptions(t *testing.T, links []Link, edit func(*Options)) *testWriter {
 	t.Helper()
+	return startWriterGRPC(t, links, edit, nil, insecure.NewCredentials())
+}
+
+// testShards is the shard count of a test link that sets none.
+const testShards = 8
+
+// startWriterGRPC is startWriterOptions with the gRPC server's options
+// (TLS) and the test client's credentials.
+func startWriterGRPC(t *testing.T, links []Link, edit func(*Options), serverOpts []grpc.ServerOption, creds credentials.TransportCredentials) *testWriter {
+	t.Helper()
+	links = slices.Clone(links)
+	for i := range links {
+		if links[i].Shards == 0 {
+			links[i].Shards = testShards
+		}
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -126,7 +146,7 @@ func startWriterOptions(t *testing.T, links []Link, edit func(*Options)) *testWr
 		t.Fatal(err)
 	}
 	t.Cleanup(codecs.Close)
-	opts := Options{ID: "w1", Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, MaxBatchBytes: 1 << 20, MaxGroupBytes: 1 << 20, MaxBufferedBytes: 64 << 20, Recorder: recorder,
+	opts := Options{ID: "w1", Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, MaxBatchBytes: 1 << 20, MaxPartitions: 1000, MaxStreams: 1000, MaxStreamsPerPeer: 1000, MaxGroupBytes: 1 << 20, MaxBufferedBytes: 64 << 20, Recorder: recorder,
 		Producer: ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, MergeBelow: 64 << 10, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second}}
 	edit(&opts)
 	reg := prometheus.NewRegistry()
@@ -134,18 +154,16 @@ func startWriterOptions(t *testing.T, links []Link, edit func(*Options)) *testWr
 	srv := New(opts, links, ens, store, codecs, m, log)
 
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(serverOpts...)
 	ferryv1.RegisterReplicationServiceServer(gs, srv)
 	served := make(chan struct{})
 	go func() { _ = gs.Serve(lis); close(served) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := &testWriter{cluster: cluster, reg: reg, store: store, srv: srv, lis: lis}
+	w.client = w.dial(t, creds)
 	t.Cleanup(func() {
-		conn.Close()
+		for _, c := range w.conns {
+			c.Close()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := srv.Drain(ctx); err != nil {
@@ -154,7 +172,21 @@ func startWriterOptions(t *testing.T, links []Link, edit func(*Options)) *testWr
 		gs.Stop()
 		<-served
 	})
-	return &testWriter{cluster: cluster, reg: reg, client: ferryv1.NewReplicationServiceClient(conn), store: store, srv: srv}
+	return w
+}
+
+// dial connects another client to the writer, with creds; the connection
+// closes when the test ends, before the writer drains.
+func (w *testWriter) dial(t *testing.T, creds credentials.TransportCredentials) ferryv1.ReplicationServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return w.lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.conns = append(w.conns, conn)
+	return ferryv1.NewReplicationServiceClient(conn)
 }
 
 // open sends an Open of one partition of each topic and returns the

@@ -1,14 +1,16 @@
 // Package topics makes sure target topics exist like their source topics:
 // at least as many partitions, so every record keeps its partition number,
-// and the source's configuration minus what describes the source cluster.
+// and the source configs that are safe to take from a fetcher (an allow
+// list). It also knows the platform topics no link writes by default.
 package topics
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/IBM/sarama"
@@ -20,6 +22,9 @@ type Spec struct {
 	Partitions        int32
 	ReplicationFactor int16
 	Configs           map[string]string
+	// Dropped names the source configs not copied (CopyConfigs), for the
+	// creation log.
+	Dropped []string
 }
 
 // Ensurer creates or grows target topics. It remembers what it has seen, so
@@ -44,19 +49,95 @@ func New(addrs []string, cfg *sarama.Config, log *slog.Logger) (*Ensurer, error)
 // Close releases the admin client.
 func (e *Ensurer) Close() error { return e.admin.Close() }
 
-// FilterConfigs drops the configs any exclude expression matches.
-func FilterConfigs(configs map[string]string, exclude []*regexp.Regexp) map[string]string {
-	out := map[string]string{}
-next:
-	for k, v := range configs {
-		for _, re := range exclude {
-			if re.MatchString(k) {
-				continue next
-			}
-		}
-		out[k] = v
+// DefaultConfigAllow are the source topic configs a created target topic
+// takes by default (links[].config_allow). The fetcher reports them, so
+// each is one a hostile or mistaken fetcher may set: kept are those that
+// describe the data (compaction, compression, record size) and whose worst
+// value costs availability, never records. Left out: retention shorter
+// than Kafka's default (see retentionKeeps), segment.* (tiny segments
+// exhaust file handles), remote.storage.enable and local.retention.*
+// (tiered storage is the target's operator's choice), min.insync.replicas
+// and unclean.leader.election.enable (durability of the target),
+// message.timestamp.* (the target would refuse old records being
+// copied), follower/leader throttles (they describe the source cluster).
+var DefaultConfigAllow = []string{
+	"cleanup.policy",
+	"compression.type",
+	"delete.retention.ms",
+	"max.compaction.lag.ms",
+	"max.message.bytes",
+	"min.compaction.lag.ms",
+	"retention.bytes",
+	"retention.ms",
+}
+
+// kafkaDefaultRetentionMs is Kafka's retention.ms default, seven days.
+const kafkaDefaultRetentionMs = 7 * 24 * 60 * 60 * 1000
+
+// retentionKeeps says whether a retention config keeps at least what Kafka
+// keeps by default: retention.ms of -1 (forever) or at least seven days,
+// retention.bytes of -1 (no size limit). A shorter one is not copied even
+// when allowed, so no fetcher can make the target delete copies early
+// (retention.ms=1); the target's own default applies instead.
+func retentionKeeps(key, value string) bool {
+	if key != "retention.ms" && key != "retention.bytes" {
+		return true
 	}
-	return out
+	n, err := strconv.ParseInt(value, 10, 64)
+	switch {
+	case err != nil:
+		return false
+	case key == "retention.ms":
+		return n == -1 || n >= kafkaDefaultRetentionMs
+	default:
+		return n == -1
+	}
+}
+
+// CopyConfigs returns the source configs a created target topic takes:
+// those whose key allow holds, retention only when it keeps at least
+// Kafka's default. dropped names the others, sorted, for the log.
+func CopyConfigs(configs map[string]string, allow map[string]bool) (kept map[string]string, dropped []string) {
+	kept = map[string]string{}
+	for k, v := range configs {
+		if allow[k] && retentionKeeps(k, v) {
+			kept[k] = v
+			continue
+		}
+		dropped = append(dropped, k)
+	}
+	slices.Sort(dropped)
+	return kept, dropped
+}
+
+// platformTopics are topics other platforms keep their state in on a
+// Kafka cluster, which a link writing them under identity naming would
+// corrupt: Schema Registry's schemas, Kafka Connect's configs, offsets and
+// status. platformPrefixes extends the list to whole families.
+var platformTopics = map[string]bool{
+	"_schemas":        true,
+	"connect-configs": true,
+	"connect-offsets": true,
+	"connect-status":  true,
+}
+
+var platformPrefixes = []string{
+	"_confluent", // Confluent Platform: metrics, license, ksqlDB, command topics
+	"mm2-",       // MirrorMaker 2's configs, offsets, status and offset syncs
+}
+
+// Platform says whether name is a known platform topic (platformTopics):
+// no link writes one unless its links[].platform_topics names it.
+func Platform(name string) bool {
+	if platformTopics[name] {
+		return true
+	}
+	for _, p := range platformPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // Ensure makes the topic exist with at least spec.Partitions partitions.
@@ -90,7 +171,7 @@ func (e *Ensurer) Ensure(spec Spec) error {
 		if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
 			return fmt.Errorf("create target topic %s: %w", spec.Name, err)
 		}
-		e.log.Info("created target topic", "topic", spec.Name, "partitions", spec.Partitions, "configs", len(entries))
+		e.log.Info("created target topic", "topic", spec.Name, "partitions", spec.Partitions, "configs", len(entries), "configs_not_copied", spec.Dropped)
 	case have < spec.Partitions:
 		// The source grew; grow the target so partition numbers still match,
 		// as MM2 does.

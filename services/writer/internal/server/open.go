@@ -1,0 +1,79 @@
+package server
+
+import (
+	"fmt"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+)
+
+// Bounds of an Open's parts. The message as a whole is bounded by gRPC's
+// limit (max_batch_bytes plus 64 KiB), but what an Open names is kept
+// (status, logs, checkpoints, the producer registry) or passed on (topic
+// creation), so each part is bounded far below it, before anything is
+// looked up or allocated.
+const (
+	// maxOpenName bounds the fetcher name and the source cluster id (the
+	// producer registry's own limit for the latter).
+	maxOpenName = 255
+	// maxTopicName is Kafka's limit for a topic name.
+	maxTopicName = 249
+	// topicIDBytes is a Kafka topic id's size; an Open may also send none.
+	topicIDBytes = 16
+	// maxOpenTopics and maxOpenPartitions bound one shard's lists.
+	maxOpenTopics     = 10000
+	maxOpenPartitions = 100000
+	// maxTopicConfigs and maxConfigBytes bound a topic spec's configs
+	// (Kafka has a few hundred topic configs, each value short).
+	maxTopicConfigs = 1000
+	maxConfigBytes  = 4096
+)
+
+// checkOpen refuses an Open whose parts are above their bounds, naming the
+// part and its size.
+func checkOpen(open *ferryv1.Open) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: open of shard %d: "+format, append([]any{errBadRequest, open.GetShard()}, args...)...)
+	}
+	switch {
+	case len(open.GetFetcher()) > maxOpenName:
+		return bad("fetcher name of %d bytes, above %d", len(open.GetFetcher()), maxOpenName)
+	case len(open.GetSourceClusterId()) > maxOpenName:
+		return bad("source cluster id of %d bytes, above %d", len(open.GetSourceClusterId()), maxOpenName)
+	case len(open.GetTopics()) > maxOpenTopics:
+		return bad("%d topics, above %d", len(open.GetTopics()), maxOpenTopics)
+	case len(open.GetPartitions()) > maxOpenPartitions:
+		return bad("%d partitions, above %d", len(open.GetPartitions()), maxOpenPartitions)
+	}
+	for _, t := range open.GetTopics() {
+		if err := checkTopicSpec(t); err != nil {
+			return bad("%v", err)
+		}
+	}
+	for _, p := range open.GetPartitions() {
+		if n := len(p.GetTopic()); n > maxTopicName {
+			return bad("partition of a topic name of %d bytes, above %d", n, maxTopicName)
+		}
+	}
+	return nil
+}
+
+func checkTopicSpec(t *ferryv1.TopicSpec) error {
+	name := t.GetName()
+	switch {
+	case len(name) > maxTopicName:
+		return fmt.Errorf("topic name of %d bytes, above Kafka's %d", len(name), maxTopicName)
+	case len(t.GetTopicId()) != 0 && len(t.GetTopicId()) != topicIDBytes:
+		return fmt.Errorf("topic %q: topic id of %d bytes, want %d or none", name, len(t.GetTopicId()), topicIDBytes)
+	case len(t.GetConfigs()) > maxTopicConfigs:
+		return fmt.Errorf("topic %q: %d configs, above %d", name, len(t.GetConfigs()), maxTopicConfigs)
+	}
+	for k, v := range t.GetConfigs() {
+		switch {
+		case len(k) > maxConfigBytes:
+			return fmt.Errorf("topic %q: config key %s of %d bytes, above %d", name, clip(k), len(k), maxConfigBytes)
+		case len(v) > maxConfigBytes:
+			return fmt.Errorf("topic %q: config %s: value of %d bytes, above %d", name, k, len(v), maxConfigBytes)
+		}
+	}
+	return nil
+}
