@@ -106,6 +106,8 @@ FUZZ_TARGETS = \
 	./pkg/recordbatch:FuzzRoundTrip \
 	./pkg/recordbatch:FuzzLZ4Frame \
 	./pkg/recordbatch:FuzzFromLegacy \
+	./pkg/provenance:FuzzDecodeEntry \
+	./services/writer/internal/checkpoint:FuzzCheckpointRecord \
 	./services/writer/internal/server:FuzzCheckOpen
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
