@@ -12,7 +12,7 @@ import (
 )
 
 // kafkaBatch is a Kafka batch of n records at base, compressed with c.
-func kafkaBatch(t *testing.T, base int64, n int, c recordbatch.Compression) KafkaBatch {
+func kafkaBatch(t testing.TB, base int64, n int, c recordbatch.Compression) KafkaBatch {
 	t.Helper()
 	recs := make([]recordbatch.Record, n)
 	for i := range recs {

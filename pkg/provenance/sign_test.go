@@ -17,7 +17,7 @@ import (
 // sources are the writer's and the fetcher's TLS material of one
 // development CA: the writer's signs, the fetcher's (which admits the
 // writer's identity) verifies.
-func sources(t *testing.T) (writer, fetcher *tlsconfig.Source) {
+func sources(t testing.TB) (writer, fetcher *tlsconfig.Source) {
 	t.Helper()
 	dir := t.TempDir()
 	if _, err := devcerts.WriteDir(dir, devcerts.Options{Validity: time.Hour}); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 )
 
 // zeroRecords is n minimal records (7 bytes each: length, attributes,
@@ -109,5 +110,42 @@ func TestBombsAreRefusedBeforeInflating(t *testing.T) {
 				t.Errorf("AddBatch over maxDecompressed = %v, %v; want ErrTooLarge", ok, err)
 			}
 		})
+	}
+}
+
+// TestLZ4BlocksCostTheirLimit: an LZ4 block does not say how large it
+// decodes, so a reader that sizes its room by guessing allocates the
+// frame's 4 MiB block maximum to find out a 16 KB block is a bomb. Each
+// block is measured from its sequences before it is decoded: a block past
+// the limit is refused having allocated nothing like it, and a block that
+// fits is decoded into room of its own size.
+func TestLZ4BlocksCostTheirLimit(t *testing.T) {
+	var buf bytes.Buffer
+	w := lz4.NewWriter(&buf)
+	if err := w.Apply(lz4.BlockSizeOption(lz4.Block4Mb)); err != nil {
+		t.Fatal(err)
+	}
+	w.Write(make([]byte, 4<<20))
+	w.Close()
+	frame := buf.Bytes()
+	const limit = 64 << 10
+	// The pools and the allocator settle before anything is measured.
+	if _, err := inflateLZ4(nil, frame, 0); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if n := allocated(func() { _, err = inflateLZ4(nil, frame, limit) }); n > 4*limit {
+		t.Errorf("a %d-byte frame of a 4 MiB block under a limit of %d allocated %d bytes", len(frame), limit, n)
+	}
+	if !errors.Is(err, ErrTooLarge) {
+		t.Errorf("inflate = %v, want ErrTooLarge", err)
+	}
+	small, err := compress(nil, []byte("a few bytes, a few bytes, a few bytes"), LZ4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := inflateLZ4(nil, small, 1000)
+	if err != nil || cap(out) > 2*len(out)+64 {
+		t.Errorf("a small frame decodes to %d bytes in room for %d (%v), want room of about its size", len(out), cap(out), err)
 	}
 }

@@ -238,10 +238,12 @@ func inflateGzip(dst, src []byte, limit int) ([]byte, error) {
 }
 
 // inflateLZ4 decodes LZ4 frames as Kafka writes them (KafkaLZ4BlockOutputStream
-// and every client's LZ4 codec): independent blocks, each decoded straight
-// into dst, so no block buffer of the frame's declared size (pierrec/lz4's
-// Reader takes one from a pool per frame: 4 MiB for producers that declare
-// 4 MiB blocks, however small the batch) is held. The header checksum is
+// and every client's LZ4 codec): independent blocks, each measured from
+// its sequences (lz4BlockLen), checked against the limit and decoded
+// straight into dst, so no block buffer of the frame's declared size
+// (pierrec/lz4's Reader takes one from a pool per frame: 4 MiB for
+// producers that declare 4 MiB blocks, however small the batch) is held,
+// and a bomb costs nothing past the limit. The header checksum is
 // checked, as Kafka checks it; block and content checksums are skipped:
 // the batch's CRC-32C covers every byte. Frames may follow each other.
 func inflateLZ4(dst, src []byte, limit int) ([]byte, error) {
@@ -259,24 +261,85 @@ func inflateLZ4(dst, src []byte, limit int) ([]byte, error) {
 // names (bits 6-4, values 4 to 7).
 var lz4BlockSizes = [8]int{4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
 
-// uncompressLZ4Block appends the decoded block to out. A block does not say
-// how large it decodes, and frames often declare 4 MiB blocks however small
-// they are, so room for a few times the block is tried first and the
-// frame's maximum only if that was too little (pierrec/lz4 does not tell a
-// short destination from a damaged block).
-func uncompressLZ4Block(out, block []byte, blockMax int) ([]byte, error) {
-	guess := min(blockMax, 4*len(block)+64<<10)
-	for {
-		out = slices.Grow(out, guess)
-		got, err := lz4.UncompressBlock(block, out[len(out):len(out)+guess])
-		if err == nil {
-			return out[:len(out)+got], nil
+var errLZ4Block = errors.New("malformed LZ4 block")
+
+// lz4BlockLen is the size the LZ4 block decodes to, read from its
+// sequences without decoding them: each token's literal and match lengths,
+// and the length bytes that extend them, are summed and the literals
+// skipped. A block does not declare its size, and frames often declare 4
+// MiB blocks however small they are, so without this a reader guesses its
+// room and has to try the frame's maximum to find out a block is a bomb.
+// Offsets are left to the decoder to check.
+func lz4BlockLen(block []byte) (int, error) {
+	n := 0
+	for at := 0; at < len(block); {
+		token := block[at]
+		at++
+		lit, used, err := lz4Length(block[at:], int(token>>4))
+		if err != nil {
+			return 0, err
 		}
-		if guess == blockMax {
-			return nil, err
+		at += used
+		if lit > len(block)-at {
+			return 0, fmt.Errorf("%w: %d literals, %d bytes left", errLZ4Block, lit, len(block)-at)
 		}
-		guess = blockMax
+		at += lit
+		n += lit
+		if at == len(block) {
+			return n, nil // the last sequence is literals only
+		}
+		if len(block)-at < 2 {
+			return 0, fmt.Errorf("%w: match offset truncated", errLZ4Block)
+		}
+		at += 2
+		match, used, err := lz4Length(block[at:], int(token&15))
+		if err != nil {
+			return 0, err
+		}
+		at += used
+		n += match + 4 // a match copies at least 4 bytes
 	}
+	return 0, fmt.Errorf("%w: ends with a match, not literals", errLZ4Block)
+}
+
+// lz4Length reads the bytes extending a token's 4-bit length (15 means
+// more follow, each adding up to 255) and returns the length and the bytes
+// read.
+func lz4Length(b []byte, n int) (int, int, error) {
+	if n != 15 {
+		return n, 0, nil
+	}
+	for i, c := range b {
+		n += int(c)
+		if c != 255 {
+			return n, i + 1, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("%w: length truncated", errLZ4Block)
+}
+
+// appendLZ4Block appends the decoded block to out, refusing it before a
+// byte is allocated if it would take out past a positive limit.
+func appendLZ4Block(out, block []byte, blockMax, limit int) ([]byte, error) {
+	n, err := lz4BlockLen(block)
+	if err != nil {
+		return nil, err
+	}
+	if n > blockMax {
+		return nil, fmt.Errorf("%w: decodes to %d bytes, frame's blocks at most %d", errLZ4Block, n, blockMax)
+	}
+	if limit > 0 && len(out)+n > limit {
+		return nil, fmt.Errorf("%w (%d)", ErrTooLarge, limit)
+	}
+	out = slices.Grow(out, n)
+	got, err := lz4.UncompressBlock(block, out[len(out):len(out)+n])
+	if err != nil {
+		return nil, err
+	}
+	if got != n {
+		return nil, fmt.Errorf("%w: decoded %d bytes of the %d its sequences give", errLZ4Block, got, n)
+	}
+	return out[:len(out)+n], nil
 }
 
 // inflateLZ4Frame appends the frame at the start of src to out and returns
@@ -335,17 +398,18 @@ func inflateLZ4Frame(out, src []byte, limit int) ([]byte, []byte, error) {
 			}
 			src = src[4:]
 		}
-		if word&(1<<31) != 0 { // stored uncompressed
-			out = append(out, block...)
-		} else {
+		if word&(1<<31) == 0 {
 			var err error
-			if out, err = uncompressLZ4Block(out, block, blockMax); err != nil {
+			if out, err = appendLZ4Block(out, block, blockMax, limit); err != nil {
 				return nil, nil, err
 			}
+			continue
 		}
-		if limit > 0 && len(out) > limit {
+		// Stored uncompressed.
+		if limit > 0 && len(out)+len(block) > limit {
 			return nil, nil, fmt.Errorf("%w (%d)", ErrTooLarge, limit)
 		}
+		out = append(out, block...)
 	}
 	if contentSum {
 		if len(src) < 4 {

@@ -54,6 +54,12 @@ func (k Key) String() string {
 	return k.Link + "/" + k.Topic + "/" + strconv.Itoa(int(k.Partition))
 }
 
+// parseKey reads a record key of the checkpoint topic, taking only the one
+// spelling String gives a key. The topic is compacted by record key, so a
+// partition's key spelt otherwise ("l/t/07", "l/t/+7") would be kept
+// beside the writer's own records, survive the tombstone an operator
+// writes to forget the partition (docs/operations.md), and bring the
+// checkpoint back at the next start.
 func parseKey(s string) (Key, bool) {
 	parts := strings.Split(s, "/")
 	if len(parts) != 3 {
@@ -63,7 +69,11 @@ func parseKey(s string) (Key, bool) {
 	if err != nil {
 		return Key{}, false
 	}
-	return Key{Link: parts[0], Topic: parts[1], Partition: int32(p)}, true
+	k := Key{Link: parts[0], Topic: parts[1], Partition: int32(p)}
+	if k.String() != s {
+		return Key{}, false
+	}
+	return k, true
 }
 
 const barrierPrefix = "barrier/"

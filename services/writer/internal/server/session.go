@@ -100,8 +100,8 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 	}
 	counts := map[string]int32{}
 	for _, t := range open.GetTopics() {
-		if t.GetName() == "" || t.GetPartitionCount() < 1 {
-			return nil, fmt.Errorf("%w: topic spec %q with %d partitions", errBadRequest, t.GetName(), t.GetPartitionCount())
+		if err := checkSpec(link, t, counts); err != nil {
+			return nil, err
 		}
 		if err := s.checkTopic(link, t.GetName()); err != nil {
 			return nil, err

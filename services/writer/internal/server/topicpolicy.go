@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
 
@@ -59,4 +60,47 @@ func (s *Server) reserved(target string) string {
 		return "reserved for Ferry (prefix " + ferryReserved + ")"
 	}
 	return ""
+}
+
+// checkSpec refuses a topic spec of an Open that names no topic Kafka could
+// have, source or target, or a topic the Open already described. The
+// writer checks names itself rather than leaving them to the target: a
+// name becomes part of checkpoint keys, which a slash would split, and a
+// fetcher sending one is told it made a bad request instead of seeing a
+// target failure it retries forever. A topic described twice would leave
+// which partition count holds to the order of the specs.
+func checkSpec(link Link, t *ferryv1.TopicSpec, counts map[string]int32) error {
+	name := t.GetName()
+	if err := checkTopicName(name); err != nil {
+		return fmt.Errorf("%w: source topic %v", errBadRequest, err)
+	}
+	if err := checkTopicName(link.Naming.Target(name)); err != nil {
+		return fmt.Errorf("%w: link %q, target topic of %q: %v", errBadRequest, link.Name, name, err)
+	}
+	if _, dup := counts[name]; dup {
+		return fmt.Errorf("%w: topic %q described twice", errBadRequest, name)
+	}
+	if t.GetPartitionCount() < 1 {
+		return fmt.Errorf("%w: topic %q with %d partitions", errBadRequest, name, t.GetPartitionCount())
+	}
+	return nil
+}
+
+// checkTopicName refuses a name Kafka refuses (Topic.validate): 1 to 249
+// ASCII letters, digits, '.', '_' and '-', and neither "." nor "..".
+func checkTopicName(name string) error {
+	if len(name) == 0 || len(name) > maxTopicName {
+		return fmt.Errorf("name of %d bytes (1 to %d)", len(name), maxTopicName)
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("name %q", name)
+	}
+	for i := range len(name) {
+		switch c := name[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return fmt.Errorf("name %q: byte %d is %q (letters, digits, '.', '_' and '-' only)", name, i, c)
+		}
+	}
+	return nil
 }
