@@ -107,6 +107,7 @@ FUZZ_TARGETS = \
 	./pkg/recordbatch:FuzzLZ4Frame \
 	./pkg/recordbatch:FuzzFromLegacy \
 	./pkg/provenance:FuzzDecodeEntry \
+	./pkg/refusal:FuzzFrom \
 	./services/writer/internal/checkpoint:FuzzCheckpointRecord \
 	./services/writer/internal/server:FuzzCheckOpen
 fuzz:
