@@ -33,28 +33,75 @@ var (
 	// errTooManyStreams is an Open above max_streams or
 	// max_streams_per_peer.
 	errTooManyStreams = errors.New("too many streams")
+	// errBadOpen is a bad request in an Open: it reads and maps as
+	// errBadRequest, and is counted apart from a bad batch.
+	errBadOpen error = badOpen{}
 )
 
+type badOpen struct{}
+
+func (badOpen) Error() string { return errBadRequest.Error() }
+func (badOpen) Unwrap() error { return errBadRequest }
+
+// statusTable maps each domain error to the status the fetcher sees and to
+// the reason label the writer counts it under (rejected_total); errors
+// with no reason are not refusals of the fetcher's input. The first row
+// an error matches decides.
 var statusTable = []struct {
-	err  error
-	code codes.Code
+	err    error
+	code   codes.Code
+	reason string
 }{
-	{batch.ErrChecksum, codes.DataLoss},
-	{batch.ErrMalformed, codes.InvalidArgument},
-	{batch.ErrTooLarge, codes.InvalidArgument},
-	{errBadRequest, codes.InvalidArgument},
-	{errStaleEpoch, codes.FailedPrecondition},
-	{errNotInShard, codes.FailedPrecondition},
-	{errUnknownLink, codes.FailedPrecondition},
-	{errTopicRefused, codes.PermissionDenied},
-	{errPeerRefused, codes.PermissionDenied},
-	{errBeyondSource, codes.InvalidArgument},
-	{errTooManyStreams, codes.ResourceExhausted},
-	{errOutOfOrder, codes.FailedPrecondition},
-	{errSuperseded, codes.Aborted},
-	{errDraining, codes.Unavailable},
-	{context.Canceled, codes.Canceled},
-	{context.DeadlineExceeded, codes.DeadlineExceeded},
+	{batch.ErrChecksum, codes.DataLoss, "checksum"},
+	{batch.ErrMalformed, codes.InvalidArgument, "malformed"},
+	{batch.ErrTooLarge, codes.InvalidArgument, "too_large"},
+	{errBadOpen, codes.InvalidArgument, "bad_open"},
+	{errBadRequest, codes.InvalidArgument, "malformed"},
+	{errStaleEpoch, codes.FailedPrecondition, "stale_epoch"},
+	{errNotInShard, codes.FailedPrecondition, "not_in_shard"},
+	{errUnknownLink, codes.FailedPrecondition, "unknown_link"},
+	{errTopicRefused, codes.PermissionDenied, "topic_refused"},
+	{errPeerRefused, codes.PermissionDenied, "peer_refused"},
+	{errBeyondSource, codes.InvalidArgument, "beyond_source"},
+	{errTooManyStreams, codes.ResourceExhausted, "too_many_streams"},
+	{errOutOfOrder, codes.FailedPrecondition, "out_of_order"},
+	{errSuperseded, codes.Aborted, ""},
+	{errDraining, codes.Unavailable, ""},
+	{context.Canceled, codes.Canceled, ""},
+	{context.DeadlineExceeded, codes.DeadlineExceeded, ""},
+}
+
+// refusalReasons are the reason labels of the refusals (package refusal)
+// the writer makes, which the fetcher reads apart from the table's codes.
+var refusalReasons = map[string]string{
+	refusal.RecordTooLarge: "record_too_large",
+	refusal.BatchTooLarge:  "batch_too_large",
+	refusal.TargetRefused:  "target_refused",
+}
+
+// reasonOf is the reason label err is counted under when the writer
+// refuses the fetcher's input with it; what the table does not know is
+// malformed input.
+func reasonOf(err error) string {
+	if r, ok := refusal.From(err); ok {
+		if reason, ok := refusalReasons[r.Reason]; ok {
+			return reason
+		}
+		return "record_too_large"
+	}
+	for _, e := range statusTable {
+		if errors.Is(err, e.err) && e.reason != "" {
+			return e.reason
+		}
+	}
+	return "malformed"
+}
+
+// reject counts err, a refusal of link's input, under its reason; the
+// link is unknownLink until the Open's link is known to be the writer's.
+func (s *Server) reject(link string, err error) error {
+	s.metrics.Rejected.WithLabelValues(link, reasonOf(err)).Inc()
+	return err
 }
 
 // toStatus maps an error to the status the fetcher sees. Anything not in

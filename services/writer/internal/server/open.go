@@ -32,7 +32,7 @@ const (
 // part and its size.
 func checkOpen(open *ferryv1.Open) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: open of shard %d: "+format, append([]any{errBadRequest, open.GetShard()}, args...)...)
+		return fmt.Errorf("%w: open of shard %d: "+format, append([]any{errBadOpen, open.GetShard()}, args...)...)
 	}
 	switch {
 	case len(open.GetFetcher()) > maxOpenName:

@@ -178,8 +178,7 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	// Nothing of the Open is labelled, kept or allocated for before these
 	// checks: its link name becomes a metric label only once it is known.
 	if err := checkOpen(open); err != nil {
-		s.metrics.Rejected.WithLabelValues(unknownLink, "bad_open").Inc()
-		return err
+		return s.reject(unknownLink, err)
 	}
 	link, err := s.admit(stream.Context(), open)
 	if err != nil {
@@ -187,18 +186,12 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	}
 	peer := tlsconfig.PeerIdentity(stream.Context())
 	if err := s.enter(peer); err != nil {
-		s.metrics.Rejected.WithLabelValues(link.Name, "too_many_streams").Inc()
-		return err
+		return s.reject(link.Name, err)
 	}
 	defer s.leave(peer)
 	sess, err := newSession(stream.Context(), s, link, open)
 	if err != nil {
-		reason := "bad_open"
-		if errors.Is(err, errTopicRefused) {
-			reason = "topic_refused"
-		}
-		s.metrics.Rejected.WithLabelValues(link.Name, reason).Inc()
-		return err
+		return s.reject(link.Name, err)
 	}
 	sess.traceStream()
 	if err := s.claim(stream.Context(), sess); err != nil {
@@ -218,19 +211,16 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 func (s *Server) admit(ctx context.Context, open *ferryv1.Open) (Link, error) {
 	link, ok := s.links[open.GetLink()]
 	if !ok {
-		s.metrics.Rejected.WithLabelValues(unknownLink, "unknown_link").Inc()
-		return Link{}, fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, clip(open.GetLink()))
+		return Link{}, s.reject(unknownLink, fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, clip(open.GetLink())))
 	}
 	if !link.AllowedIDs.Empty() {
 		if err := link.AllowedIDs.AdmitPeer(ctx); err != nil {
-			s.metrics.Rejected.WithLabelValues(link.Name, "peer_refused").Inc()
-			return Link{}, fmt.Errorf("%w: link %q admits only its links[].allowed_ids: %v", errPeerRefused, link.Name, err)
+			return Link{}, s.reject(link.Name, fmt.Errorf("%w: link %q admits only its links[].allowed_ids: %v", errPeerRefused, link.Name, err))
 		}
 	}
 	if open.GetShard() >= link.Shards {
-		s.metrics.Rejected.WithLabelValues(link.Name, "bad_open").Inc()
-		return Link{}, fmt.Errorf("%w: open of shard %d, but link %q has links[].shards %d (shards 0..%d)",
-			errBadRequest, open.GetShard(), link.Name, link.Shards, link.Shards-1)
+		return Link{}, s.reject(link.Name, fmt.Errorf("%w: open of shard %d, but link %q has links[].shards %d (shards 0..%d)",
+			errBadOpen, open.GetShard(), link.Name, link.Shards, link.Shards-1))
 	}
 	return link, nil
 }

@@ -14,11 +14,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/ferry-replicator/ferry/pkg/batch"
 	"github.com/ferry-replicator/ferry/pkg/budget"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
-	"github.com/ferry-replicator/ferry/pkg/refusal"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/fence"
@@ -96,7 +94,7 @@ type work struct {
 
 func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (*session, error) {
 	if len(open.GetPartitions()) == 0 {
-		return nil, fmt.Errorf("%w: open of shard %d lists no partitions", errBadRequest, open.GetShard())
+		return nil, fmt.Errorf("%w: open of shard %d lists no partitions", errBadOpen, open.GetShard())
 	}
 	counts := map[string]int32{}
 	for _, t := range open.GetTopics() {
@@ -129,10 +127,10 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 		tp := topicPartition{p.GetTopic(), p.GetPartition()}
 		n, ok := counts[tp.topic]
 		if !ok || tp.partition < 0 || tp.partition >= n {
-			return nil, fmt.Errorf("%w: partition %s/%d is not described by the open's topics", errBadRequest, tp.topic, tp.partition)
+			return nil, fmt.Errorf("%w: partition %s/%d is not described by the open's topics", errBadOpen, tp.topic, tp.partition)
 		}
 		if _, dup := sess.next[tp]; dup {
-			return nil, fmt.Errorf("%w: partition %s/%d listed twice", errBadRequest, tp.topic, tp.partition)
+			return nil, fmt.Errorf("%w: partition %s/%d listed twice", errBadOpen, tp.topic, tp.partition)
 		}
 		sess.next[tp], sess.target[tp] = 0, -1
 	}
@@ -371,8 +369,7 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 		}
 		w, err := ss.checkTraced(req.GetBatch(), seq+1)
 		if err != nil {
-			ss.s.metrics.Rejected.WithLabelValues(ss.link.Name, reasonOf(err)).Inc()
-			ss.cancel(err)
+			ss.cancel(ss.s.reject(ss.link.Name, err))
 			return
 		}
 		seq++
@@ -398,30 +395,6 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 			return
 		}
 	}
-}
-
-func reasonOf(err error) string {
-	switch {
-	case errors.Is(err, batch.ErrChecksum):
-		return "checksum"
-	case errors.Is(err, batch.ErrTooLarge):
-		return "too_large"
-	case errors.Is(err, errStaleEpoch):
-		return "stale_epoch"
-	case errors.Is(err, errNotInShard):
-		return "not_in_shard"
-	case errors.Is(err, errOutOfOrder):
-		return "out_of_order"
-	case errors.Is(err, errBeyondSource):
-		return "beyond_source"
-	}
-	if ref, ok := refusal.From(err); ok {
-		if ref.Reason == refusal.BatchTooLarge {
-			return "batch_too_large"
-		}
-		return "record_too_large"
-	}
-	return "malformed"
 }
 
 func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {

@@ -44,12 +44,10 @@ func (ss *session) oversized(w work) error {
 // other error is returned unchanged, and the fetcher reopens the stream.
 func (ss *session) refusedBy(err error, group []work, r *round) error {
 	if ref, ok := refusedRecord(err, group, r); ok {
-		ss.s.metrics.Rejected.WithLabelValues(ss.link.Name, "record_too_large").Inc()
-		return ref
+		return ss.s.reject(ss.link.Name, ref)
 	}
 	if ref, ok := refusedByTarget(err, group, r); ok {
-		ss.s.metrics.Rejected.WithLabelValues(ss.link.Name, "target_refused").Inc()
-		return ref
+		return ss.s.reject(ss.link.Name, ref)
 	}
 	return err
 }

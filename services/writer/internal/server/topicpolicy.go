@@ -72,16 +72,16 @@ func (s *Server) reserved(target string) string {
 func checkSpec(link Link, t *ferryv1.TopicSpec, counts map[string]int32) error {
 	name := t.GetName()
 	if err := checkTopicName(name); err != nil {
-		return fmt.Errorf("%w: source topic %v", errBadRequest, err)
+		return fmt.Errorf("%w: source topic %v", errBadOpen, err)
 	}
 	if err := checkTopicName(link.Naming.Target(name)); err != nil {
-		return fmt.Errorf("%w: link %q, target topic of %q: %v", errBadRequest, link.Name, name, err)
+		return fmt.Errorf("%w: link %q, target topic of %q: %v", errBadOpen, link.Name, name, err)
 	}
 	if _, dup := counts[name]; dup {
-		return fmt.Errorf("%w: topic %q described twice", errBadRequest, name)
+		return fmt.Errorf("%w: topic %q described twice", errBadOpen, name)
 	}
 	if t.GetPartitionCount() < 1 {
-		return fmt.Errorf("%w: topic %q with %d partitions", errBadRequest, name, t.GetPartitionCount())
+		return fmt.Errorf("%w: topic %q with %d partitions", errBadOpen, name, t.GetPartitionCount())
 	}
 	return nil
 }
