@@ -1,12 +1,10 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strconv"
 	"time"
 
@@ -19,9 +17,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
-	"github.com/ferry-replicator/ferry/services/writer/internal/fence"
 	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
-	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
 
 type topicPartition struct {
@@ -161,113 +157,11 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		return fmt.Errorf("target client: %w", err)
 	}
 	defer cl.Close()
-	var prod *producer.Producer
-	var targetCluster string // the target's Kafka cluster id, for the Opened
-	err = func() error {
-		limit := s.opts.Producer.MaxMessageBytes
-		by := "the writer's producer.max_message_bytes"
-		for _, t := range ss.open.GetTopics() {
-			target := ss.link.Naming.Target(t.GetName())
-			configs, dropped := topics.CopyConfigs(t.GetConfigs(), ss.link.ConfigAllow)
-			err := step(log, "ensure target topic", func() error {
-				return s.topics.Ensure(topics.Spec{
-					Name:              target,
-					Partitions:        t.GetPartitionCount(),
-					ReplicationFactor: ss.link.ReplicationFactor,
-					Configs:           configs,
-					Dropped:           dropped,
-				})
-			})
-			if err != nil {
-				return err
-			}
-			// A target topic that takes smaller batches than the producer
-			// would send refuses them all, however small the records: the
-			// shard sends batches no larger than it takes, and a record
-			// above that stops its partition (oversized).
-			topicMax, err := s.topics.MaxMessageBytes(target)
-			if err != nil {
-				return err
-			}
-			if topicMax < limit {
-				limit, by = topicMax, "target topic "+target+" max.message.bytes "+strconv.Itoa(topicMax)
-			}
-		}
-		ss.maxBatch = limit
-		ss.maxRecord, ss.maxRecordBy = limit-recordbatch.HeaderSize, by+" less the batch header"
-		popts := producer.Options{Timeout: s.opts.Producer.Timeout}
-		if ss.link.ExactlyOnce {
-			// One transactional id per shard. Abort fences every older
-			// producer of the shard, on this writer or any other, and ends
-			// as aborted whatever they left open on the shard's partitions
-			// (package fence says why a coordinator can leave one); the
-			// producer created next fences again and waits for that abort
-			// to complete, all before the checkpoints are read below.
-			popts.TransactionalID = transactionalID(ss.link.Name, ss.shard)
-			popts.TransactionTimeout = s.opts.Producer.TransactionTimeout
-			err := step(log, "abort open transactions", func() error {
-				return fence.Abort(ss.ctx, cl, popts.TransactionalID, popts.TransactionTimeout, ss.writable())
-			})
-			if err != nil {
-				return fmt.Errorf("abort open transactions of shard %d: %w", ss.shard, err)
-			}
-		}
-		err := step(log, "target producer", func() (err error) {
-			prod, err = producer.New(ss.ctx, cl, popts)
-			if err != nil {
-				return fmt.Errorf("target producer: %w", err)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if rec := s.opts.Recorder; rec != nil {
-			id, _ := prod.ID()
-			err := step(log, "record producer id", func() (err error) {
-				// The fetcher skips what this writer copies only when it
-				// reads the target on a link back to the source: it
-				// compares the source recorded here with its own target.
-				if targetCluster, err = rec.ClusterID(ss.ctx); err != nil {
-					return err
-				}
-				return rec.Record(ss.ctx, id, ss.link.Name, ss.open.GetSourceClusterId())
-			})
-			if err != nil {
-				return err
-			}
-		}
-		if ss.link.ExactlyOnce {
-			err := step(log, "check no transaction open", func() error {
-				id, _ := prod.ID()
-				return fence.CheckClosed(ss.ctx, cl.Client, ss.dataPartitions(), id)
-			})
-			if err != nil {
-				return fmt.Errorf("open shard %d: %w", ss.shard, err)
-			}
-		}
-		return step(log, "checkpoint sync", func() error { return s.store.Sync(ss.ctx) })
-	}()
+	prod, targetCluster, err := ss.prepare(log, cl)
 	if err != nil {
 		return err
 	}
-	opened := &ferryv1.Opened{Writer: s.opts.ID, TargetClusterId: targetCluster}
-	for tp := range ss.next {
-		pos := &ferryv1.PartitionPosition{Topic: tp.topic, Partition: tp.partition}
-		if cp, ok := s.store.Get(ss.key(tp)); ok {
-			pos.NextOffset, pos.HasCheckpoint, pos.SourceTopicId = cp.NextSourceOffset, true, cp.SourceTopicID
-			ss.next[tp], ss.target[tp] = cp.NextSourceOffset, cp.TargetOffset
-			// A checkpoint of an earlier topic of the name (deleted and
-			// created again) does not bound the new one's offsets, which
-			// start anew: the fetcher, told the old id, stops the
-			// partition, or under on_data_loss: skip copies the new topic
-			// from its start.
-			if id := ss.topicIDs[tp.topic]; len(id) > 0 && len(cp.SourceTopicID) > 0 && !bytes.Equal(id, cp.SourceTopicID) {
-				ss.next[tp] = 0
-			}
-		}
-		opened.Resume = append(opened.Resume, pos)
-	}
+	opened := ss.resume(targetCluster)
 	if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Opened{Opened: opened}}); err != nil {
 		return fmt.Errorf("send opened: %w", err)
 	}
@@ -293,52 +187,6 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	}
 	return err
 }
-
-// dataPartitions are the target partitions the shard's records go to.
-func (ss *session) dataPartitions() fence.Partitions {
-	parts := fence.Partitions{}
-	for tp := range ss.next {
-		t := ss.link.Naming.Target(tp.topic)
-		parts[t] = append(parts[t], tp.partition)
-	}
-	return parts
-}
-
-// writable are all the target partitions the shard's transactions touch:
-// its data partitions and every checkpoint partition.
-func (ss *session) writable() fence.Partitions {
-	parts := ss.dataPartitions()
-	for p := range ss.s.store.Partitions() {
-		parts[ss.s.store.Topic()] = append(parts[ss.s.store.Topic()], p)
-	}
-	return parts
-}
-
-// step runs one step of an open and logs, every openStepWarn, that it is
-// still waiting, so a stuck open names what it waits for.
-func step(log *slog.Logger, name string, f func() error) error {
-	start := time.Now()
-	done := make(chan struct{})
-	go func() {
-		tick := time.NewTicker(openStepWarn)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				log.Warn("shard open step slow", "step", name, "waited", time.Since(start).Round(time.Second))
-			}
-		}
-	}()
-	err := f()
-	close(done)
-	log.Debug("shard open step done", "step", name, "took", time.Since(start), "err", err)
-	return err
-}
-
-// openStepWarn is how long an open step may wait before it is logged.
-const openStepWarn = 10 * time.Second
 
 // queueSlots bounds how many checked batches wait for a round; their bytes
 // are bounded by session.queued. Under a slow target (a long round trip)
@@ -452,12 +300,6 @@ func withinSource(b *ferryv1.Batch) error {
 			what, b.GetTopic(), b.GetPartition(), b.GetFirstOffset(), b.GetLastOffset(), hw)
 	}
 	return nil
-}
-
-// transactionalID names the target producer of a shard. It must never
-// change for a shard, or fencing across owners would be lost.
-func transactionalID(link string, shard uint32) string {
-	return "ferry-" + link + "-" + strconv.Itoa(int(shard))
 }
 
 // txnPartitions are the target partitions a round of group writes: those
