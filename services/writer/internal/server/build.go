@@ -5,7 +5,6 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
-	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
 )
 
@@ -196,27 +195,6 @@ func toRecord(r *batch.Record) recordbatch.Record {
 		}
 	}
 	return rec
-}
-
-// addCheckpoints appends one batch per checkpoint partition holding cps.
-func (ss *session) addCheckpoints(r *round, cps map[topicPartition]checkpoint.Checkpoint) error {
-	byPartition := map[int32][]recordbatch.Record{}
-	var order []int32
-	for tp, cp := range cps {
-		rec := ss.s.store.Record(ss.key(tp), cp)
-		if _, ok := byPartition[rec.Partition]; !ok {
-			order = append(order, rec.Partition)
-		}
-		byPartition[rec.Partition] = append(byPartition[rec.Partition], recordbatch.Record{Timestamp: rec.Time.UnixMilli(), Key: rec.Key, Value: rec.Value})
-	}
-	for _, p := range order {
-		raw, err := recordbatch.Build(nil, byPartition[p], recordbatch.None)
-		if err != nil {
-			return fmt.Errorf("build checkpoint batch: %w", err)
-		}
-		r.batches = append(r.batches, producer.Batch{Topic: ss.s.store.Topic(), Partition: p, Raw: raw})
-	}
-	return nil
 }
 
 // eachRecord calls f with each source record of data batch b, in order,

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
-	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
 )
 
@@ -42,7 +41,7 @@ type committer interface {
 // acknowledges them upstream. since is when their commit began.
 type committed struct {
 	batches []work
-	cps     map[topicPartition]checkpoint.Checkpoint
+	cps     checkpoints
 	since   time.Time
 }
 
@@ -80,8 +79,7 @@ func (ss *session) serve(ctx context.Context, stream ferryv1.ReplicationService_
 			return err
 		}
 		ss.releaseAcked(done.batches)
-		ss.s.metrics.Checkpoints.WithLabelValues(ss.link.Name).Add(float64(len(done.cps)))
-		ss.traceCommit(ctx, done.batches, done.since)
+		ss.obs.committed(ctx, done)
 	}
 }
 
@@ -98,23 +96,34 @@ func (ss *session) releaseAcked(acked []work) {
 	ss.hold.Release(n)
 }
 
+// newCommitter builds the committer of a shard's mode from its producer,
+// what its rounds commit (progress) and what it reports to (obs); build
+// turns a group into a round's target batches (build.go).
+func newCommitter(exactly bool, prod *producer.Producer, prog *progress, obs *observer, build func([]work) (*round, error)) committer {
+	if exactly {
+		return &exactlyOnce{prod: prod, prog: prog, obs: obs, build: build}
+	}
+	return &atLeastOnce{prod: prod, prog: prog, obs: obs, build: build, cps: checkpoints{}}
+}
+
 // atLeastOnce is the idempotent committer (see committer).
 type atLeastOnce struct {
-	ss   *session
-	prod *producer.Producer
+	prod  *producer.Producer
+	prog  *progress
+	obs   *observer
+	build func([]work) (*round, error)
 	// pending are batches the target acknowledged whose checkpoints are
 	// not produced yet; cps, those checkpoints.
 	pending []work
-	cps     map[topicPartition]checkpoint.Checkpoint
+	cps     checkpoints
 }
 
 func (c *atLeastOnce) idle() bool { return len(c.pending) == 0 }
 
 func (c *atLeastOnce) round(ctx context.Context, group []work) (committed, error) {
-	ss := c.ss
-	r, err := ss.build(group)
+	r, err := c.build(group)
 	if err == nil {
-		err = ss.addCheckpoints(r, c.cps)
+		err = c.prog.add(r, c.cps)
 	}
 	if err != nil {
 		return committed{}, err
@@ -122,68 +131,64 @@ func (c *atLeastOnce) round(ctx context.Context, group []work) (committed, error
 	start := time.Now()
 	offsets, err := c.prod.Produce(ctx, r.batches)
 	if err != nil {
-		err = fmt.Errorf("produce to target: %w", ss.refusedBy(err, group, r))
-		ss.traceFailed(ctx, group, "ferry.produce", start, err)
-		ss.traceFailed(ctx, c.pending, "ferry.commit", start, err) // their checkpoints were in this round
+		err = fmt.Errorf("produce to target: %w", c.obs.refusedBy(err, group, r))
+		c.obs.traceFailed(ctx, group, "ferry.produce", start, err)
+		c.obs.traceFailed(ctx, c.pending, "ferry.commit", start, err) // their checkpoints were in this round
 		return committed{}, err
 	}
 	now := time.Now()
-	ss.s.metrics.ProduceSeconds.Observe(now.Sub(start).Seconds())
 	done := committed{batches: c.pending, cps: c.cps, since: start}
-	c.pending, c.cps = group, map[topicPartition]checkpoint.Checkpoint{}
-	ss.checkpoints(group, r, offsets, now, c.cps)
-	ss.observe(group, now)
-	ss.trace(ctx, group, start, now)
+	c.pending, c.cps = group, checkpoints{}
+	c.prog.reached(group, r, offsets, now, c.cps)
+	c.obs.written(ctx, group, start, now, now)
 	return done, nil
 }
 
 // exactlyOnce is the transactional committer (see committer).
 type exactlyOnce struct {
-	ss   *session
-	prod *producer.Producer
+	prod  *producer.Producer
+	prog  *progress
+	obs   *observer
+	build func([]work) (*round, error)
 }
 
 func (c *exactlyOnce) idle() bool { return true }
 
 func (c *exactlyOnce) round(ctx context.Context, group []work) (committed, error) {
-	ss := c.ss
 	start := time.Now()
-	r, err := ss.build(group)
+	r, err := c.build(group)
 	if err != nil {
 		return committed{}, err
 	}
 	// The round's checkpoints need its target offsets, so they follow its
 	// records in the same transaction; all its partitions join the
 	// transaction in one request.
-	if err := c.prod.AddPartitions(ctx, ss.txnPartitions(group, r)); err != nil {
+	if err := c.prod.AddPartitions(ctx, c.prog.partitions(group, r)); err != nil {
 		return committed{}, fmt.Errorf("begin target transaction: %w", err)
 	}
 	offsets, err := c.prod.Produce(ctx, r.batches)
 	if err != nil {
-		err = fmt.Errorf("produce in target transaction: %w", ss.refusedBy(err, group, r))
-		ss.traceFailed(ctx, group, "ferry.produce", start, err)
+		err = fmt.Errorf("produce in target transaction: %w", c.obs.refusedBy(err, group, r))
+		c.obs.traceFailed(ctx, group, "ferry.produce", start, err)
 		return committed{}, err
 	}
 	produced := time.Now()
-	cps := map[topicPartition]checkpoint.Checkpoint{}
-	ss.checkpoints(group, r, offsets, start, cps)
+	cps := checkpoints{}
+	c.prog.reached(group, r, offsets, start, cps)
 	cpRound := &round{}
-	if err := ss.addCheckpoints(cpRound, cps); err != nil {
+	if err := c.prog.add(cpRound, cps); err != nil {
 		return committed{}, err
 	}
 	if _, err := c.prod.Produce(ctx, cpRound.batches); err != nil {
 		err = fmt.Errorf("checkpoint in target transaction: %w", err)
-		ss.traceFailed(ctx, group, "ferry.commit", produced, err)
+		c.obs.traceFailed(ctx, group, "ferry.commit", produced, err)
 		return committed{}, err
 	}
 	if err := c.prod.Commit(ctx); err != nil {
 		err = fmt.Errorf("commit target transaction (outcome unknown): %w", err)
-		ss.traceFailed(ctx, group, "ferry.commit", produced, err)
+		c.obs.traceFailed(ctx, group, "ferry.commit", produced, err)
 		return committed{}, err
 	}
-	now := time.Now()
-	ss.s.metrics.ProduceSeconds.Observe(now.Sub(start).Seconds())
-	ss.observe(group, now)
-	ss.trace(ctx, group, start, produced)
+	c.obs.written(ctx, group, start, produced, time.Now())
 	return committed{batches: group, cps: cps, since: produced}, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
+	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 )
 
 // Domain errors of the writer. toStatus is the one place they become gRPC
@@ -97,10 +98,10 @@ func reasonOf(err error) string {
 	return "malformed"
 }
 
-// reject counts err, a refusal of link's input, under its reason; the
+// reject counts in m err, a refusal of link's input, under its reason; the
 // link is unknownLink until the Open's link is known to be the writer's.
-func (s *Server) reject(link string, err error) error {
-	s.metrics.Rejected.WithLabelValues(link, reasonOf(err)).Inc()
+func reject(m *metrics.Metrics, link string, err error) error {
+	m.Rejected.WithLabelValues(link, reasonOf(err)).Inc()
 	return err
 }
 

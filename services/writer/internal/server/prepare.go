@@ -116,9 +116,9 @@ func (ss *session) resume(targetCluster string) *ferryv1.Opened {
 	opened := &ferryv1.Opened{Writer: s.opts.ID, TargetClusterId: targetCluster}
 	for tp := range ss.next {
 		pos := &ferryv1.PartitionPosition{Topic: tp.topic, Partition: tp.partition}
-		if cp, ok := s.store.Get(ss.key(tp)); ok {
+		if cp, ok := ss.progress.resume(tp); ok {
 			pos.NextOffset, pos.HasCheckpoint, pos.SourceTopicId = cp.NextSourceOffset, true, cp.SourceTopicID
-			ss.next[tp], ss.target[tp] = cp.NextSourceOffset, cp.TargetOffset
+			ss.next[tp] = cp.NextSourceOffset
 			// A checkpoint of an earlier topic of the name (deleted and
 			// created again) does not bound the new one's offsets, which
 			// start anew: the fetcher, told the old id, stops the

@@ -178,7 +178,7 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	// Nothing of the Open is labelled, kept or allocated for before these
 	// checks: its link name becomes a metric label only once it is known.
 	if err := checkOpen(open); err != nil {
-		return s.reject(unknownLink, err)
+		return reject(s.metrics, unknownLink, err)
 	}
 	link, err := s.admit(stream.Context(), open)
 	if err != nil {
@@ -186,12 +186,12 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	}
 	peer := tlsconfig.PeerIdentity(stream.Context())
 	if err := s.enter(peer); err != nil {
-		return s.reject(link.Name, err)
+		return reject(s.metrics, link.Name, err)
 	}
 	defer s.leave(peer)
 	sess, err := newSession(stream.Context(), s, link, open)
 	if err != nil {
-		return s.reject(link.Name, err)
+		return reject(s.metrics, link.Name, err)
 	}
 	sess.traceStream()
 	if err := s.claim(stream.Context(), sess); err != nil {
@@ -211,15 +211,15 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 func (s *Server) admit(ctx context.Context, open *ferryv1.Open) (Link, error) {
 	link, ok := s.links[open.GetLink()]
 	if !ok {
-		return Link{}, s.reject(unknownLink, fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, clip(open.GetLink())))
+		return Link{}, reject(s.metrics, unknownLink, fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, clip(open.GetLink())))
 	}
 	if !link.AllowedIDs.Empty() {
 		if err := link.AllowedIDs.AdmitPeer(ctx); err != nil {
-			return Link{}, s.reject(link.Name, fmt.Errorf("%w: link %q admits only its links[].allowed_ids: %v", errPeerRefused, link.Name, err))
+			return Link{}, reject(s.metrics, link.Name, fmt.Errorf("%w: link %q admits only its links[].allowed_ids: %v", errPeerRefused, link.Name, err))
 		}
 	}
 	if open.GetShard() >= link.Shards {
-		return Link{}, s.reject(link.Name, fmt.Errorf("%w: open of shard %d, but link %q has links[].shards %d (shards 0..%d)",
+		return Link{}, reject(s.metrics, link.Name, fmt.Errorf("%w: open of shard %d, but link %q has links[].shards %d (shards 0..%d)",
 			errBadOpen, open.GetShard(), link.Name, link.Shards, link.Shards-1))
 	}
 	return link, nil

@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
@@ -40,10 +37,10 @@ type session struct {
 	next map[topicPartition]int64
 	// probe picks the passing batches decoded for tracing (parts).
 	probe *tracing.RecordProbe
-	// target is each partition's target offset after its last copied
-	// record, as its checkpoints record it: kept for rounds that copy none
-	// of its records; -1 while unknown (nothing copied yet).
-	target map[topicPartition]int64
+	// progress is what the shard's rounds commit beside their records.
+	progress *progress
+	// obs is what the shard's committer reports its rounds to.
+	obs *observer
 	// maxBatch is the largest batch the shard's producer sends and its
 	// target topics take; maxRecord, the largest record
 	// (recordbatch.RecordSize) that fits one, and maxRecordBy names the
@@ -110,12 +107,14 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 	}
 	sess := &session{
 		s: s, link: link, shard: open.GetShard(), epoch: open.GetEpoch(), fetcher: open.GetFetcher(),
-		open: open, next: map[topicPartition]int64{}, target: map[topicPartition]int64{}, done: make(chan struct{}), topicIDs: map[string][]byte{},
+		open: open, next: map[topicPartition]int64{}, done: make(chan struct{}), topicIDs: map[string][]byte{},
 		probe: tracing.NewRecordProbe(),
 	}
 	for _, t := range open.GetTopics() {
 		sess.topicIDs[t.GetName()] = t.GetTopicId()
 	}
+	sess.progress = newProgress(link.Name, s.opts.ID, sess.epoch, s.store, sess.topicIDs)
+	sess.obs = &observer{link: link, shard: sess.shard, epoch: sess.epoch, metrics: s.metrics, tracer: s.opts.Tracer, log: s.log}
 	sess.queueBytes = int64(s.opts.MaxGroupBytes)
 	sess.queued = semaphore.NewWeighted(sess.queueBytes)
 	sess.ctx, sess.cancel = context.WithCancelCause(ctx)
@@ -128,13 +127,9 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 		if _, dup := sess.next[tp]; dup {
 			return nil, fmt.Errorf("%w: partition %s/%d listed twice", errBadOpen, tp.topic, tp.partition)
 		}
-		sess.next[tp], sess.target[tp] = 0, -1
+		sess.next[tp] = 0
 	}
 	return sess, nil
-}
-
-func (ss *session) key(tp topicPartition) checkpoint.Key {
-	return checkpoint.Key{Link: ss.link.Name, Topic: tp.topic, Partition: tp.partition}
 }
 
 // run prepares the target, answers the open and then moves batches until
@@ -174,10 +169,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	// outlives run by at most that. It reports failure by cancelling ss.ctx.
 	works := make(chan work, queueSlots)
 	go ss.receive(stream, works)
-	var c committer = &atLeastOnce{ss: ss, prod: prod}
-	if ss.link.ExactlyOnce {
-		c = &exactlyOnce{ss: ss, prod: prod}
-	}
+	c := newCommitter(ss.link.ExactlyOnce, prod, ss.progress, ss.obs, ss.build)
 	err = ss.serve(ss.ctx, stream, c, works)
 	if cause := context.Cause(ss.ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause
@@ -217,7 +209,7 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 		}
 		w, err := ss.checkTraced(req.GetBatch(), seq+1)
 		if err != nil {
-			ss.cancel(ss.s.reject(ss.link.Name, err))
+			ss.cancel(reject(ss.s.metrics, ss.link.Name, err))
 			return
 		}
 		seq++
@@ -302,26 +294,6 @@ func withinSource(b *ferryv1.Batch) error {
 	return nil
 }
 
-// txnPartitions are the target partitions a round of group writes: those
-// of its batches, and the checkpoint partitions of its source partitions.
-func (ss *session) txnPartitions(group []work, r *round) []producer.TopicPartition {
-	seen := map[producer.TopicPartition]bool{}
-	var out []producer.TopicPartition
-	add := func(tp producer.TopicPartition) {
-		if !seen[tp] {
-			seen[tp] = true
-			out = append(out, tp)
-		}
-	}
-	for _, b := range r.batches {
-		add(producer.TopicPartition{Topic: b.Topic, Partition: b.Partition})
-	}
-	for _, w := range group {
-		add(producer.TopicPartition{Topic: ss.s.store.Topic(), Partition: ss.s.store.PartitionOf(ss.key(topicPartition{w.b.GetTopic(), w.b.GetPartition()}))})
-	}
-	return out
-}
-
 // take returns the batches ready now, at least one unless nonBlocking, and
 // whether the input is still open.
 func (ss *session) take(ctx context.Context, in <-chan work, nonBlocking bool) ([]work, bool) {
@@ -363,65 +335,6 @@ func (ss *session) draining() bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// observe records the metrics of a group the target has acknowledged (and,
-// in exactly-once mode, committed).
-func (ss *session) observe(group []work, now time.Time) {
-	m := ss.s.metrics
-	for _, w := range group {
-		part := strconv.Itoa(int(w.b.GetPartition()))
-		m.Records.WithLabelValues(ss.link.Name, w.b.GetTopic(), part).Add(float64(w.count()))
-		m.Bytes.WithLabelValues(ss.link.Name, w.b.GetTopic(), part).Add(float64(w.b.GetUncompressedSize()))
-		m.WireBytes.WithLabelValues(ss.link.Name, w.b.GetTopic(), part).Add(float64(len(w.b.GetPayload())))
-		lat := m.Latency.WithLabelValues(ss.link.Name, w.b.GetTopic())
-		traced := ss.s.opts.Tracer != nil
-		for i := range w.parts {
-			p := &w.parts[i]
-			if p.passes() && p.recs == nil {
-				// Not decoded: every record of the batch is as late as
-				// its newest, which Kafka keeps in the batch header.
-				v := now.Sub(time.UnixMilli(p.kafka.Info.MaxTimestamp)).Seconds()
-				for range p.kafka.Info.NumRecords {
-					lat.Observe(v)
-				}
-				continue
-			}
-			for _, r := range p.recs {
-				v := now.Sub(time.UnixMilli(r.Timestamp)).Seconds()
-				if traced {
-					// A sampled record's trace id rides on the histogram as
-					// an exemplar, from a latency bucket straight to its
-					// trace.
-					if sc := tracing.BatchSpanContext(r.Headers); sc.IsValid() && sc.IsSampled() {
-						lat.(prometheus.ExemplarObserver).ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
-						continue
-					}
-				}
-				lat.Observe(v)
-			}
-		}
-	}
-}
-
-// checkpoints computes the checkpoint each partition reaches with a
-// produced round; offsets are the target offsets of its batches' first
-// records.
-func (ss *session) checkpoints(group []work, r *round, offsets []int64, now time.Time, cps map[topicPartition]checkpoint.Checkpoint) {
-	for j, w := range group {
-		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
-		if last := r.last[j]; last.batch >= 0 {
-			ss.target[tp] = offsets[last.batch] + int64(last.index) + 1
-		}
-		cps[tp] = checkpoint.Checkpoint{
-			NextSourceOffset: w.b.GetLastOffset() + 1,
-			TargetOffset:     ss.target[tp],
-			SourceTopicID:    ss.topicIDs[w.b.GetTopic()],
-			Epoch:            ss.epoch,
-			Writer:           ss.s.opts.ID,
-			Time:             now,
-		}
 	}
 }
 

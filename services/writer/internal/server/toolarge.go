@@ -35,23 +35,6 @@ func (ss *session) oversized(w work) error {
 	return nil
 }
 
-// refusedBy finds, in a failed produce of round r of group, a batch of
-// records the target refused for good (producer.Permanent): as too large
-// (the target topic's max.message.bytes, or the brokers'
-// message.max.bytes), the refusal of its largest record; for anything
-// else (INVALID_RECORD, INVALID_TIMESTAMP, ...), the refusal of the record
-// the target named, or of the batch's first. The refusal is counted; any
-// other error is returned unchanged, and the fetcher reopens the stream.
-func (ss *session) refusedBy(err error, group []work, r *round) error {
-	if ref, ok := refusedRecord(err, group, r); ok {
-		return ss.s.reject(ss.link.Name, ref)
-	}
-	if ref, ok := refusedByTarget(err, group, r); ok {
-		return ss.s.reject(ss.link.Name, ref)
-	}
-	return err
-}
-
 // refusedByTarget is the refusal of a data batch the target refused for
 // good for another reason than its size.
 func refusedByTarget(err error, group []work, r *round) (refusal.Refusal, bool) {

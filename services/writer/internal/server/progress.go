@@ -1,0 +1,113 @@
+package server
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
+)
+
+// progress owns what a shard's rounds commit beside their records: today
+// the checkpoints, each partition's next source offset and the target
+// offset after its last copied record. What joins each commit (the offset
+// index, group offsets) belongs here too, so the committers (commit.go)
+// only order writes and never compute what is written.
+type progress struct {
+	link   string
+	writer string
+	epoch  uint64
+	store  *checkpoint.Store
+	// topicIDs are the source topic IDs the Open reported.
+	topicIDs map[string][]byte
+	// target is each partition's target offset after its last copied
+	// record, as its checkpoints record it: kept for rounds that copy none
+	// of its records; -1 while unknown (nothing copied yet).
+	target map[topicPartition]int64
+}
+
+// checkpoints are the checkpoints a round's partitions reach.
+type checkpoints = map[topicPartition]checkpoint.Checkpoint
+
+func newProgress(link, writer string, epoch uint64, store *checkpoint.Store, topicIDs map[string][]byte) *progress {
+	return &progress{link: link, writer: writer, epoch: epoch, store: store, topicIDs: topicIDs, target: map[topicPartition]int64{}}
+}
+
+func (p *progress) key(tp topicPartition) checkpoint.Key {
+	return checkpoint.Key{Link: p.link, Topic: tp.topic, Partition: tp.partition}
+}
+
+// resume starts tp at its committed checkpoint, or with nothing copied
+// yet when it has none.
+func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool) {
+	cp, ok := p.store.Get(p.key(tp))
+	p.target[tp] = -1
+	if ok {
+		p.target[tp] = cp.TargetOffset
+	}
+	return cp, ok
+}
+
+// reached computes the checkpoint each partition of group reaches with
+// produced round r (offsets: the target offsets of its batches' first
+// records) and adds it to cps; a partition's last copied record moves its
+// target offset.
+func (p *progress) reached(group []work, r *round, offsets []int64, now time.Time, cps checkpoints) {
+	for j, w := range group {
+		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
+		if last := r.last[j]; last.batch >= 0 {
+			p.target[tp] = offsets[last.batch] + int64(last.index) + 1
+		}
+		cps[tp] = checkpoint.Checkpoint{
+			NextSourceOffset: w.b.GetLastOffset() + 1,
+			TargetOffset:     p.target[tp],
+			SourceTopicID:    p.topicIDs[w.b.GetTopic()],
+			Epoch:            p.epoch,
+			Writer:           p.writer,
+			Time:             now,
+		}
+	}
+}
+
+// add appends to r one batch per checkpoint partition holding cps.
+func (p *progress) add(r *round, cps checkpoints) error {
+	byPartition := map[int32][]recordbatch.Record{}
+	var order []int32
+	for tp, cp := range cps {
+		rec := p.store.Record(p.key(tp), cp)
+		if _, ok := byPartition[rec.Partition]; !ok {
+			order = append(order, rec.Partition)
+		}
+		byPartition[rec.Partition] = append(byPartition[rec.Partition], recordbatch.Record{Timestamp: rec.Time.UnixMilli(), Key: rec.Key, Value: rec.Value})
+	}
+	for _, part := range order {
+		raw, err := recordbatch.Build(nil, byPartition[part], recordbatch.None)
+		if err != nil {
+			return fmt.Errorf("build checkpoint batch: %w", err)
+		}
+		r.batches = append(r.batches, producer.Batch{Topic: p.store.Topic(), Partition: part, Raw: raw})
+	}
+	return nil
+}
+
+// partitions are the target partitions a round of group writes, which
+// join its transaction: those of its batches (r), and the checkpoint
+// partitions of its source partitions.
+func (p *progress) partitions(group []work, r *round) []producer.TopicPartition {
+	seen := map[producer.TopicPartition]bool{}
+	var out []producer.TopicPartition
+	add := func(tp producer.TopicPartition) {
+		if !seen[tp] {
+			seen[tp] = true
+			out = append(out, tp)
+		}
+	}
+	for _, b := range r.batches {
+		add(producer.TopicPartition{Topic: b.Topic, Partition: b.Partition})
+	}
+	for _, w := range group {
+		add(producer.TopicPartition{Topic: p.store.Topic(), Partition: p.store.PartitionOf(p.key(topicPartition{w.b.GetTopic(), w.b.GetPartition()}))})
+	}
+	return out
+}
