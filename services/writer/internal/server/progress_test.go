@@ -1,0 +1,43 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+)
+
+// A partition's checkpoint records the target offset after its last copied
+// record, and keeps it through rounds that copy none of its records (a
+// Skip, or a batch compaction emptied); a partition nothing was copied of
+// yet records -1. progress alone keeps that position: committers only
+// order the writes.
+func TestProgressKeepsTargetPosition(t *testing.T) {
+	a, b := topicPartition{"t", 0}, topicPartition{"t", 1}
+	p := newProgress("east", "w1", 7, nil, map[string][]byte{"t": []byte("id")})
+	p.target[a], p.target[b] = -1, -1
+	batchOf := func(tp topicPartition, first, last int64) work {
+		return work{b: &ferryv1.Batch{Topic: tp.topic, Partition: tp.partition, FirstOffset: first, LastOffset: last}}
+	}
+	now := time.Unix(1000, 0)
+
+	// Round 1: a's batch 10..12 lands as target batch 0 (first record at
+	// target offset 100); b's skip copies nothing.
+	cps := checkpoints{}
+	r := &round{last: []batchRecord{{batch: 0, index: 2}, {batch: -1}}}
+	p.reached([]work{batchOf(a, 10, 12), batchOf(b, 0, 4)}, r, []int64{100}, now, cps)
+	if got := cps[a]; got.NextSourceOffset != 13 || got.TargetOffset != 103 || got.Epoch != 7 || got.Writer != "w1" || string(got.SourceTopicID) != "id" || !got.Time.Equal(now) {
+		t.Errorf("round 1: checkpoint of a = %+v, want next 13, target 103, epoch 7, writer w1, topic id, time", got)
+	}
+	if got := cps[b]; got.NextSourceOffset != 5 || got.TargetOffset != -1 {
+		t.Errorf("round 1: checkpoint of b = %+v, want next 5, target -1", got)
+	}
+
+	// Round 2: a's skip 13..20 keeps the target offset round 1 reached.
+	cps = checkpoints{}
+	r = &round{last: []batchRecord{{batch: -1}}}
+	p.reached([]work{batchOf(a, 13, 20)}, r, nil, now, cps)
+	if got := cps[a]; got.NextSourceOffset != 21 || got.TargetOffset != 103 {
+		t.Errorf("round 2: checkpoint of a = %+v, want next 21, target 103 kept", got)
+	}
+}
