@@ -307,7 +307,8 @@ func buildLinks(cfgs []config.Link) ([]server.Link, error) {
 			Name: l.Name, Naming: policy, ReplicationFactor: l.ReplicationFactor, ExactlyOnce: l.Delivery == "exactly_once",
 			Topics: l.TopicFilter(), Shards: uint32(l.Shards), AllowedIDs: tlsconfig.NewIDs(l.AllowedIDs),
 		}
-		link.ConfigAllow, link.PlatformTopics = set(l.ConfigAllow), set(l.PlatformTopics)
+		link.Configs = topics.ConfigCopy{Allow: set(l.ConfigAllow), MinRetentionMs: l.MinRetention.Milliseconds(), MinRetentionBytes: int64(l.MinRetentionBytes)}
+		link.PlatformTopics = set(l.PlatformTopics)
 		out = append(out, link)
 	}
 	return out, nil

@@ -156,10 +156,13 @@ type Link struct {
 	// ReplicationFactor of created target topics; -1 takes the broker's default.
 	ReplicationFactor int16 `yaml:"replication_factor"`
 	// ConfigAllow lists the source topic configs a created target topic
-	// takes (exact keys). Default topics.DefaultConfigAllow; retention is
-	// copied only when it keeps at least Kafka's default (7 days, no size
-	// limit), whatever the list says.
+	// takes (exact keys). Default topics.DefaultConfigAllow.
 	ConfigAllow []string `yaml:"config_allow"`
+	// MinRetention and MinRetentionBytes are the floors of a copied
+	// retention.ms and retention.bytes: a lower source value (or a hostile
+	// fetcher's retention.ms=1) is raised to them. Defaults 1h and 100MiB.
+	MinRetention      time.Duration   `yaml:"min_retention"`
+	MinRetentionBytes config.ByteSize `yaml:"min_retention_bytes"`
 	// ConfigExclude was a deny list of regular expressions; it is refused,
 	// naming config_allow, so a file written for it is not silently read
 	// as an allow-everything.
@@ -235,6 +238,12 @@ func linkDefaults(l *Link) {
 	}
 	if l.ConfigAllow == nil {
 		l.ConfigAllow = topics.DefaultConfigAllow
+	}
+	if l.MinRetention == 0 {
+		l.MinRetention = time.Hour
+	}
+	if l.MinRetentionBytes == 0 {
+		l.MinRetentionBytes = 100 << 20
 	}
 	// nil is unset; an empty list set in the file stays empty. Identity
 	// naming gets no default include (Validate asks for one).
@@ -372,6 +381,9 @@ func (c *Config) Validate() error {
 		}
 		if l.ConfigExclude != nil {
 			p.Addf(key("config_exclude"), "replaced by links[].config_allow, an allow list of the source configs a created topic takes (docs/configuration.md)")
+		}
+		if l.MinRetention < 0 {
+			p.Addf(key("min_retention"), "%v: want a duration of 0 or more", l.MinRetention)
 		}
 		for _, k := range l.ConfigAllow {
 			if !configKey.MatchString(k) {

@@ -78,18 +78,22 @@ func TestCreatedTopicTakesOnlySafeConfigs(t *testing.T) {
 		configs map[string]string
 		want    map[string]string
 	}{
-		{"hostile source, default list", topics.DefaultConfigAllow, hostile, map[string]string{
+		{"hostile source, default list: retention raised to the floors", topics.DefaultConfigAllow, hostile, map[string]string{
 			"cleanup.policy": "compact", "compression.type": "zstd", "max.message.bytes": "2097152", "min.compaction.lag.ms": "1000",
+			"retention.ms": "3600000", "retention.bytes": "104857600",
 		}},
-		{"retention that keeps more is copied", topics.DefaultConfigAllow,
+		{"retention forever is copied", topics.DefaultConfigAllow,
 			map[string]string{"retention.ms": "-1", "retention.bytes": "-1"},
 			map[string]string{"retention.ms": "-1", "retention.bytes": "-1"}},
-		{"thirty days", topics.DefaultConfigAllow, map[string]string{"retention.ms": "2592000000"}, map[string]string{"retention.ms": "2592000000"}},
+		{"retention above the floors is copied as the source has it", topics.DefaultConfigAllow,
+			map[string]string{"retention.ms": "123456789", "retention.bytes": "1073741824"},
+			map[string]string{"retention.ms": "123456789", "retention.bytes": "1073741824"}},
+		{"unreadable retention is dropped", topics.DefaultConfigAllow, map[string]string{"retention.ms": "soon", "retention.bytes": "-7"}, map[string]string{}},
 		{"operator's list", []string{"segment.bytes"}, hostile, map[string]string{"segment.bytes": "14"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := startWriter(t, []Link{{Name: "east", ConfigAllow: allowSet(tt.allow...), Topics: mustFilter(t, topicfilter.DefaultInclude, topicfilter.DefaultExclude)}})
+			w := startWriter(t, []Link{{Name: "east", Configs: topics.ConfigCopy{Allow: allowSet(tt.allow...), MinRetentionMs: 3_600_000, MinRetentionBytes: 100 << 20}, Topics: mustFilter(t, topicfilter.DefaultInclude, topicfilter.DefaultExclude)}})
 			if err := w.openSpecs(t, "east", &ferryv1.TopicSpec{Name: "orders", PartitionCount: 1, Configs: tt.configs}); err != nil {
 				t.Fatalf("open refused: %v", err)
 			}

@@ -28,7 +28,7 @@ func (ss *session) prepare(log *slog.Logger, cl *producer.Client) (prod *produce
 	by := "the writer's producer.max_message_bytes"
 	for _, t := range ss.open.GetTopics() {
 		target := ss.link.Naming.Target(t.GetName())
-		configs, dropped := topics.CopyConfigs(t.GetConfigs(), ss.link.ConfigAllow)
+		configs, dropped := ss.link.Configs.Copy(t.GetConfigs())
 		err := step(log, "ensure target topic", func() error {
 			return s.topics.Ensure(topics.Spec{
 				Name:              target,

@@ -36,9 +36,8 @@ type Link struct {
 	ExactlyOnce       bool
 	Naming            naming.Policy
 	ReplicationFactor int16
-	// ConfigAllow are the source topic configs a created target topic
-	// takes (topics.CopyConfigs).
-	ConfigAllow map[string]bool
+	// Configs decides the configs of a target topic the link creates.
+	Configs topics.ConfigCopy
 	// PlatformTopics are the platform topics (topics.Platform) the link
 	// may write nonetheless, such as _schemas for a Schema Registry copy.
 	PlatformTopics map[string]bool

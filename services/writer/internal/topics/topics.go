@@ -52,9 +52,11 @@ func (e *Ensurer) Close() error { return e.admin.Close() }
 // DefaultConfigAllow are the source topic configs a created target topic
 // takes by default (links[].config_allow). The fetcher reports them, so
 // each is one a hostile or mistaken fetcher may set: kept are those that
-// describe the data (compaction, compression, record size) and whose worst
-// value costs availability, never records. Left out: retention shorter
-// than Kafka's default (see retentionKeeps), segment.* (tiny segments
+// describe the data (compaction, compression, record size, retention) and
+// whose worst value costs availability, never records; retention is kept
+// as the source has it (what users of MirrorMaker 2 expect, and what sizes
+// the target's disks) but never below the link's floor (ConfigCopy).
+// Left out: segment.* (tiny segments
 // exhaust file handles), remote.storage.enable and local.retention.*
 // (tiered storage is the target's operator's choice), min.insync.replicas
 // and unclean.leader.election.enable (durability of the target),
@@ -71,40 +73,54 @@ var DefaultConfigAllow = []string{
 	"retention.ms",
 }
 
-// kafkaDefaultRetentionMs is Kafka's retention.ms default, seven days.
-const kafkaDefaultRetentionMs = 7 * 24 * 60 * 60 * 1000
-
-// retentionKeeps says whether a retention config keeps at least what Kafka
-// keeps by default: retention.ms of -1 (forever) or at least seven days,
-// retention.bytes of -1 (no size limit). A shorter one is not copied even
-// when allowed, so no fetcher can make the target delete copies early
-// (retention.ms=1); the target's own default applies instead.
-func retentionKeeps(key, value string) bool {
-	if key != "retention.ms" && key != "retention.bytes" {
-		return true
-	}
-	n, err := strconv.ParseInt(value, 10, 64)
-	switch {
-	case err != nil:
-		return false
-	case key == "retention.ms":
-		return n == -1 || n >= kafkaDefaultRetentionMs
-	default:
-		return n == -1
-	}
+// ConfigCopy is a link's policy for the configs of the target topics it
+// creates.
+type ConfigCopy struct {
+	// Allow are the source configs a created topic takes.
+	Allow map[string]bool
+	// MinRetentionMs and MinRetentionBytes are the floors of a copied
+	// retention.ms and retention.bytes (-1, keep forever, is above every
+	// floor): a lower one is raised to the floor, so no fetcher can make
+	// the target delete what was copied at once (retention.ms=1), while
+	// the target keeps a bound where the source had one (dropping the
+	// value instead would leave the target's default, perhaps unbounded,
+	// to fill its disks).
+	MinRetentionMs, MinRetentionBytes int64
 }
 
-// CopyConfigs returns the source configs a created target topic takes:
-// those whose key allow holds, retention only when it keeps at least
-// Kafka's default. dropped names the others, sorted, for the log.
-func CopyConfigs(configs map[string]string, allow map[string]bool) (kept map[string]string, dropped []string) {
+// floor is the floor of a retention config, 0 for any other key.
+func (c ConfigCopy) floor(key string) int64 {
+	switch key {
+	case "retention.ms":
+		return c.MinRetentionMs
+	case "retention.bytes":
+		return c.MinRetentionBytes
+	}
+	return 0
+}
+
+// Copy returns the source configs a created target topic takes: those
+// allowed, a retention below its floor raised to it. dropped names those
+// left out or changed, sorted, for the log.
+func (c ConfigCopy) Copy(configs map[string]string) (kept map[string]string, dropped []string) {
 	kept = map[string]string{}
 	for k, v := range configs {
-		if allow[k] && retentionKeeps(k, v) {
-			kept[k] = v
+		if !c.Allow[k] {
+			dropped = append(dropped, k)
 			continue
 		}
-		dropped = append(dropped, k)
+		if floor := c.floor(k); floor > 0 {
+			n, err := strconv.ParseInt(v, 10, 64)
+			switch {
+			case err != nil || n < -1:
+				dropped = append(dropped, k)
+				continue
+			case n != -1 && n < floor:
+				v = strconv.FormatInt(floor, 10)
+				dropped = append(dropped, k+" (raised to the link's floor "+v+")")
+			}
+		}
+		kept[k] = v
 	}
 	slices.Sort(dropped)
 	return kept, dropped
