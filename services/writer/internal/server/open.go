@@ -59,9 +59,10 @@ func checkOpen(open *ferryv1.Open) error {
 
 func checkTopicSpec(t *ferryv1.TopicSpec) error {
 	name := t.GetName()
+	if err := checkTopicName(name); err != nil {
+		return fmt.Errorf("source topic %v", err)
+	}
 	switch {
-	case len(name) > maxTopicName:
-		return fmt.Errorf("topic name of %d bytes, above Kafka's %d", len(name), maxTopicName)
 	case len(t.GetTopicId()) != 0 && len(t.GetTopicId()) != topicIDBytes:
 		return fmt.Errorf("topic %q: topic id of %d bytes, want %d or none", name, len(t.GetTopicId()), topicIDBytes)
 	case len(t.GetConfigs()) > maxTopicConfigs:

@@ -20,7 +20,8 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 )
 
-// FuzzCheckOpen feeds the writer's check of an Open (newSession) what an
+// FuzzCheckOpen feeds the writer's checks of an Open (checkOpen, then
+// newSession) what an
 // admitted fetcher chooses: topic names and partition counts, and the
 // partitions of the shard. names is the topics, comma separated; counts
 // gives each a partition count (a signed byte, 1 if missing); parts is
@@ -50,7 +51,12 @@ func FuzzCheckOpen(f *testing.F) {
 		open := fuzzedOpen(names, counts, parts)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		sess, err := newSession(ctx, srv, link, open)
+		// In the server's order: the Open's bounds, then the session.
+		err := checkOpen(open)
+		var sess *session
+		if err == nil {
+			sess, err = newSession(ctx, srv, link, open)
+		}
 		want := openAllowed(link, open)
 		if err != nil {
 			if want == nil {

@@ -62,18 +62,16 @@ func (s *Server) reserved(target string) string {
 	return ""
 }
 
-// checkSpec refuses a topic spec of an Open that names no topic Kafka could
-// have, source or target, or a topic the Open already described. The
-// writer checks names itself rather than leaving them to the target: a
-// name becomes part of checkpoint keys, which a slash would split, and a
-// fetcher sending one is told it made a bad request instead of seeing a
-// target failure it retries forever. A topic described twice would leave
-// which partition count holds to the order of the specs.
+// checkSpec refuses a topic spec of an Open whose target name is no topic
+// Kafka could have, or a topic the Open already described (checkOpen has
+// checked the source name). The writer checks names itself rather than
+// leaving them to the target: a name becomes part of checkpoint keys,
+// which a slash would split, and a fetcher sending one is told it made a
+// bad request instead of seeing a target failure it retries forever. A
+// topic described twice would leave which partition count holds to the
+// order of the specs.
 func checkSpec(link Link, t *ferryv1.TopicSpec, counts map[string]int32) error {
 	name := t.GetName()
-	if err := checkTopicName(name); err != nil {
-		return fmt.Errorf("%w: source topic %v", errBadOpen, err)
-	}
 	if err := checkTopicName(link.Naming.Target(name)); err != nil {
 		return fmt.Errorf("%w: link %q, target topic of %q: %v", errBadOpen, link.Name, name, err)
 	}
