@@ -8,11 +8,14 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
-		// toxiproxy (v2.5.0) leaves a toxic's goroutine blocked sending a
-		// chunk to its link's writer once the connection it writes to has
-		// closed: the writer has stopped reading, the send does not watch
-		// the interrupt, and Proxy.Stop does not end it. Nothing outside
-		// toxiproxy can stop it (seen in the soak test, 2026-12-03).
+		// toxiproxy (v2.5.0) leaves a link's goroutines (its reader, each
+		// toxic, its writer) blocked on the channels between them once the
+		// connection at one end has closed: a send does not watch the
+		// interrupt, and Proxy.Stop does not end them. Nothing outside
+		// toxiproxy can stop them (seen in the soak test, 2026-12-03: the
+		// toxic's Run, then the link's read).
 		goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run"),
+		goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*ToxicLink).read"),
+		goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*ToxicLink).write"),
 	)
 }
