@@ -326,6 +326,12 @@ const (
 	// legacy messages do not have, a compressed message inflating past
 	// its bound), an authorization failure.
 	ReasonSourceUnreadable = "source_unreadable"
+	// ReasonCheckpointUnverified: the writer found the partition's latest
+	// checkpoint unsigned, or signed by no writer its checkpoints.signers
+	// admit (forged, replayed, or a misconfigured writer): it cannot say
+	// where the partition resumes, and starting it from start_from would
+	// copy it again or skip data.
+	ReasonCheckpointUnverified = "checkpoint_unverified"
 )
 
 // stopRefused stops the partition a writer refused, if it is one of the
@@ -348,6 +354,8 @@ func refusedReason(ref refusal.Refusal) string {
 		return ReasonRecordTooLarge
 	case refusal.BatchTooLarge:
 		return ReasonBatchTooLarge
+	case refusal.CheckpointUnverified:
+		return ReasonCheckpointUnverified
 	}
 	return ReasonTargetRefused
 }

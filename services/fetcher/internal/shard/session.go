@@ -230,6 +230,12 @@ func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardSto
 		open.Topics = append(open.Topics, &ferryv1.TopicSpec{Name: t.Name, PartitionCount: t.Partitions, Configs: t.Configs, TopicId: t.ID})
 	}
 	for _, p := range r.parts {
+		// A stopped partition is left out: it is not read, and a writer
+		// that refuses it at the open (checkpoint_unverified) would
+		// otherwise refuse every open of the shard.
+		if r.stopped(p) {
+			continue
+		}
 		open.Partitions = append(open.Partitions, &ferryv1.TopicPartition{Topic: p.Topic, Partition: p.Partition})
 	}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {

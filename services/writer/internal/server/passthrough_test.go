@@ -428,7 +428,7 @@ func TestSkipBatchesMoveTheCheckpointOnly(t *testing.T) {
 				if err := w.store.Sync(ctx); err != nil {
 					t.Fatal(err)
 				}
-				cp, ok := w.store.Get(key)
+				cp, ok, err := w.store.Get(key)
 				if b.GetRecordCount() > 0 {
 					target = copied()
 				}

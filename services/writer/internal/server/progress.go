@@ -39,14 +39,15 @@ func (p *progress) key(tp topicPartition) checkpoint.Key {
 }
 
 // resume starts tp at its committed checkpoint, or with nothing copied
-// yet when it has none.
-func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool) {
-	cp, ok := p.store.Get(p.key(tp))
+// yet when it has none. A checkpoint that does not verify is an error
+// (checkpoint.UnverifiedError): tp must stop, not start afresh.
+func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool, error) {
+	cp, ok, err := p.store.Get(p.key(tp))
 	p.target[tp] = -1
-	if ok {
+	if ok && err == nil {
 		p.target[tp] = cp.TargetOffset
 	}
-	return cp, ok
+	return cp, ok, err
 }
 
 // reached computes the checkpoint each partition of group reaches with
@@ -75,11 +76,18 @@ func (p *progress) add(r *round, cps checkpoints) error {
 	byPartition := map[int32][]recordbatch.Record{}
 	var order []int32
 	for tp, cp := range cps {
-		rec := p.store.Record(p.key(tp), cp)
+		rec, err := p.store.Record(p.key(tp), cp)
+		if err != nil {
+			return err
+		}
 		if _, ok := byPartition[rec.Partition]; !ok {
 			order = append(order, rec.Partition)
 		}
-		byPartition[rec.Partition] = append(byPartition[rec.Partition], recordbatch.Record{Timestamp: rec.Time.UnixMilli(), Key: rec.Key, Value: rec.Value})
+		headers := make([]recordbatch.Header, len(rec.Headers))
+		for i, h := range rec.Headers {
+			headers[i] = recordbatch.Header(h)
+		}
+		byPartition[rec.Partition] = append(byPartition[rec.Partition], recordbatch.Record{Timestamp: rec.Time.UnixMilli(), Key: rec.Key, Value: rec.Value, Headers: headers})
 	}
 	for _, part := range order {
 		raw, err := recordbatch.Build(nil, byPartition[part], recordbatch.None)

@@ -156,7 +156,10 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	if err != nil {
 		return err
 	}
-	opened := ss.resume(targetCluster)
+	opened, err := ss.resume(log, targetCluster)
+	if err != nil {
+		return reject(s.metrics, ss.link.Name, err)
+	}
 	if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Opened{Opened: opened}}); err != nil {
 		return fmt.Errorf("send opened: %w", err)
 	}
