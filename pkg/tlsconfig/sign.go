@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
 	"errors"
@@ -43,10 +44,15 @@ var ErrUnsigned = errors.New("not signed")
 // purpose names the kind of record, so a signature made for one kind never
 // passes for another.
 func (s *Source) Sign(purpose string, key, value []byte) (Signature, error) {
-	m := s.cur.Load()
-	signer, ok := m.cert.PrivateKey.(crypto.Signer)
+	return SignWith(s.cur.Load().cert, purpose, key, value)
+}
+
+// SignWith is Sign with cert's key, for a certificate no Source holds (a
+// test's, which a Source would refuse as expired).
+func SignWith(cert *tls.Certificate, purpose string, key, value []byte) (Signature, error) {
+	signer, ok := cert.PrivateKey.(crypto.Signer)
 	if !ok {
-		return Signature{}, fmt.Errorf("sign %s: the certificate's key (%T) cannot sign", purpose, m.cert.PrivateKey)
+		return Signature{}, fmt.Errorf("sign %s: the certificate's key (%T) cannot sign", purpose, cert.PrivateKey)
 	}
 	msg := signedMessage(purpose, key, value)
 	var sig []byte
@@ -63,7 +69,7 @@ func (s *Source) Sign(purpose string, key, value []byte) (Signature, error) {
 	if err != nil {
 		return Signature{}, fmt.Errorf("sign %s: %w", purpose, err)
 	}
-	return Signature{Chain: bytes.Join(m.cert.Certificate, nil), Value: sig}, nil
+	return Signature{Chain: bytes.Join(cert.Certificate, nil), Value: sig}, nil
 }
 
 // Verify checks that sig signs key and value for purpose with a
