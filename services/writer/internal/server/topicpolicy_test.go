@@ -105,6 +105,13 @@ const testShards = 8
 // (TLS) and the test client's credentials.
 func startWriterGRPC(t *testing.T, links []Link, edit func(*Options), serverOpts []grpc.ServerOption, creds credentials.TransportCredentials) *testWriter {
 	t.Helper()
+	return startWriterStore(t, links, edit, func(*checkpoint.Options) {}, serverOpts, creds)
+}
+
+// startWriterStore is startWriterGRPC with the checkpoint store's options
+// edited (signing).
+func startWriterStore(t *testing.T, links []Link, edit func(*Options), editStore func(*checkpoint.Options), serverOpts []grpc.ServerOption, creds credentials.TransportCredentials) *testWriter {
+	t.Helper()
 	links = slices.Clone(links)
 	for i := range links {
 		if links[i].Shards == 0 {
@@ -123,7 +130,9 @@ func startWriterGRPC(t *testing.T, links []Link, edit func(*Options), serverOpts
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := checkpoint.Open(addrs, base, checkpoint.Options{Topic: cpTopic, Partitions: 1, ReplicationFactor: -1, Writer: "w1"}, log)
+	storeOpts := checkpoint.Options{Topic: cpTopic, Partitions: 1, ReplicationFactor: -1, Writer: "w1"}
+	editStore(&storeOpts)
+	store, err := checkpoint.Open(addrs, base, storeOpts, log)
 	if err != nil {
 		t.Fatal(err)
 	}
