@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
 )
@@ -337,5 +339,62 @@ func TestPlaintextClientAtATLSTargetExits(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "target.tls.enabled is false") {
 		t.Fatalf("Run = %v, want an error naming target.tls", err)
+	}
+}
+
+// A writer whose checkpoints.signers would not admit its own signature
+// (another CA, identities that are not its own) would stop every
+// partition it opens as checkpoint_unverified: it refuses to start,
+// naming the settings, before it touches the target. The defaults (its
+// own identity under tls.ca_file) admit it.
+func TestSignersThatRefuseTheWritersOwnSignatureStopTheStart(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := devcerts.WriteDir(dir, devcerts.Options{Validity: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	otherDir := t.TempDir()
+	if _, err := devcerts.WriteDir(otherDir, devcerts.Options{Validity: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	fetcher := devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "fetcher")
+	for _, tc := range []struct {
+		name    string
+		signers config.Signers
+		want    string
+	}{
+		{"defaults", config.Signers{}, ""},
+		{"identities of fetchers", config.Signers{AllowedIDs: []string{fetcher}}, "identity not in allowed_ids"},
+		{"another CA", config.Signers{CAFile: filepath.Join(otherDir, "ca.pem")}, "not trusted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.Defaults()
+			cfg.ID = "w1"
+			cfg.Listen, cfg.Admin.Listen = freeAddr(t), freeAddr(t)
+			cfg.TLS.CertFile, cfg.TLS.KeyFile = filepath.Join(dir, "writer.pem"), filepath.Join(dir, "writer-key.pem")
+			cfg.TLS.CAFile, cfg.TLS.AllowedIDs = filepath.Join(dir, "ca.pem"), []string{fetcher}
+			cfg.Checkpoints.Signers = tc.signers
+			cfg.Target.BootstrapServers = []string{freeAddr(t)}
+			cfg.Links = []config.Link{{Name: "east", Naming: "prefix", Prefix: "east."}}
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			certs, err := tlsconfig.NewSource(cfg.TLS, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = checkpointTrust(&cfg, certs, slog.New(slog.DiscardHandler))
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("default signers: %v", err)
+				}
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err = Run(ctx, &cfg, slog.New(slog.DiscardHandler))
+			if err == nil || !strings.Contains(err.Error(), "checkpoints.signers") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run = %v, want a refusal naming checkpoints.signers and %q", err, tc.want)
+			}
+		})
 	}
 }

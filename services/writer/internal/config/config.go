@@ -90,6 +90,25 @@ type Checkpoints struct {
 	Topic             string `yaml:"topic"`
 	Partitions        int32  `yaml:"partitions"`
 	ReplicationFactor int16  `yaml:"replication_factor"`
+	// Signers are the writers whose checkpoints this writer trusts: each
+	// checkpoint record is signed with its writer's tls certificate, and
+	// one that does not verify stops its partition (checkpoint_unverified).
+	Signers Signers `yaml:"signers"`
+	// AcceptUnsigned takes unsigned checkpoints (of writers older than
+	// signing) with a warning: on while upgrading, off after.
+	AcceptUnsigned bool `yaml:"accept_unsigned"`
+}
+
+// Signers says whose checkpoint signatures a writer admits.
+type Signers struct {
+	// CAFile is the PEM bundle a signer's chain must end in. Default:
+	// tls.ca_file.
+	CAFile string `yaml:"ca_file"`
+	// AllowedIDs are the identities a signer may present (SPIFFE IDs or
+	// DNS names). Default: the identities of the writer's own tls
+	// certificate (its SPIFFE IDs, or without one its DNS names), so
+	// writers sharing an identity need no setting.
+	AllowedIDs []string `yaml:"allowed_ids"`
 }
 
 // Producer tunes target producers.
@@ -284,6 +303,18 @@ func (c *Config) Validate() error {
 	if c.Checkpoints.Partitions < 1 {
 		p.Addf("checkpoints.partitions", "must be at least 1")
 	}
+	if sg := c.Checkpoints.Signers; !c.TLS.Insecure {
+		if sg.CAFile != "" {
+			if err := tlsconfig.CheckCAFile(sg.CAFile); err != nil {
+				p.Addf("checkpoints.signers.ca_file", "%v", err)
+			}
+		}
+		for _, id := range sg.AllowedIDs {
+			if err := tlsconfig.CheckID(id); err != nil {
+				p.Addf("checkpoints.signers.allowed_ids", "%q: %v", id, err)
+			}
+		}
+	}
 	switch c.Producer.Compression {
 	case "none", "gzip", "snappy", "lz4", "zstd":
 	default:
@@ -445,6 +476,11 @@ func (c *Config) refuseInert(p *config.Problems) {
 			config.Setting{Key: "tls.allowed_ids", Set: len(t.AllowedIDs) > 0},
 			config.Setting{Key: "tls.max_connection_age", Set: t.MaxConnectionAge != dt.MaxConnectionAge},
 			config.Setting{Key: "tls.reload_interval", Set: t.ReloadInterval != dt.ReloadInterval})
+		// Without a certificate nothing is signed or verified.
+		p.RefuseInert("has no effect with tls.insecure (checkpoints are neither signed nor verified without a certificate); remove it, or turn insecure off",
+			config.Setting{Key: "checkpoints.signers.ca_file", Set: c.Checkpoints.Signers.CAFile != ""},
+			config.Setting{Key: "checkpoints.signers.allowed_ids", Set: len(c.Checkpoints.Signers.AllowedIDs) > 0},
+			config.Setting{Key: "checkpoints.accept_unsigned", Set: c.Checkpoints.AcceptUnsigned})
 	}
 	if t, dt := c.Tracing, d.Tracing; !t.Enabled() {
 		p.RefuseInert("has no effect without tracing.endpoint (tracing is off); set the endpoint or remove this",

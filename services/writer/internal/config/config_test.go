@@ -74,6 +74,13 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 			`links[0].allowed_ids: "spiffe://x/g" is not in tls.allowed_ids`},
 		{"link allowed id not an identity", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\nlinks: [{name: a, topics: {include: ['.*']}, allowed_ids: ['*.x']}]\n",
 			`links[0].allowed_ids: "*.x"`},
+		// Issue 21 item 5: signed checkpoints.
+		{"checkpoint signers with insecure", base + "checkpoints: {signers: {allowed_ids: ['spiffe://x/w']}}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "checkpoints.signers.allowed_ids: has no effect with tls.insecure"},
+		{"accept unsigned with insecure", base + "checkpoints: {accept_unsigned: true}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "checkpoints.accept_unsigned: has no effect with tls.insecure"},
+		{"checkpoint signer not an identity", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\ncheckpoints: {signers: {allowed_ids: ['*.w']}}\nlinks: [{name: a, topics: {include: ['.*']}}]\n",
+			`checkpoints.signers.allowed_ids: "*.w"`},
+		{"checkpoint signers CA missing", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\ncheckpoints: {signers: {ca_file: /nonexistent/ca.pem}}\nlinks: [{name: a, topics: {include: ['.*']}}]\n",
+			"checkpoints.signers.ca_file: read CA bundle /nonexistent/ca.pem"},
 		{"sampling without tracing", base + "tracing: {sampling_ratio: 0.5}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "tracing.sampling_ratio: has no effect without tracing.endpoint"},
 	}
 	for _, tt := range tests {
