@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,8 +26,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	pkgconfig "github.com/ferry-replicator/ferry/pkg/config"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
 )
 
@@ -396,5 +399,98 @@ func TestSignersThatRefuseTheWritersOwnSignatureStopTheStart(t *testing.T) {
 				t.Fatalf("Run = %v, want a refusal naming checkpoints.signers and %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// `ferry-writer checkpoint forget` writes the tombstone of a partition's
+// checkpoint signed with the writer's key, which every writer's view
+// takes (an unsigned one they ignore).
+func TestCheckpointForgetCommand(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := devcerts.WriteDir(dir, devcerts.Options{Validity: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	file := filepath.Join(dir, "writer.yaml")
+	yaml := fmt.Sprintf("id: w1\ntarget: {bootstrap_servers: [%q]}\n"+
+		"tls: {cert_file: %q, key_file: %q, ca_file: %q, allowed_ids: [%q]}\n"+
+		"links: [{name: east, naming: prefix, prefix: 'east.'}]\n",
+		cluster.ListenAddrs()[0], filepath.Join(dir, "writer.pem"), filepath.Join(dir, "writer-key.pem"), filepath.Join(dir, "ca.pem"),
+		devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "fetcher"))
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Defaults()
+	if err := pkgconfig.Load(&cfg, file, nil, "FERRY_WRITER_", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	certs, err := tlsconfig.NewSource(cfg.TLS, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, verifier, err := checkpointTrust(&cfg, certs, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := cfg.Target.Sarama()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := checkpoint.Open(cfg.Target.BootstrapServers, base, checkpoint.Options{Topic: cfg.Checkpoints.Topic, Partitions: 1,
+		ReplicationFactor: -1, Writer: "w1", Signer: signer, Verifier: verifier}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	k := checkpoint.Key{Link: "east", Topic: "orders", Partition: 0}
+	rec, err := store.Record(k, checkpoint.Checkpoint{NextSourceOffset: 42, TargetOffset: 40, Writer: "w1", Time: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kr := &kgo.Record{Topic: cfg.Checkpoints.Topic, Partition: rec.Partition, Key: rec.Key, Value: rec.Value}
+	for _, h := range rec.Headers {
+		kr.Headers = append(kr.Headers, kgo.RecordHeader(h))
+	}
+	if err := cl.ProduceSync(ctx, kr).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cp, ok, err := store.Get(k); !ok || err != nil || cp.NextSourceOffset != 42 {
+		t.Fatalf("before the forget: %+v, %v, %v", cp, ok, err)
+	}
+
+	var out strings.Builder
+	args := []string{"forget", "--config", file, "--link", "east", "--topic", "orders", "--partition", "0"}
+	if code := CheckpointCommand(args, nil, &out); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "forgot the checkpoint of east/orders/0 (next source offset 42") {
+		t.Errorf("the command says:\n%s", out.String())
+	}
+	if err := store.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cp, ok, err := store.Get(k); ok || err != nil {
+		t.Fatalf("after the forget, another writer's view: %+v, %v, %v; want none", cp, ok, err)
+	}
+	if code := CheckpointCommand([]string{"forget", "--config", file, "--link", "west", "--topic", "orders", "--partition", "0"}, nil, &out); code != 2 {
+		t.Errorf("a link not configured: exit %d, want 2", code)
 	}
 }
