@@ -478,7 +478,7 @@ func TestCheckpointForgetCommand(t *testing.T) {
 
 	var out strings.Builder
 	args := []string{"forget", "--config", file, "--link", "east", "--topic", "orders", "--partition", "0"}
-	if code := CheckpointCommand(args, nil, &out); code != 0 {
+	if code := checkpointCommand(args, nil, &out, noBridge); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out.String())
 	}
 	if !strings.Contains(out.String(), "forgot the checkpoint of east/orders/0 (next source offset 42") {
@@ -490,7 +490,42 @@ func TestCheckpointForgetCommand(t *testing.T) {
 	if cp, ok, err := store.Get(k); ok || err != nil {
 		t.Fatalf("after the forget, another writer's view: %+v, %v, %v; want none", cp, ok, err)
 	}
-	if code := CheckpointCommand([]string{"forget", "--config", file, "--link", "west", "--topic", "orders", "--partition", "0"}, nil, &out); code != 2 {
+	if code := checkpointCommand([]string{"forget", "--config", file, "--link", "west", "--topic", "orders", "--partition", "0"}, nil, &out, noBridge); code != 2 {
 		t.Errorf("a link not configured: exit %d, want 2", code)
 	}
+
+	// set moves a partition forward, signed.
+	args = []string{"set", "--config", file, "--link", "east", "--topic", "orders", "--partition", "0", "--next-offset", "50"}
+	if code := checkpointCommand(args, nil, &out, noBridge); code != 0 {
+		t.Fatalf("set: exit %d:\n%s", code, out.String())
+	}
+	if err := store.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cp, ok, err := store.Get(k); !ok || err != nil || cp.NextSourceOffset != 50 {
+		t.Fatalf("after set: %+v, %v, %v; want 50", cp, ok, err)
+	}
+
+	// sign signs a legacy (unsigned) checkpoint again, under
+	// accept_unsigned: then writers without accept_unsigned take it.
+	legacy := checkpoint.Key{Link: "east", Topic: "orders", Partition: 1}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: cfg.Checkpoints.Topic, Partition: 0, Key: []byte(legacy.String()),
+		Value: []byte(`{"next_source_offset":7,"target_offset":7,"writer":"old"}`)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"FERRY_WRITER_CHECKPOINTS_ACCEPT_UNSIGNED=true"}
+	if code := checkpointCommand([]string{"sign", "--config", file}, env, &out, noBridge); code != 0 {
+		t.Fatalf("sign: exit %d:\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "signed 1 of 1") {
+		t.Errorf("sign says:\n%s", out.String())
+	}
+	if err := store.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cp, ok, err := store.Get(legacy); !ok || err != nil || cp.NextSourceOffset != 7 {
+		t.Fatalf("after sign, a strict writer's view: %+v, %v, %v; want the legacy checkpoint at 7", cp, ok, err)
+	}
 }
+
+func noBridge(*slog.Logger) {}

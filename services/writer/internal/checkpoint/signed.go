@@ -273,11 +273,7 @@ func (s *Store) Forget(ctx context.Context, k Key) (Checkpoint, error) {
 	if err != nil {
 		return Checkpoint{}, err
 	}
-	msg := &sarama.ProducerMessage{Topic: s.topic, Partition: rec.Partition, Key: sarama.ByteEncoder(rec.Key)}
-	for _, h := range rec.Headers {
-		msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(h.Key), Value: h.Value})
-	}
-	if _, _, err := s.barrier.SendMessage(msg); err != nil {
+	if err := s.send(rec); err != nil {
 		return Checkpoint{}, fmt.Errorf("tombstone of %s: %w", k, err)
 	}
 	if err := s.Sync(ctx); err != nil {
@@ -303,4 +299,79 @@ func CheckSigners(signer Signer, verifier Verifier) error {
 	}
 	_, err = verifier.Verify(signPurpose, key, value, sig)
 	return err
+}
+
+// Put writes cp as k's checkpoint, signed with the store's Signer, and
+// returns once the store's own view has taken it: the operator's way to
+// move a partition past a record (docs/operations.md) and to sign a
+// checkpoint again (Unsigned). A checkpoint below k's latest on the same
+// source topic is a replay to every writer's view, so it is refused
+// here: forget the partition first.
+func (s *Store) Put(ctx context.Context, k Key, cp Checkpoint) error {
+	if err := s.Sync(ctx); err != nil {
+		return err
+	}
+	if cur, ok, err := s.Get(k); err == nil && ok && bytes.Equal(cur.SourceTopicID, cp.SourceTopicID) && cp.NextSourceOffset < cur.NextSourceOffset {
+		return fmt.Errorf("%s: next source offset %d is below the checkpoint's %d, which every writer would ignore as a replay: forget the partition first",
+			k, cp.NextSourceOffset, cur.NextSourceOffset)
+	}
+	rec, err := s.Record(k, cp)
+	if err != nil {
+		return err
+	}
+	if err := s.send(rec); err != nil {
+		return fmt.Errorf("checkpoint of %s: %w", k, err)
+	}
+	if err := s.Sync(ctx); err != nil {
+		return err
+	}
+	got, ok, err := s.Get(k)
+	if err != nil || !ok || got.NextSourceOffset != cp.NextSourceOffset || !bytes.Equal(got.SourceTopicID, cp.SourceTopicID) {
+		return fmt.Errorf("checkpoint of %s written but not taken (a checkpoint written since?): the view holds %+v (%v)", k, got, err)
+	}
+	return nil
+}
+
+// send produces rec outside any shard's round.
+func (s *Store) send(rec Record) error {
+	msg := &sarama.ProducerMessage{Topic: s.topic, Partition: rec.Partition, Key: sarama.ByteEncoder(rec.Key), Timestamp: rec.Time}
+	if rec.Value != nil {
+		msg.Value = sarama.ByteEncoder(rec.Value)
+	}
+	for _, h := range rec.Headers {
+		msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(h.Key), Value: h.Value})
+	}
+	_, _, err := s.barrier.SendMessage(msg)
+	return err
+}
+
+// NotSignedByMe lists the keys whose latest checkpoint Get takes (it
+// verifies, or is unsigned and AcceptUnsigned is on) but that the store's
+// Signer did not sign with its current certificate: unsigned ones of
+// writers older than signing, and ones signed with a certificate since
+// replaced, which stop verifying once their CA leaves the signers' bundle.
+// Put signs them again; an idle partition is otherwise never signed anew.
+func (s *Store) NotSignedByMe() ([]Key, error) {
+	if s.signer == nil {
+		return nil, errors.New("no key to sign with (tls.insecure)")
+	}
+	probe, err := s.signer.Sign(signPurpose, []byte("probe/chain"), nil)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	keys := make([]Key, 0, len(s.cps))
+	for k, e := range s.cps {
+		if e.value != nil && !bytes.Equal(e.sig.Chain, probe.Chain) {
+			keys = append(keys, k)
+		}
+	}
+	s.mu.Unlock()
+	var out []Key
+	for _, k := range keys {
+		if _, ok, err := s.Get(k); ok && err == nil {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
