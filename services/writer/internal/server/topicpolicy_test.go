@@ -140,7 +140,8 @@ func startWriterGRPC(t *testing.T, links []Link, edit func(*Options), serverOpts
 	if err := ens.Ensure(topics.Spec{Name: provenance.Topic, Partitions: 1, ReplicationFactor: -1, Configs: provenance.Configs}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ens.Ensure(topics.Spec{Name: indexTopic, Partitions: 1, ReplicationFactor: -1, Configs: offsetindex.Configs(offsetindex.DefaultRetention)}); err != nil {
+	indexParts, err := ens.EnsureOwn(topics.Spec{Name: indexTopic, Partitions: 1, ReplicationFactor: -1, Configs: offsetindex.Configs(offsetindex.DefaultRetention)})
+	if err != nil {
 		t.Fatal(err)
 	}
 	recorder, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(addrs...)}, "w1", nil)
@@ -154,7 +155,7 @@ func startWriterGRPC(t *testing.T, links []Link, edit func(*Options), serverOpts
 	}
 	t.Cleanup(codecs.Close)
 	opts := Options{ID: "w1", Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, MaxBatchBytes: 1 << 20, MaxPartitions: 1000, MaxStreams: 1000, MaxStreamsPerPeer: 1000, MaxGroupBytes: 1 << 20, MaxBufferedBytes: 64 << 20, Recorder: recorder,
-		Index:    offsetindex.Topic{Name: indexTopic, Partitions: 1},
+		Index:    offsetindex.Topic{Name: indexTopic, Partitions: indexParts},
 		Producer: ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, MergeBelow: 64 << 10, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second}}
 	edit(&opts)
 	reg := prometheus.NewRegistry()
