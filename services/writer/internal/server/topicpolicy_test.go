@@ -291,6 +291,7 @@ func TestOpenRefusesTopics(t *testing.T) {
 		want       []string // parts of the refusal; none: accepted
 	}{
 		{"checkpoint topic by name", "open", []string{cpTopic}, []string{`link "open"`, `topic "ferry-state"`, "the writer's checkpoint topic"}},
+		{"offset index topic by name", "open", []string{indexTopic}, []string{`topic "ferry-index"`, "the writer's offset index topic"}},
 		{"ferry prefix", "open", []string{"__ferry_checkpoints"}, []string{`topic "__ferry_checkpoints"`, "reserved for Ferry"}},
 		{"consumer offsets", "open", []string{"__consumer_offsets"}, []string{`topic "__consumer_offsets"`, "a Kafka internal topic"}},
 		{"transaction state", "open", []string{"__transaction_state"}, []string{"a Kafka internal topic"}},
