@@ -52,6 +52,7 @@ type Position struct {
 // sent again at-least-once after a failure wrote part of it, or a source
 // topic deleted and created again) replaces what the earlier one said from
 // there on: the latest record describes the copy the writer went on from.
+// Records copied with no index record start the index again after them.
 type Index struct {
 	// from and targetFrom are where the index starts: the first record's
 	// From, and its TargetBefore (0 when -1): target offsets below it were
@@ -71,7 +72,14 @@ func NewIndex() *Index { return &Index{empty: true} }
 
 // Add merges the next index record of the partition.
 func (x *Index) Add(e Entry) {
-	if x.empty || e.From <= x.from {
+	// A record whose target stands past where the index's last record
+	// left it, with source offsets between them, follows records copied
+	// without an index record (at-least-once, a round whose checkpoint
+	// committed and whose index record's partition refused the produce;
+	// or a writer older than the index): the index starts again at it
+	// rather than calling those offsets not copied.
+	copiedUnindexed := e.From >= x.next && e.TargetBefore > x.targetEnd
+	if x.empty || e.From <= x.from || copiedUnindexed {
 		*x = Index{from: e.From, targetFrom: max(e.TargetBefore, 0), next: e.From, targetEnd: e.TargetBefore, refused: x.refused}
 	}
 	if e.From < x.next {

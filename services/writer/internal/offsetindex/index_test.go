@@ -168,3 +168,28 @@ func TestLaterRecordsReplaceWhatTheyCoverAgain(t *testing.T) {
 		t.Errorf("TranslateBack(29) after a new start: %v, want ErrBeforeIndex", err)
 	}
 }
+
+// Records copied with no index record between two (at-least-once: a
+// round's checkpoint committed but its index record's partition refused
+// the produce; or an older writer) show as a target that moved on between
+// them: the index starts again after them rather than calling their
+// source offsets not copied.
+func TestRecordsCopiedWithoutIndexStartItAgain(t *testing.T) {
+	x := NewIndex()
+	x.Add(Entry{From: 0, Next: 10, TargetBefore: -1, Runs: []Run{{0, 0, 10}}})
+	// 10..19 went to target 10..19 without an index record.
+	x.Add(Entry{From: 20, Next: 30, TargetBefore: 20, Runs: []Run{{20, 21, 10}}})
+	var before *BeforeIndexError
+	if got, err := x.Translate(15); !errors.As(err, &before) || before.Start != 20 {
+		t.Errorf("Translate(15), copied without an index record: %+v, %v; want ErrBeforeIndex starting at 20", got, err)
+	}
+	if _, err := x.TranslateBack(15); !errors.Is(err, ErrBeforeIndex) {
+		t.Errorf("TranslateBack(15): %v, want ErrBeforeIndex", err)
+	}
+	// A gap with the target where it was (markers, aborted records)
+	// is offsets not copied.
+	x.Add(Entry{From: 35, Next: 40, TargetBefore: 31, Runs: []Run{{36, 33, 4}}})
+	if got, err := x.Translate(32); err != nil || got != (Position{Offset: 33}) {
+		t.Errorf("Translate(32), not copied: %+v, %v; want 33", got, err)
+	}
+}
