@@ -34,6 +34,22 @@ job "ferry-fetcher" {
     # first shards % live one more); more than the non-empty shards idle.
     count = 3
 
+    # Bounds for `nomad job scale` and the Nomad Autoscaler (add a policy
+    # block for it, docs/deploy.md "Scaling"). Each shard has one owner, so
+    # link.shards (16) bounds the useful fetchers: past it they idle.
+    scaling {
+      enabled = true
+      min     = 2 # one can be lost while the other takes its shards
+      max     = 16
+    }
+
+    # One fetcher per host where there are hosts enough, so losing a host
+    # moves only its fetcher's shards (soft: Nomad still places all of
+    # them on fewer hosts).
+    spread {
+      attribute = "${node.unique.id}"
+    }
+
     network {
       port "admin" {
         to = 7402

@@ -33,6 +33,22 @@ job "ferry-writer" {
   group "writer" {
     count = 2 # any writer can serve any shard, so writers scale freely
 
+    # Bounds for `nomad job scale` and the Nomad Autoscaler (add a policy
+    # block for it, on CPU: docs/deploy.md "Scaling"). A shard is served by
+    # one writer at a time, so the links' shards (16) bound the useful
+    # writers.
+    scaling {
+      enabled = true
+      min     = 2 # fetchers move a lost writer's shards to the other
+      max     = 16
+    }
+
+    # One writer per host where there are hosts enough (soft: Nomad still
+    # places both on one host rather than none).
+    spread {
+      attribute = "${node.unique.id}"
+    }
+
     network {
       # Dynamic host ports mapped to the ports in writer.yaml; fetchers
       # learn the host port from the Consul catalog.
