@@ -216,8 +216,8 @@ func TestTiersAgree(t *testing.T) {
 	// Nomad: fetchers look up the service the writer job registers.
 	f := decodeConfig(t, nf)
 	registered := false
-	for _, s := range nw.services() {
-		if name, _ := s.String("name"); name == f.Writers.Consul.Service {
+	for _, s := range nw.job.Group.Services {
+		if s.Name == f.Writers.Consul.Service {
 			registered = true
 		}
 	}
