@@ -27,6 +27,7 @@ func TestDeployManifests(t *testing.T) {
 				TLSFiles:        []string{tls.CertFile, tls.KeyFile, tls.CAFile},
 				SecretFiles:     nonEmpty(c.Lease.TokenFile, c.Writers.Consul.TokenFile),
 				Replicable:      c.Lease.Address != "" && len(c.Link.OwnedShards) == 0,
+				Shards:          c.Link.Shards,
 			}
 		},
 		TLS: func(c *Config) *tlsconfig.Config { return &c.Writers.TLS },

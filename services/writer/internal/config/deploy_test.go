@@ -27,6 +27,7 @@ func TestDeployManifests(t *testing.T) {
 				Replicable:      true, // each shard's transactional producer fences the last
 				SelfRegisters:   c.Registration.Address != "",
 				SecretFiles:     secretFiles(c.Registration.TokenFile),
+				Shards:          totalShards(c.Links),
 			}
 		},
 		TLS:      func(c *Config) *tlsconfig.Config { return &c.TLS },
@@ -41,4 +42,17 @@ func secretFiles(token string) []string {
 		return nil
 	}
 	return []string{token}
+}
+
+// totalShards is the shards of all links, each a writer serves at a time;
+// Validate, which fills the default, has not run yet.
+func totalShards(links []Link) int {
+	n := 0
+	for _, l := range links {
+		if l.Shards == 0 {
+			l.Shards = DefaultShards
+		}
+		n += l.Shards
+	}
+	return n
 }
