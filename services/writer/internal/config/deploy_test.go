@@ -13,7 +13,19 @@ import (
 // configuration it embeds: the gRPC and admin ports, probes, Service and
 // checks, the drain time, the certificate files (see deploytest.Check).
 func TestDeployManifests(t *testing.T) {
-	deploytest.Check(t, deploytest.Tier[Config]{
+	deploytest.Check(t, deployTier())
+}
+
+// TestExampleConfig loads deploy/examples/writer.yaml, the plain
+// configuration docs/deploy.md starts from, with the writer's loader and
+// validation.
+func TestExampleConfig(t *testing.T) {
+	deploytest.CheckExample(t, deployTier())
+}
+
+// deployTier is what deploytest needs of the writer's configuration.
+func deployTier() deploytest.Tier[Config] {
+	return deploytest.Tier[Config]{
 		Name:     "writer",
 		Defaults: Defaults,
 		Facts: func(c *Config) deploy.Facts {
@@ -33,7 +45,7 @@ func TestDeployManifests(t *testing.T) {
 		TLS:      func(c *Config) *tlsconfig.Config { return &c.TLS },
 		Consul:   func(c *Config) []*consulclient.Config { return []*consulclient.Config{&c.Registration.Config} },
 		Validate: func(c *Config) error { return c.Validate() },
-	})
+	}
 }
 
 // secretFiles is the token file when one is set.
