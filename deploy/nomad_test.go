@@ -184,3 +184,38 @@ func checkNomad(name, src, tier string, f Facts) []error {
 	}
 	return n.Check(f)
 }
+
+// TestNomadVaultAlternative rewrites each job the way docs/deploy.md
+// ("Certificates from Vault") and the comment in the job say, and wants it
+// to decode and pass Check: the documented alternative stays inside the
+// schema.
+func TestNomadVaultAlternative(t *testing.T) {
+	for _, tier := range []string{"fetcher", "writer"} {
+		t.Run(tier, func(t *testing.T) {
+			name := "nomad/ferry-" + tier + ".nomad.hcl"
+			src, err := Read(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			issue := `{{ with secret \"pki/issue/ferry-` + tier + `\" \"common_name=ferry-` + tier +
+				`\" \"uri_sans=spiffe://prod.example/ferry/` + tier + `\" }}`
+			vault := src
+			for old, field := range map[string]string{"tls_crt": "certificate", "tls_key": "private_key", "ca_crt": "issuing_ca"} {
+				from := `{{ with nomadVar \"nomad/jobs/ferry-` + tier + `\" }}{{ .` + old + ` }}{{ end }}`
+				if !strings.Contains(vault, from) {
+					t.Fatalf("%s no longer holds %s: update the test", name, from)
+				}
+				vault = strings.Replace(vault, from, issue+`{{ .Data.`+field+` }}{{ end }}`, 1)
+			}
+			vault = strings.Replace(vault, `kill_signal  = "SIGTERM"`, `kill_signal  = "SIGTERM"`+"\n"+`vault { role = "ferry-`+tier+`" }`, 1)
+			expect(t, checkNomad(name, vault, tier, factsFor(tier, "/secrets")), "")
+			n, err := parseNomad(name, vault, tier)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := n.job.Group.Task.Vault; v == nil || v.Role != "ferry-"+tier {
+				t.Errorf("vault block %+v, want role ferry-%s", v, tier)
+			}
+		})
+	}
+}

@@ -151,10 +151,15 @@ job "ferry-writer" {
         EOF
       }
 
-      # mTLS material from Nomad Variables (see the command at the top);
-      # Vault PKI or spiffe-helper can write the same files instead
-      # (docs/security.md). Ferry also re-reads them when they change;
-      # SIGHUP makes it immediate.
+      # mTLS material from Nomad Variables (see the command at the top).
+      # Ferry also re-reads the files when they change; SIGHUP makes it
+      # immediate. From Vault PKI instead (docs/deploy.md, "Certificates
+      # from Vault"): add `vault { role = "ferry-writer" }` to the task and
+      # give the three templates one identical issue call, the template
+      # runner fetching it once so the files match:
+      #   {{ with secret "pki/issue/ferry-writer" "common_name=ferry-writer"
+      #     "uri_sans=spiffe://prod.example/ferry/writer" }}{{ .Data.certificate }}{{ end }}
+      # (.Data.private_key, .Data.issuing_ca in the other two).
       template {
         destination   = "secrets/tls.crt"
         change_mode   = "signal"
