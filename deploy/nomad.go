@@ -309,10 +309,20 @@ func (n *Nomad) Env(prefix string) ([]string, error) {
 			}
 			continue
 		}
-		out = append(out, name+"="+nomadVar.ReplaceAllStringFunc(v, func(m string) string {
-			// runtimeContext let only nomadRuntime's names through.
-			return nomadRuntime[m[2:len(m)-1]]
-		}))
+		var unknown []string
+		v = nomadVar.ReplaceAllStringFunc(v, func(m string) string {
+			// runtimeContext let only nomadRuntime's names through, but an
+			// escaped $${...} reaches here as ${...} too.
+			s, ok := nomadRuntime[m[2:len(m)-1]]
+			if !ok {
+				unknown = append(unknown, m)
+			}
+			return s
+		})
+		if len(unknown) > 0 {
+			return nil, fmt.Errorf("%s: env %s: no sample for %v", n.File, name, unknown)
+		}
+		out = append(out, name+"="+v)
 	}
 	slices.Sort(out)
 	return out, nil

@@ -47,6 +47,7 @@ func TestNomadCheckFindsBrokenJobs(t *testing.T) {
 			{old: "listen: 0.0.0.0:7402", new: "listen: 0.0.0.0:%{ if true }7402%{ endif }", want: "Nomad would rewrite it"},
 			{old: "listen: 0.0.0.0:7402", new: `listen: 0.0.0.0:{{ env "PORT" }}`, want: "Nomad would rewrite it"},
 			{old: `"fetcher-${NOMAD_ALLOC_ID}"`, new: `"fetcher-${NOMAD_ALOC_ID}"`, want: "Unknown variable"},
+			{old: `"fetcher-${NOMAD_ALLOC_ID}"`, new: `"fetcher-$${NOMAD_ALOC_ID}"`, want: "no sample for [${NOMAD_ALOC_ID}]"},
 			{old: `readonly_rootfs = true`, new: `readonly_rootfs = false`, want: "readonly_rootfs"},
 			{old: `cap_drop        = ["all"]`, new: `cap_drop        = ["net_raw"]`, want: "cap_drop"},
 			{old: `ports           = ["admin"]`, new: `ports           = []`, want: "docker ports"},
