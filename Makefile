@@ -7,13 +7,14 @@ BIN       := bin
 CODEGEN   := $(GO) tool -modfile=tools/codegen/go.mod
 DEMO_ARGS ?=
 
-.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger clean
+.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah image clean
 
 all: build
 
+# The shipped binaries are built as released (tools/release/build.sh:
+# static, -trimpath, version and commit stamped); the tools as usual.
 build:
-	$(GO) build -o $(BIN)/ferry-fetcher ./services/fetcher
-	$(GO) build -o $(BIN)/ferry-writer ./services/writer
+	GO=$(GO) tools/release/build.sh $(BIN)
 	$(GO) build -o $(BIN)/ferry-demo ./loadtest/cmd/ferry-demo
 	$(GO) build -o $(BIN)/ferry-certs ./loadtest/cmd/ferry-certs
 	$(GO) build -o $(BIN)/ferry-produce ./loadtest/cmd/ferry-produce
@@ -44,9 +45,21 @@ consul:
 jaeger:
 	bash tools/jaeger/build.sh
 
+# buildah builds images without a daemon (Debian's package; needs root to
+# install, as on CI). image builds localhost/ferry-fetcher:<version> and
+# localhost/ferry-writer:<version> into buildah's store
+# (deploy/image/build.sh; docs/deploy.md says how to push them).
+buildah:
+	@command -v buildah >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah; }
+
+IMAGE_PREFIX ?= localhost/ferry
+IMAGE_TAG    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+image: buildah
+	GO=$(GO) deploy/image/build.sh $(IMAGE_PREFIX) $(IMAGE_TAG)
+
 # test runs every test, the slow ones included; nothing skips for a missing
 # component: the targets above provide them.
-test: lint checkgenerate kafka consul jaeger
+test: lint checkgenerate kafka consul jaeger buildah
 	$(GO) test -race -count=1 -timeout 45m ./...
 
 test-short: kafka consul jaeger
@@ -109,6 +122,7 @@ FUZZ_TARGETS = \
 	./pkg/provenance:FuzzDecodeEntry \
 	./pkg/refusal:FuzzFrom \
 	./services/writer/internal/checkpoint:FuzzCheckpointRecord \
+	./services/writer/internal/offsetindex:FuzzIndexRecord \
 	./services/writer/internal/server:FuzzCheckOpen
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -83,6 +83,10 @@ type Facts struct {
 	// SelfRegisters is true when the writer registers itself in Consul
 	// (registration.address).
 	SelfRegisters bool
+	// Shards bounds the useful instances (0: no bound): each shard has
+	// one owner at a time, so fetchers past the link's shards, or writers
+	// past the shards of all links, idle.
+	Shards int
 }
 
 // ImageName is the placeholder image of a tier; images are not published

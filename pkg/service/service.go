@@ -50,8 +50,9 @@ func Main[C Config](name, envPrefix, summary string, cfg C, args []string, env [
 	var sets multiFlag
 	fs.Var(&sets, "set", "override one setting: --set key.path=value (repeatable)")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration and exit")
+	printVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "%s: %s\n\nUsage: %s [--config FILE] [--set key=value]... [--print-config]\n\n", name, summary, name)
+		fmt.Fprintf(stderr, "%s: %s\n\nUsage: %s [--config FILE] [--set key=value]... [--print-config] [--version]\n\n", name, summary, name)
 		fs.PrintDefaults()
 		fmt.Fprintf(stderr, "\nSettings are layered: defaults, then the file, then environment variables\n"+
 			"%s<KEY> (key path upper-cased, dots as underscores), then --set flags.\n"+
@@ -67,6 +68,10 @@ func Main[C Config](name, envPrefix, summary string, cfg C, args []string, env [
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", name, fs.Args())
 		return 2
+	}
+	if *printVersion {
+		fmt.Fprintln(stderr, Version(name))
+		return 0
 	}
 	if err := config.Load(any(cfg), *path, env, envPrefix, sets); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)

@@ -15,7 +15,19 @@ import (
 // configuration it embeds: ports, probes and checks, the drain time, the
 // certificate files, replicas only with leases (see deploytest.Check).
 func TestDeployManifests(t *testing.T) {
-	deploytest.Check(t, deploytest.Tier[Config]{
+	deploytest.Check(t, deployTier())
+}
+
+// TestExampleConfig loads deploy/examples/fetcher.yaml, the plain
+// configuration docs/deploy.md starts from, with the fetcher's loader and
+// validation.
+func TestExampleConfig(t *testing.T) {
+	deploytest.CheckExample(t, deployTier())
+}
+
+// deployTier is what deploytest needs of the fetcher's configuration.
+func deployTier() deploytest.Tier[Config] {
+	return deploytest.Tier[Config]{
 		Name:     "fetcher",
 		Defaults: Defaults,
 		Facts: func(c *Config) deploy.Facts {
@@ -27,6 +39,7 @@ func TestDeployManifests(t *testing.T) {
 				TLSFiles:        []string{tls.CertFile, tls.KeyFile, tls.CAFile},
 				SecretFiles:     nonEmpty(c.Lease.TokenFile, c.Writers.Consul.TokenFile),
 				Replicable:      c.Lease.Address != "" && len(c.Link.OwnedShards) == 0,
+				Shards:          c.Link.Shards,
 			}
 		},
 		TLS: func(c *Config) *tlsconfig.Config { return &c.Writers.TLS },
@@ -34,13 +47,14 @@ func TestDeployManifests(t *testing.T) {
 			return []*consulclient.Config{&c.Lease.Config, &c.Writers.Consul.Config}
 		},
 		Validate: func(c *Config) error {
-			// A shipped manifest carries no setting the fetcher warns about.
+			// A shipped manifest or example carries no setting the
+			// fetcher warns about.
 			if d := c.Deprecations(); len(d) > 0 {
 				return fmt.Errorf("deprecated settings: %s", strings.Join(d, "; "))
 			}
 			return c.Validate()
 		},
-	})
+	}
 }
 
 // nonEmpty drops the unset paths.

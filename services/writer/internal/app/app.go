@@ -32,6 +32,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/readiness"
 	"github.com/ferry-replicator/ferry/services/writer/internal/registration"
 	"github.com/ferry-replicator/ferry/services/writer/internal/server"
@@ -167,6 +168,20 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}); err != nil {
 		return notStarted(fmt.Errorf("producer id topic: %w", err))
 	}
+	// Each round records where its source offsets landed in the offset
+	// index topic (package offsetindex), created like the checkpoint
+	// topic; its partition count, as the target has it, places each
+	// partition's records, so an existing topic keeps its own.
+	index := offsetindex.Topic{Name: cfg.OffsetIndex.Topic}
+	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
+		index.Partitions, err = ens.EnsureOwn(topics.Spec{
+			Name: index.Name, Partitions: cfg.OffsetIndex.Partitions, ReplicationFactor: cfg.Checkpoints.ReplicationFactor,
+			Configs: offsetindex.Configs(cfg.OffsetIndex.Retention),
+		})
+		return err
+	}); err != nil {
+		return notStarted(fmt.Errorf("offset index topic: %w", err))
+	}
 	var signer provenance.Signer // nil without TLS: entries unsigned
 	if certs != nil {
 		signer = certs
@@ -178,7 +193,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer recorder.Close()
 	// What the writer reads back from these topics decides where shards
 	// resume and what other links skip: whoever else may write them says so.
-	cfg.Target.WarnWritable(gctx, log, store.Topic(), provenance.Topic)
+	cfg.Target.WarnWritable(gctx, log, store.Topic(), provenance.Topic, index.Name)
 
 	srv := server.New(server.Options{
 		ID:     cfg.ID,
@@ -195,6 +210,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		MaxStreamsPerPeer: cfg.MaxStreamsPerPeer,
 		Tracer:            tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
 		Recorder:          recorder,
+		Index:             index,
 	}, links, ens, store, codecs, m, log)
 
 	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}

@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/registration"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
@@ -47,6 +48,9 @@ type Config struct {
 	Target kafkaclient.Config `yaml:"target"`
 	// Checkpoints is where committed progress is kept, in the target cluster.
 	Checkpoints Checkpoints `yaml:"checkpoints"`
+	// OffsetIndex is where each round records where its source offsets
+	// landed, in the target cluster (docs/architecture.md, "Offset index").
+	OffsetIndex OffsetIndex `yaml:"offset_index"`
 	// Producer tunes the target producer of each shard.
 	Producer Producer `yaml:"producer"`
 	// MaxBatchBytes bounds one batch's records, uncompressed. It must be at
@@ -109,6 +113,19 @@ type Signers struct {
 	// certificate (its SPIFFE IDs, or without one its DNS names), so
 	// writers sharing an identity need no setting.
 	AllowedIDs []string `yaml:"allowed_ids"`
+}
+
+// OffsetIndex configures the offset index topic, which the writer creates
+// with the checkpoints' replication factor.
+type OffsetIndex struct {
+	Topic string `yaml:"topic"`
+	// Partitions when created; 0 (the default) takes checkpoints.partitions,
+	// which Validate fills in.
+	Partitions int32 `yaml:"partitions"`
+	// Retention is the topic's retention.ms when created: at least the
+	// longest retention of the source topics, or translating their oldest
+	// offsets answers that they are before the index.
+	Retention time.Duration `yaml:"retention"`
 }
 
 // Producer tunes target producers.
@@ -225,6 +242,7 @@ func Defaults() Config {
 		Log:               telemetry.LogConfig{Level: "info", Format: "text"},
 		Target:            kafkaclient.Defaults("ferry-writer"),
 		Checkpoints:       Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
+		OffsetIndex:       OffsetIndex{Topic: offsetindex.DefaultTopic, Retention: offsetindex.DefaultRetention},
 		Producer:          Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
 		MaxBatchBytes:     4 << 20,
 		MaxGroupBytes:     8 << 20,
@@ -315,6 +333,7 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	c.OffsetIndex.validate(c.Checkpoints, &p)
 	switch c.Producer.Compression {
 	case "none", "gzip", "snappy", "lz4", "zstd":
 	default:
@@ -453,6 +472,26 @@ func (c *Config) Validate() error {
 			"and the coordinator aborts a transaction older than this", c.Producer.TransactionTimeout, least, c.Producer.Timeout, commitAllowance)
 	}
 	return p.Err()
+}
+
+// validate checks the offset index settings and fills its partitions'
+// default in.
+func (o *OffsetIndex) validate(cps Checkpoints, p *config.Problems) {
+	switch {
+	case o.Topic == "":
+		p.Addf("offset_index.topic", "required")
+	case o.Topic == cps.Topic:
+		p.Addf("offset_index.topic", "must differ from checkpoints.topic (%s)", cps.Topic)
+	}
+	switch {
+	case o.Partitions < 0:
+		p.Addf("offset_index.partitions", "%d: must be at least 1, or 0 for checkpoints.partitions", o.Partitions)
+	case o.Partitions == 0:
+		o.Partitions = cps.Partitions
+	}
+	if o.Retention < offsetindex.MinRetention {
+		p.Addf("offset_index.retention", "%v: must be at least %v (set it to the longest retention of the source topics at least)", o.Retention, offsetindex.MinRetention)
+	}
 }
 
 // Logging returns the log settings.

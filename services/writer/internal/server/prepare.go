@@ -171,11 +171,14 @@ func (ss *session) dataPartitions() fence.Partitions {
 }
 
 // writable are all the target partitions the shard's transactions touch:
-// its data partitions and every checkpoint partition.
+// its data partitions and every checkpoint and offset index partition.
 func (ss *session) writable() fence.Partitions {
 	parts := ss.dataPartitions()
 	for p := range ss.s.store.Partitions() {
 		parts[ss.s.store.Topic()] = append(parts[ss.s.store.Topic()], p)
+	}
+	for p := range ss.s.opts.Index.Partitions {
+		parts[ss.s.opts.Index.Name] = append(parts[ss.s.opts.Index.Name], p)
 	}
 	return parts
 }

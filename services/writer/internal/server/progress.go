@@ -6,6 +6,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
 )
 
@@ -25,6 +26,11 @@ type progress struct {
 	// record, as its checkpoints record it: kept for rounds that copy none
 	// of its records; -1 while unknown (nothing copied yet).
 	target map[topicPartition]int64
+	// index is the offset index topic; pending, the index entries of the
+	// partitions of the last round reached computed, which add writes
+	// with their checkpoints (index.go).
+	index   offsetindex.Topic
+	pending map[topicPartition]*offsetindex.Entry
 }
 
 // checkpoints are the checkpoints a round's partitions reach.
@@ -55,6 +61,7 @@ func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool, error
 // records) and adds it to cps; a partition's last copied record moves its
 // target offset.
 func (p *progress) reached(group []work, r *round, offsets []int64, now time.Time, cps checkpoints) {
+	p.pending = p.indexed(group, r, offsets)
 	for j, w := range group {
 		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
 		if last := r.last[j]; last.batch >= 0 {
@@ -71,7 +78,8 @@ func (p *progress) reached(group []work, r *round, offsets []int64, now time.Tim
 	}
 }
 
-// add appends to r one batch per checkpoint partition holding cps.
+// add appends to r one batch per checkpoint partition holding cps, and
+// their partitions' index records.
 func (p *progress) add(r *round, cps checkpoints) error {
 	byPartition := map[int32][]recordbatch.Record{}
 	var order []int32
@@ -96,12 +104,12 @@ func (p *progress) add(r *round, cps checkpoints) error {
 		}
 		r.batches = append(r.batches, producer.Batch{Topic: p.store.Topic(), Partition: part, Raw: raw})
 	}
-	return nil
+	return p.addIndex(r, cps)
 }
 
 // partitions are the target partitions a round of group writes, which
-// join its transaction: those of its batches (r), and the checkpoint
-// partitions of its source partitions.
+// join its transaction: those of its batches (r), and the checkpoint and
+// index partitions of its source partitions.
 func (p *progress) partitions(group []work, r *round) []producer.TopicPartition {
 	seen := map[producer.TopicPartition]bool{}
 	var out []producer.TopicPartition
@@ -116,6 +124,7 @@ func (p *progress) partitions(group []work, r *round) []producer.TopicPartition 
 	}
 	for _, w := range group {
 		add(producer.TopicPartition{Topic: p.store.Topic(), Partition: p.store.PartitionOf(p.key(topicPartition{w.b.GetTopic(), w.b.GetPartition()}))})
+		add(p.indexPartition(topicPartition{w.b.GetTopic(), w.b.GetPartition()}))
 	}
 	return out
 }

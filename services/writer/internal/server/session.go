@@ -114,6 +114,7 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 		sess.topicIDs[t.GetName()] = t.GetTopicId()
 	}
 	sess.progress = newProgress(link.Name, s.opts.ID, sess.epoch, s.store, sess.topicIDs)
+	sess.progress.index = s.opts.Index
 	sess.obs = &observer{link: link, shard: sess.shard, epoch: sess.epoch, metrics: s.metrics, tracer: s.opts.Tracer, log: s.log}
 	sess.queueBytes = int64(s.opts.MaxGroupBytes)
 	sess.queued = semaphore.NewWeighted(sess.queueBytes)

@@ -29,6 +29,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
@@ -43,6 +44,9 @@ func TestMain(m *testing.M) {
 // cpTopic does not start with __ferry, so refusing it shows the checkpoint
 // topic is reserved by name, not only by the prefix.
 const cpTopic = "ferry-state"
+
+// indexTopic, likewise, shows the offset index topic is reserved by name.
+const indexTopic = "ferry-index"
 
 // testWriter is a Server over a kfake target, with a real checkpoint store
 // and topic ensurer, served through bufconn.
@@ -145,6 +149,10 @@ func startWriterStore(t *testing.T, links []Link, edit func(*Options), editStore
 	if err := ens.Ensure(topics.Spec{Name: provenance.Topic, Partitions: 1, ReplicationFactor: -1, Configs: provenance.Configs}); err != nil {
 		t.Fatal(err)
 	}
+	indexParts, err := ens.EnsureOwn(topics.Spec{Name: indexTopic, Partitions: 1, ReplicationFactor: -1, Configs: offsetindex.Configs(offsetindex.DefaultRetention)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	recorder, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(addrs...)}, "w1", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -156,6 +164,7 @@ func startWriterStore(t *testing.T, links []Link, edit func(*Options), editStore
 	}
 	t.Cleanup(codecs.Close)
 	opts := Options{ID: "w1", Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, MaxBatchBytes: 1 << 20, MaxPartitions: 1000, MaxStreams: 1000, MaxStreamsPerPeer: 1000, MaxGroupBytes: 1 << 20, MaxBufferedBytes: 64 << 20, Recorder: recorder,
+		Index:    offsetindex.Topic{Name: indexTopic, Partitions: indexParts},
 		Producer: ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, MergeBelow: 64 << 10, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second}}
 	edit(&opts)
 	reg := prometheus.NewRegistry()
@@ -291,6 +300,7 @@ func TestOpenRefusesTopics(t *testing.T) {
 		want       []string // parts of the refusal; none: accepted
 	}{
 		{"checkpoint topic by name", "open", []string{cpTopic}, []string{`link "open"`, `topic "ferry-state"`, "the writer's checkpoint topic"}},
+		{"offset index topic by name", "open", []string{indexTopic}, []string{`topic "ferry-index"`, "the writer's offset index topic"}},
 		{"ferry prefix", "open", []string{"__ferry_checkpoints"}, []string{`topic "__ferry_checkpoints"`, "reserved for Ferry"}},
 		{"consumer offsets", "open", []string{"__consumer_offsets"}, []string{`topic "__consumer_offsets"`, "a Kafka internal topic"}},
 		{"transaction state", "open", []string{"__transaction_state"}, []string{"a Kafka internal topic"}},

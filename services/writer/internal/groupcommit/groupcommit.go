@@ -1,0 +1,182 @@
+// Package groupcommit moves consumer groups on the target cluster to the
+// translated positions of their source offsets (group sync), without ever
+// moving a group that someone else uses there.
+//
+// What Kafka's group coordinator does (../shared guide, read from its
+// source) decides the method: a plain OffsetCommit with generation -1 and
+// no member id is refused with UNKNOWN_MEMBER_ID for a group that has
+// members, in the same step that would commit, so the broker itself keeps
+// Ferry off active groups; a TxnOffsetCommit has no such check and would
+// rewind a live group, so it is never used. Every commit carries
+// groupsync.Marker(source offset) as its metadata: a partition whose
+// committed offset lacks it was committed by someone else (a consumer that
+// moved to the target, or one using assign(), which never shows as a
+// member), and the group is then left alone for good. A group only moves
+// forward: its marker says which source offset it stands for.
+//
+// One race remains, as Kafka has no compare-and-set for offsets: a
+// consumer using assign() that commits between the read and the commit of
+// one Sync can be overwritten once; the next Sync sees its marker gone and
+// stops there (docs/disaster-recovery.md).
+package groupcommit
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/IBM/sarama"
+
+	"github.com/ferry-replicator/ferry/pkg/groupsync"
+)
+
+// TopicPartition names a target partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Position is where a group resumes on a target partition (the next
+// target offset it reads) and the source offset that position stands for.
+type Position struct {
+	Target, Source int64
+}
+
+// Outcome is what a Sync did to a group.
+type Outcome string
+
+const (
+	// Moved: at least one partition moved forward.
+	Moved Outcome = "moved"
+	// Unchanged: nothing to move (already there, or only backwards moves).
+	Unchanged Outcome = "unchanged"
+	// Active: the group has members on the target; the broker refused.
+	Active Outcome = "active"
+	// Owned: offsets of the group on the target were committed by someone
+	// other than Ferry; Ferry leaves it alone.
+	Owned Outcome = "owned"
+)
+
+// Result says what a Sync did and why.
+type Result struct {
+	Outcome Outcome
+	// Moved counts the partitions committed; Backwards those left where
+	// they were because the new position is behind the committed one.
+	Moved, Backwards int
+	// Detail names, for Owned, the partition and offset found.
+	Detail string
+}
+
+// Committer commits group offsets on one target cluster.
+type Committer struct {
+	client sarama.Client
+	admin  sarama.ClusterAdmin
+}
+
+// New returns a Committer using client; closing client is the caller's.
+func New(client sarama.Client) (*Committer, error) {
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		return nil, fmt.Errorf("group commit admin: %w", err)
+	}
+	// The admin shares client: closing it would close the client too.
+	return &Committer{client: client, admin: admin}, nil
+}
+
+// Sync moves group forward to want where Ferry may move it. An error
+// means the outcome is unknown (coordinator moving, cluster unreachable):
+// the caller tries again at its next interval.
+func (c *Committer) Sync(group string, want map[TopicPartition]Position) (Result, error) {
+	if len(want) == 0 {
+		return Result{Outcome: Unchanged}, nil
+	}
+	byTopic := map[string][]int32{}
+	for tp := range want {
+		byTopic[tp.Topic] = append(byTopic[tp.Topic], tp.Partition)
+	}
+	cur, err := c.admin.ListConsumerGroupOffsets(group, byTopic)
+	switch {
+	case errors.Is(err, sarama.ErrGroupIDNotFound):
+		// No such group on the target yet (some brokers say so, others
+		// answer offsets of -1): nothing committed.
+		cur = &sarama.OffsetFetchResponse{}
+	case err != nil:
+		return Result{}, fmt.Errorf("target offsets of group %q: %w", group, err)
+	}
+	var res Result
+	req := sarama.NewOffsetCommitRequest(c.client.Config(), group)
+	req.ConsumerGroupGeneration, req.ConsumerID = -1, ""
+	for tp, pos := range want {
+		b := cur.GetBlock(tp.Topic, tp.Partition)
+		if b != nil && !errors.Is(b.Err, sarama.ErrNoError) {
+			return Result{}, fmt.Errorf("target offset of group %q on %s/%d: %w", group, tp.Topic, tp.Partition, b.Err)
+		}
+		if b != nil && b.Offset >= 0 {
+			src, ours := markedSource(b.Metadata)
+			if !ours {
+				return Result{Outcome: Owned, Detail: fmt.Sprintf("%s/%d at %d committed by another client (metadata %q)",
+					tp.Topic, tp.Partition, b.Offset, truncate(b.Metadata))}, nil
+			}
+			if pos.Source < src || pos.Target < b.Offset {
+				res.Backwards++
+				continue
+			}
+			if pos.Source == src && pos.Target == b.Offset {
+				continue
+			}
+		}
+		// Committed leader epoch -1: a source epoch means nothing here.
+		req.AddBlockWithLeaderEpoch(tp.Topic, tp.Partition, pos.Target, -1, 0, groupsync.Marker(pos.Source))
+		res.Moved++
+	}
+	if res.Moved == 0 {
+		res.Outcome = Unchanged
+		return res, nil
+	}
+	coord, err := c.client.Coordinator(group)
+	if err != nil {
+		return Result{}, fmt.Errorf("coordinator of group %q: %w", group, err)
+	}
+	resp, err := coord.CommitOffset(req)
+	if err != nil {
+		return Result{}, fmt.Errorf("commit group %q: %w", group, err)
+	}
+	for topic, parts := range resp.Errors {
+		for p, kerr := range parts {
+			switch {
+			case errors.Is(kerr, sarama.ErrNoError):
+			case errors.Is(kerr, sarama.ErrUnknownMemberId), errors.Is(kerr, sarama.ErrIllegalGeneration):
+				// The whole request is refused for an active group.
+				return Result{Outcome: Active}, nil
+			default:
+				if errors.Is(kerr, sarama.ErrNotCoordinatorForConsumer) || errors.Is(kerr, sarama.ErrConsumerCoordinatorNotAvailable) {
+					_ = c.client.RefreshCoordinator(group)
+				}
+				return Result{}, fmt.Errorf("commit group %q on %s/%d: %w", group, topic, p, kerr)
+			}
+		}
+	}
+	res.Outcome = Moved
+	return res, nil
+}
+
+// markedSource reads the source offset of Ferry's marker; ours is false
+// for any other metadata.
+func markedSource(metadata string) (src int64, ours bool) {
+	if !groupsync.IsFerry(metadata) {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(strings.TrimPrefix(metadata, groupsync.MarkerPrefix), 10, 64)
+	if err != nil || v < 0 {
+		return 0, false // a marker Ferry never writes: not ours
+	}
+	return v, true
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
