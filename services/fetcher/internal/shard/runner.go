@@ -90,6 +90,9 @@ type Deps struct {
 	// it) produced, which the fetch loop then leaves out
 	// (link.skip_replicated); nil copies every batch.
 	Provenance *provenance.View
+	// pauseFetch, a test hook, holds the fetch loop before each round
+	// until it is closed; nil never holds.
+	pauseFetch <-chan struct{}
 }
 
 // Runner replicates one shard until its context ends.
