@@ -87,6 +87,9 @@ type Options struct {
 	// (package heartbeat), persisted by the caller; nil: a table of the
 	// server's own, in memory only.
 	Heartbeats *heartbeat.Table
+	// HeartbeatsTopic is where Heartbeats is persisted: no link may write
+	// it.
+	HeartbeatsTopic string
 }
 
 // ProducerSettings tune the shards' target producers.

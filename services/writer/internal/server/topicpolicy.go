@@ -54,6 +54,8 @@ func (s *Server) reserved(target string) string {
 	switch {
 	case target == s.store.Topic():
 		return "the writer's checkpoint topic"
+	case s.opts.HeartbeatsTopic != "" && target == s.opts.HeartbeatsTopic:
+		return "the writer's heartbeat topic"
 	case kafkaInternal[target]:
 		return "a Kafka internal topic"
 	case strings.HasPrefix(target, ferryReserved):
