@@ -105,6 +105,13 @@ const testShards = 8
 // (TLS) and the test client's credentials.
 func startWriterGRPC(t *testing.T, links []Link, edit func(*Options), serverOpts []grpc.ServerOption, creds credentials.TransportCredentials) *testWriter {
 	t.Helper()
+	return startWriterOn(t, nil, links, edit, serverOpts, creds)
+}
+
+// startWriterOn is startWriterGRPC on a given target cluster (nil: one of
+// its own), as a writer restarted on the same target is.
+func startWriterOn(t *testing.T, cluster *kfake.Cluster, links []Link, edit func(*Options), serverOpts []grpc.ServerOption, creds credentials.TransportCredentials) *testWriter {
+	t.Helper()
 	links = slices.Clone(links)
 	for i := range links {
 		if links[i].Shards == 0 {
@@ -112,11 +119,14 @@ func startWriterGRPC(t *testing.T, links []Link, edit func(*Options), serverOpts
 		}
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
+	if cluster == nil {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		cluster = c
 	}
-	t.Cleanup(cluster.Close)
 	addrs := cluster.ListenAddrs()
 	kc := kafkaclient.Defaults("ferry-test")
 	base, err := kc.Sarama()
