@@ -50,9 +50,9 @@ type ReplicationServiceClient interface {
 	//	                   heartbeat for a partition the open did not list
 	//	                   or with offsets that make no sense
 	//	DataLoss           the payload's CRC32C does not match
-	//	FailedPrecondition stale epoch (of a batch or heartbeat), a batch for a
-	//	                   partition the stream did
-	//	                   not open, a batch out of offset order, unknown link
+	//	FailedPrecondition stale epoch (of a batch or heartbeat), a batch for
+	//	                   a partition the stream did not open, a batch out
+	//	                   of offset order, unknown link
 	//	ResourceExhausted  a message above the writer's size limit
 	//	Unavailable        the target cluster could not be reached; retry
 	Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateRequest, ReplicateResponse], error)
@@ -97,9 +97,9 @@ type ReplicationServiceServer interface {
 	//	                   heartbeat for a partition the open did not list
 	//	                   or with offsets that make no sense
 	//	DataLoss           the payload's CRC32C does not match
-	//	FailedPrecondition stale epoch (of a batch or heartbeat), a batch for a
-	//	                   partition the stream did
-	//	                   not open, a batch out of offset order, unknown link
+	//	FailedPrecondition stale epoch (of a batch or heartbeat), a batch for
+	//	                   a partition the stream did not open, a batch out
+	//	                   of offset order, unknown link
 	//	ResourceExhausted  a message above the writer's size limit
 	//	Unavailable        the target cluster could not be reached; retry
 	Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateResponse]) error
