@@ -77,15 +77,25 @@ var Unknown = State{HighWatermark: -1, LogStart: -1, HeadOffset: -1, HeadTimesta
 // HasHeartbeat reports whether a heartbeat is known.
 func (s State) HasHeartbeat() bool { return s.HighWatermark >= 0 }
 
-// ErrInvalid is wrapped by Check's refusals.
+// ErrInvalid is what Decode's and Check's refusals match.
 var ErrInvalid = errors.New("invalid heartbeat")
+
+// FieldError is Check's refusal: the field and what is wrong with it.
+type FieldError struct {
+	Field, Problem string
+}
+
+func (e *FieldError) Error() string { return ErrInvalid.Error() + ": " + e.Field + " " + e.Problem }
+
+// Is makes a FieldError match ErrInvalid.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
 
 // Check refuses a State whose offsets make no sense, naming the field: a
 // fetcher is admitted, not trusted blindly, and the topic may hold
 // records someone else wrote.
 func (s State) Check() error {
 	bad := func(field string, v int64, why string) error {
-		return fmt.Errorf("%w: %s %d %s", ErrInvalid, field, v, why)
+		return &FieldError{Field: field, Problem: strconv.FormatInt(v, 10) + " " + why}
 	}
 	switch {
 	case s.HighWatermark < -1:
@@ -96,7 +106,7 @@ func (s State) Check() error {
 		return bad("committed_next_offset", s.CommittedNext, "is negative")
 	case !s.HasHeartbeat():
 		if s.LogStart != -1 || s.HeadOffset != -1 || s.HeadTimestamp != -1 || s.ObservedAt != -1 {
-			return fmt.Errorf("%w: offsets without a high_watermark", ErrInvalid)
+			return &FieldError{Field: "high_watermark", Problem: "-1 (unknown) with other offsets known"}
 		}
 		return nil
 	case s.LogStart < 0:
@@ -110,7 +120,7 @@ func (s State) Check() error {
 	case s.HeadTimestamp < -1:
 		return bad("head_timestamp", s.HeadTimestamp, "is negative")
 	case (s.HeadOffset < 0) != (s.HeadTimestamp < 0):
-		return fmt.Errorf("%w: head_offset %d and head_timestamp %d: both or neither", ErrInvalid, s.HeadOffset, s.HeadTimestamp)
+		return &FieldError{Field: "head_offset", Problem: fmt.Sprintf("%d with head_timestamp %d: both or neither", s.HeadOffset, s.HeadTimestamp)}
 	case s.ObservedAt <= 0:
 		return bad("observed_at", s.ObservedAt, "is not a time")
 	}

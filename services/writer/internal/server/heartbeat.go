@@ -61,8 +61,11 @@ func (ss *session) heartbeat(hb *ferryv1.Heartbeat) error {
 		if b.HighWatermark < 0 {
 			return fmt.Errorf("%w: %s.high_watermark %d is negative", errBadHeartbeat, field, b.HighWatermark)
 		}
-		if err := st.Check(); err != nil {
-			return fmt.Errorf("%w: %s.%s", errBadHeartbeat, field, strings.TrimPrefix(err.Error(), heartbeat.ErrInvalid.Error()+": "))
+		var bad *heartbeat.FieldError
+		if err := st.Check(); errors.As(err, &bad) {
+			return fmt.Errorf("%w: %s.%s %s", errBadHeartbeat, field, bad.Field, bad.Problem)
+		} else if err != nil {
+			return fmt.Errorf("%w: %s: %v", errBadHeartbeat, field, err)
 		}
 		beats[i] = b
 	}
