@@ -123,6 +123,7 @@ FUZZ_TARGETS = \
 	./pkg/refusal:FuzzFrom \
 	./services/writer/internal/checkpoint:FuzzCheckpointRecord \
 	./services/writer/internal/offsetindex:FuzzIndexRecord \
+	./services/writer/internal/heartbeat:FuzzDecode \
 	./services/writer/internal/server:FuzzCheckOpen
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -160,6 +160,7 @@ type ReplicateRequest struct {
 	//
 	//	*ReplicateRequest_Open
 	//	*ReplicateRequest_Batch
+	//	*ReplicateRequest_Heartbeat
 	Msg           isReplicateRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -220,6 +221,15 @@ func (x *ReplicateRequest) GetBatch() *Batch {
 	return nil
 }
 
+func (x *ReplicateRequest) GetHeartbeat() *Heartbeat {
+	if x != nil {
+		if x, ok := x.Msg.(*ReplicateRequest_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
 type isReplicateRequest_Msg interface {
 	isReplicateRequest_Msg()
 }
@@ -234,9 +244,18 @@ type ReplicateRequest_Batch struct {
 	Batch *Batch `protobuf:"bytes,2,opt,name=batch,proto3,oneof"`
 }
 
+type ReplicateRequest_Heartbeat struct {
+	// Heartbeat reports what the source holds, whether or not data flows.
+	// Sent only to a writer whose Opened sets heartbeats: a writer older
+	// than the field ends the stream at any message but a Batch.
+	Heartbeat *Heartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
+}
+
 func (*ReplicateRequest_Open) isReplicateRequest_Msg() {}
 
 func (*ReplicateRequest_Batch) isReplicateRequest_Msg() {}
+
+func (*ReplicateRequest_Heartbeat) isReplicateRequest_Msg() {}
 
 // ReplicateResponse is one message from writer to fetcher.
 type ReplicateResponse struct {
@@ -574,8 +593,11 @@ type Opened struct {
 	// the writer does not know it). A fetcher with link.skip_replicated
 	// leaves out the source batches a Ferry writer copied from this cluster.
 	TargetClusterId string `protobuf:"bytes,3,opt,name=target_cluster_id,json=targetClusterId,proto3" json:"target_cluster_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Heartbeats is true when the writer takes Heartbeat messages; a
+	// fetcher sends none to a writer that does not set it (an older one).
+	Heartbeats    bool `protobuf:"varint,4,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Opened) Reset() {
@@ -627,6 +649,13 @@ func (x *Opened) GetTargetClusterId() string {
 		return x.TargetClusterId
 	}
 	return ""
+}
+
+func (x *Opened) GetHeartbeats() bool {
+	if x != nil {
+		return x.Heartbeats
+	}
+	return false
 }
 
 // PartitionPosition is a partition's committed progress.
@@ -938,14 +967,176 @@ func (x *Ack) GetCommitted() []*PartitionPosition {
 	return nil
 }
 
+// Heartbeat is what the source held, per partition of the shard, when the
+// fetcher last read its offsets: the target side keeps the last one of each
+// partition, so it knows what the source held after the source is gone
+// (the failover meter: docs/operations.md).
+type Heartbeat struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Epoch repeats the Open's epoch; a heartbeat with another is refused.
+	Epoch uint64 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Partitions holds one entry per partition of the shard whose offsets
+	// the fetcher could read; each must be one of the Open's.
+	Partitions    []*PartitionHeartbeat `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Heartbeat) Reset() {
+	*x = Heartbeat{}
+	mi := &file_ferry_v1_replication_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Heartbeat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Heartbeat) ProtoMessage() {}
+
+func (x *Heartbeat) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_replication_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
+func (*Heartbeat) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_replication_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Heartbeat) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetPartitions() []*PartitionHeartbeat {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// PartitionHeartbeat is one source partition's state as the fetcher read it.
+type PartitionHeartbeat struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// HighWatermark is the source's high watermark (ListOffsets latest).
+	HighWatermark int64 `protobuf:"varint,3,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
+	// LogStartOffset is the source's log start offset (ListOffsets
+	// earliest); at most high_watermark.
+	LogStartOffset int64 `protobuf:"varint,4,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
+	// HeadTimestamp is the largest record timestamp the partition holds, in
+	// Unix milliseconds (ListOffsets MAX_TIMESTAMP, KIP-734), with
+	// HeadOffset the offset of that record; both -1 when unknown (an empty
+	// partition, or a source older than Kafka 3.0).
+	HeadTimestamp int64 `protobuf:"varint,5,opt,name=head_timestamp,json=headTimestamp,proto3" json:"head_timestamp,omitempty"`
+	HeadOffset    int64 `protobuf:"varint,6,opt,name=head_offset,json=headOffset,proto3" json:"head_offset,omitempty"`
+	// ObservedAt is when the fetcher read these offsets from the source, in
+	// Unix milliseconds of the fetcher's clock.
+	ObservedAt    int64 `protobuf:"varint,7,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionHeartbeat) Reset() {
+	*x = PartitionHeartbeat{}
+	mi := &file_ferry_v1_replication_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionHeartbeat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionHeartbeat) ProtoMessage() {}
+
+func (x *PartitionHeartbeat) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_replication_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionHeartbeat.ProtoReflect.Descriptor instead.
+func (*PartitionHeartbeat) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_replication_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PartitionHeartbeat) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *PartitionHeartbeat) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionHeartbeat) GetHighWatermark() int64 {
+	if x != nil {
+		return x.HighWatermark
+	}
+	return 0
+}
+
+func (x *PartitionHeartbeat) GetLogStartOffset() int64 {
+	if x != nil {
+		return x.LogStartOffset
+	}
+	return 0
+}
+
+func (x *PartitionHeartbeat) GetHeadTimestamp() int64 {
+	if x != nil {
+		return x.HeadTimestamp
+	}
+	return 0
+}
+
+func (x *PartitionHeartbeat) GetHeadOffset() int64 {
+	if x != nil {
+		return x.HeadOffset
+	}
+	return 0
+}
+
+func (x *PartitionHeartbeat) GetObservedAt() int64 {
+	if x != nil {
+		return x.ObservedAt
+	}
+	return 0
+}
+
 var File_ferry_v1_replication_proto protoreflect.FileDescriptor
 
 const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\n" +
-	"\x1aferry/v1/replication.proto\x12\bferry.v1\"h\n" +
+	"\x1aferry/v1/replication.proto\x12\bferry.v1\"\x9d\x01\n" +
 	"\x10ReplicateRequest\x12$\n" +
 	"\x04open\x18\x01 \x01(\v2\x0e.ferry.v1.OpenH\x00R\x04open\x12'\n" +
-	"\x05batch\x18\x02 \x01(\v2\x0f.ferry.v1.BatchH\x00R\x05batchB\x05\n" +
+	"\x05batch\x18\x02 \x01(\v2\x0f.ferry.v1.BatchH\x00R\x05batch\x123\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x13.ferry.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
 	"\x03msg\"i\n" +
 	"\x11ReplicateResponse\x12*\n" +
 	"\x06opened\x18\x01 \x01(\v2\x10.ferry.v1.OpenedH\x00R\x06opened\x12!\n" +
@@ -971,11 +1162,14 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
 	"\x0eTopicPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\x81\x01\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\xa1\x01\n" +
 	"\x06Opened\x123\n" +
 	"\x06resume\x18\x01 \x03(\v2\x1b.ferry.v1.PartitionPositionR\x06resume\x12\x16\n" +
 	"\x06writer\x18\x02 \x01(\tR\x06writer\x12*\n" +
-	"\x11target_cluster_id\x18\x03 \x01(\tR\x0ftargetClusterId\"\xb7\x01\n" +
+	"\x11target_cluster_id\x18\x03 \x01(\tR\x0ftargetClusterId\x12\x1e\n" +
+	"\n" +
+	"heartbeats\x18\x04 \x01(\bR\n" +
+	"heartbeats\"\xb7\x01\n" +
 	"\x11PartitionPosition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1f\n" +
@@ -1002,7 +1196,22 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\x15source_high_watermark\x18\x0e \x01(\x03R\x13sourceHighWatermark\"\\\n" +
 	"\x03Ack\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x129\n" +
-	"\tcommitted\x18\x02 \x03(\v2\x1b.ferry.v1.PartitionPositionR\tcommitted*_\n" +
+	"\tcommitted\x18\x02 \x03(\v2\x1b.ferry.v1.PartitionPositionR\tcommitted\"_\n" +
+	"\tHeartbeat\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12<\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2\x1c.ferry.v1.PartitionHeartbeatR\n" +
+	"partitions\"\x82\x02\n" +
+	"\x12PartitionHeartbeat\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12%\n" +
+	"\x0ehigh_watermark\x18\x03 \x01(\x03R\rhighWatermark\x12(\n" +
+	"\x10log_start_offset\x18\x04 \x01(\x03R\x0elogStartOffset\x12%\n" +
+	"\x0ehead_timestamp\x18\x05 \x01(\x03R\rheadTimestamp\x12\x1f\n" +
+	"\vhead_offset\x18\x06 \x01(\x03R\n" +
+	"headOffset\x12\x1f\n" +
+	"\vobserved_at\x18\a \x01(\x03R\n" +
+	"observedAt*_\n" +
 	"\x05Codec\x12\x15\n" +
 	"\x11CODEC_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1031,40 +1240,44 @@ func file_ferry_v1_replication_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1_replication_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ferry_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_ferry_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_ferry_v1_replication_proto_goTypes = []any{
-	(Codec)(0),                // 0: ferry.v1.Codec
-	(PayloadFormat)(0),        // 1: ferry.v1.PayloadFormat
-	(*ReplicateRequest)(nil),  // 2: ferry.v1.ReplicateRequest
-	(*ReplicateResponse)(nil), // 3: ferry.v1.ReplicateResponse
-	(*Open)(nil),              // 4: ferry.v1.Open
-	(*TopicSpec)(nil),         // 5: ferry.v1.TopicSpec
-	(*TopicPartition)(nil),    // 6: ferry.v1.TopicPartition
-	(*Opened)(nil),            // 7: ferry.v1.Opened
-	(*PartitionPosition)(nil), // 8: ferry.v1.PartitionPosition
-	(*Batch)(nil),             // 9: ferry.v1.Batch
-	(*Ack)(nil),               // 10: ferry.v1.Ack
-	nil,                       // 11: ferry.v1.TopicSpec.ConfigsEntry
+	(Codec)(0),                 // 0: ferry.v1.Codec
+	(PayloadFormat)(0),         // 1: ferry.v1.PayloadFormat
+	(*ReplicateRequest)(nil),   // 2: ferry.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),  // 3: ferry.v1.ReplicateResponse
+	(*Open)(nil),               // 4: ferry.v1.Open
+	(*TopicSpec)(nil),          // 5: ferry.v1.TopicSpec
+	(*TopicPartition)(nil),     // 6: ferry.v1.TopicPartition
+	(*Opened)(nil),             // 7: ferry.v1.Opened
+	(*PartitionPosition)(nil),  // 8: ferry.v1.PartitionPosition
+	(*Batch)(nil),              // 9: ferry.v1.Batch
+	(*Ack)(nil),                // 10: ferry.v1.Ack
+	(*Heartbeat)(nil),          // 11: ferry.v1.Heartbeat
+	(*PartitionHeartbeat)(nil), // 12: ferry.v1.PartitionHeartbeat
+	nil,                        // 13: ferry.v1.TopicSpec.ConfigsEntry
 }
 var file_ferry_v1_replication_proto_depIdxs = []int32{
 	4,  // 0: ferry.v1.ReplicateRequest.open:type_name -> ferry.v1.Open
 	9,  // 1: ferry.v1.ReplicateRequest.batch:type_name -> ferry.v1.Batch
-	7,  // 2: ferry.v1.ReplicateResponse.opened:type_name -> ferry.v1.Opened
-	10, // 3: ferry.v1.ReplicateResponse.ack:type_name -> ferry.v1.Ack
-	5,  // 4: ferry.v1.Open.topics:type_name -> ferry.v1.TopicSpec
-	6,  // 5: ferry.v1.Open.partitions:type_name -> ferry.v1.TopicPartition
-	11, // 6: ferry.v1.TopicSpec.configs:type_name -> ferry.v1.TopicSpec.ConfigsEntry
-	8,  // 7: ferry.v1.Opened.resume:type_name -> ferry.v1.PartitionPosition
-	0,  // 8: ferry.v1.Batch.codec:type_name -> ferry.v1.Codec
-	1,  // 9: ferry.v1.Batch.format:type_name -> ferry.v1.PayloadFormat
-	8,  // 10: ferry.v1.Ack.committed:type_name -> ferry.v1.PartitionPosition
-	2,  // 11: ferry.v1.ReplicationService.Replicate:input_type -> ferry.v1.ReplicateRequest
-	3,  // 12: ferry.v1.ReplicationService.Replicate:output_type -> ferry.v1.ReplicateResponse
-	12, // [12:13] is the sub-list for method output_type
-	11, // [11:12] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	11, // 2: ferry.v1.ReplicateRequest.heartbeat:type_name -> ferry.v1.Heartbeat
+	7,  // 3: ferry.v1.ReplicateResponse.opened:type_name -> ferry.v1.Opened
+	10, // 4: ferry.v1.ReplicateResponse.ack:type_name -> ferry.v1.Ack
+	5,  // 5: ferry.v1.Open.topics:type_name -> ferry.v1.TopicSpec
+	6,  // 6: ferry.v1.Open.partitions:type_name -> ferry.v1.TopicPartition
+	13, // 7: ferry.v1.TopicSpec.configs:type_name -> ferry.v1.TopicSpec.ConfigsEntry
+	8,  // 8: ferry.v1.Opened.resume:type_name -> ferry.v1.PartitionPosition
+	0,  // 9: ferry.v1.Batch.codec:type_name -> ferry.v1.Codec
+	1,  // 10: ferry.v1.Batch.format:type_name -> ferry.v1.PayloadFormat
+	8,  // 11: ferry.v1.Ack.committed:type_name -> ferry.v1.PartitionPosition
+	12, // 12: ferry.v1.Heartbeat.partitions:type_name -> ferry.v1.PartitionHeartbeat
+	2,  // 13: ferry.v1.ReplicationService.Replicate:input_type -> ferry.v1.ReplicateRequest
+	3,  // 14: ferry.v1.ReplicationService.Replicate:output_type -> ferry.v1.ReplicateResponse
+	14, // [14:15] is the sub-list for method output_type
+	13, // [13:14] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1_replication_proto_init() }
@@ -1075,6 +1288,7 @@ func file_ferry_v1_replication_proto_init() {
 	file_ferry_v1_replication_proto_msgTypes[0].OneofWrappers = []any{
 		(*ReplicateRequest_Open)(nil),
 		(*ReplicateRequest_Batch)(nil),
+		(*ReplicateRequest_Heartbeat)(nil),
 	}
 	file_ferry_v1_replication_proto_msgTypes[1].OneofWrappers = []any{
 		(*ReplicateResponse_Opened)(nil),
@@ -1086,7 +1300,7 @@ func file_ferry_v1_replication_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1_replication_proto_rawDesc), len(file_ferry_v1_replication_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,10 +46,13 @@ type ReplicationServiceClient interface {
 	// offending message:
 	//
 	//	InvalidArgument    malformed open or batch, unknown codec or format,
-	//	                   decompressed size above the writer's limit
+	//	                   decompressed size above the writer's limit, a
+	//	                   heartbeat for a partition the open did not list
+	//	                   or with offsets that make no sense
 	//	DataLoss           the payload's CRC32C does not match
-	//	FailedPrecondition stale epoch, a batch for a partition the stream did
-	//	                   not open, a batch out of offset order, unknown link
+	//	FailedPrecondition stale epoch (of a batch or heartbeat), a batch for
+	//	                   a partition the stream did not open, a batch out
+	//	                   of offset order, unknown link
 	//	ResourceExhausted  a message above the writer's size limit
 	//	Unavailable        the target cluster could not be reached; retry
 	Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateRequest, ReplicateResponse], error)
@@ -90,10 +93,13 @@ type ReplicationServiceServer interface {
 	// offending message:
 	//
 	//	InvalidArgument    malformed open or batch, unknown codec or format,
-	//	                   decompressed size above the writer's limit
+	//	                   decompressed size above the writer's limit, a
+	//	                   heartbeat for a partition the open did not list
+	//	                   or with offsets that make no sense
 	//	DataLoss           the payload's CRC32C does not match
-	//	FailedPrecondition stale epoch, a batch for a partition the stream did
-	//	                   not open, a batch out of offset order, unknown link
+	//	FailedPrecondition stale epoch (of a batch or heartbeat), a batch for
+	//	                   a partition the stream did not open, a batch out
+	//	                   of offset order, unknown link
 	//	ResourceExhausted  a message above the writer's size limit
 	//	Unavailable        the target cluster could not be reached; retry
 	Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateResponse]) error

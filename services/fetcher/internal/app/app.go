@@ -159,6 +159,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		OpenTimeout: cfg.Writers.OpenTimeout, MinBackoff: cfg.Writers.MinBackoff, MaxBackoff: cfg.Writers.MaxBackoff,
 		DrainTimeout: cfg.ShutdownTimeout, SkipOnDataLoss: cfg.Link.OnDataLoss == "skip",
 		MaxMessageBytes: int(cfg.Writers.MaxMessageBytes), SourceCluster: sourceCluster,
+		HeartbeatInterval: cfg.Link.Heartbeat.Interval,
 	}
 	deps := shard.Deps{Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name),
 		Tracer: tracing.Tracer(tp, "github.com/ferry-replicator/ferry/fetcher"),

@@ -64,6 +64,13 @@ type Link struct {
 	StartFrom string `yaml:"start_from"`
 	// DiscoveryInterval is how often new topics and partitions are looked for.
 	DiscoveryInterval time.Duration `yaml:"discovery_interval"`
+	Heartbeat         struct {
+		// Interval is how often each shard reads its partitions' source
+		// offsets (high watermark, log start, head timestamp) and sends
+		// them to its writer as a heartbeat, whether or not data flows;
+		// the fetcher's lag gauge follows the same reads.
+		Interval time.Duration `yaml:"interval"`
+	} `yaml:"heartbeat"`
 	// Codec compresses batches on the wire: zstd, lz4, snappy or none.
 	Codec string `yaml:"codec"`
 	Batch struct {
@@ -154,6 +161,7 @@ func Defaults() Config {
 	c.Link.Shards = 8
 	c.Link.StartFrom = "earliest"
 	c.Link.DiscoveryInterval = 30 * time.Second
+	c.Link.Heartbeat.Interval = time.Second
 	// lz4, chosen by the benchmark (docs/benchmark.md, "Wire codec"): in
 	// the 2026-11-30 run it copied at 1.28× zstd's catch-up throughput for
 	// 0.71× its CPU per GB, for 1.49× the bytes on the wire. (It was
@@ -211,6 +219,12 @@ func (c *Config) Validate() error {
 	}
 	if l.DiscoveryInterval < 100*time.Millisecond {
 		p.Addf("link.discovery_interval", "%v: must be at least 100ms", l.DiscoveryInterval)
+	}
+	// Each read is three ListOffsets requests per leader per shard: below
+	// 100ms that is load on the source for nothing the meter needs; above
+	// a minute the failover meter knows too little.
+	if l.Heartbeat.Interval < 100*time.Millisecond || l.Heartbeat.Interval > time.Minute {
+		p.Addf("link.heartbeat.interval", "%v: must be between 100ms and 1m", l.Heartbeat.Interval)
 	}
 	if _, err := batch.ParseCodec(l.Codec); err != nil {
 		p.Addf("link.codec", "%v", err)

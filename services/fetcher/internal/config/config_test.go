@@ -45,6 +45,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "buffered bytes below a fetch", yaml: valid, sets: []string{"link.max_buffered_bytes=512KiB"}, want: "link.max_buffered_bytes: 512KiB: must be at least link.batch.max_bytes and link.fetch_max_bytes (1MiB)"},
 		{name: "buffered bytes below a larger fetch", yaml: valid, sets: []string{"link.max_buffered_bytes=2MiB", "link.fetch_max_bytes=4MiB"}, want: "link.max_buffered_bytes: 2MiB: must be at least link.batch.max_bytes and link.fetch_max_bytes (4MiB)"},
 		{name: "bad codec", yaml: valid, sets: []string{"link.codec=gzip"}, want: "link.codec"},
+		{name: "heartbeats too often", yaml: valid, sets: []string{"link.heartbeat.interval=10ms"}, want: "link.heartbeat.interval: 10ms: must be between 100ms and 1m"},
+		{name: "heartbeats too rare", yaml: valid, sets: []string{"link.heartbeat.interval=2m"}, want: "link.heartbeat.interval: 2m0s"},
 		{name: "bad duration from env", yaml: valid, env: []string{"FERRY_FETCHER_LINK_BATCH_LINGER=soon"}, want: "FERRY_FETCHER_LINK_BATCH_LINGER"},
 		{name: "unknown env setting", yaml: valid, env: []string{"FERRY_FETCHER_NOPE=1"}, want: "FERRY_FETCHER_NOPE: no such setting"},
 		{name: "env overrides file", yaml: valid, env: []string{"FERRY_FETCHER_LINK_START_FROM=middle"}, want: `link.start_from: "middle"`},

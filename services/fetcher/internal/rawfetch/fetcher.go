@@ -710,6 +710,20 @@ func (f *Fetcher) describeOutOfRange(ctx context.Context, ask map[Partition]int6
 // each partition. Partitions the answer lacks or refuses are left out; err
 // says why.
 func (f *Fetcher) listOffsets(ctx context.Context, parts []Partition, ts int64) (map[Partition]int64, error) {
+	got, err := f.listAt(ctx, parts, ts)
+	offs := make(map[Partition]int64, len(got))
+	for p, at := range got {
+		offs[p] = at.offset
+	}
+	return offs, err
+}
+
+// offsetAt is a ListOffsets answer of one partition.
+type offsetAt struct{ offset, timestamp int64 }
+
+// listAt is listOffsets with the answer's timestamp too (that of the
+// record at the offset, for -3, KIP-734).
+func (f *Fetcher) listAt(ctx context.Context, parts []Partition, ts int64) (map[Partition]offsetAt, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
 	for _, p := range parts {
@@ -730,7 +744,7 @@ func (f *Fetcher) listOffsets(ctx context.Context, parts []Partition, ts int64) 
 	if err != nil {
 		return nil, err
 	}
-	offs := make(map[Partition]int64, len(parts))
+	offs := make(map[Partition]offsetAt, len(parts))
 	var partErr error
 	for _, rt := range resp.Topics {
 		for _, rp := range rt.Partitions {
@@ -738,8 +752,51 @@ func (f *Fetcher) listOffsets(ctx context.Context, parts []Partition, ts int64) 
 				partErr = cmp.Or(partErr, fmt.Errorf("%s/%d: %w", rt.Topic, rp.Partition, err))
 				continue
 			}
-			offs[Partition{rt.Topic, rp.Partition}] = rp.Offset
+			offs[Partition{rt.Topic, rp.Partition}] = offsetAt{rp.Offset, rp.Timestamp}
 		}
 	}
 	return offs, partErr
+}
+
+// Offsets are what a source partition holds, as ListOffsets answers.
+type Offsets struct {
+	LogStart      int64
+	HighWatermark int64
+	// HeadOffset and HeadTimestamp are the offset and timestamp (Unix
+	// milliseconds) of the record with the largest timestamp (ListOffsets
+	// MAX_TIMESTAMP, -3, KIP-734, Kafka 3.0 and later); -1 when unknown:
+	// an empty partition, or a broker without it.
+	HeadOffset    int64
+	HeadTimestamp int64
+}
+
+// maxTimestamp is ListOffsets' MAX_TIMESTAMP (KIP-734).
+const maxTimestamp = -3
+
+// Offsets reads the log start, high watermark and head timestamp of each
+// partition: three ListOffsets requests per leader, as one partition may
+// appear once per request. A partition whose log start or high watermark
+// could not be read is left out, and err says why; a head the broker
+// cannot give leaves it at -1.
+func (f *Fetcher) Offsets(ctx context.Context, parts []Partition) (map[Partition]Offsets, error) {
+	starts, err := f.listAt(ctx, parts, -2)
+	ends, endErr := f.listAt(ctx, parts, -1)
+	err = cmp.Or(err, endErr)
+	// A broker before Kafka 3.0 refuses -3 (or kgo sends it below v7,
+	// where it means nothing): the head is then unknown, not an error.
+	heads, _ := f.listAt(ctx, parts, maxTimestamp)
+	out := make(map[Partition]Offsets, len(parts))
+	for _, p := range parts {
+		start, ok1 := starts[p]
+		end, ok2 := ends[p]
+		if !ok1 || !ok2 {
+			continue
+		}
+		o := Offsets{LogStart: start.offset, HighWatermark: end.offset, HeadOffset: -1, HeadTimestamp: -1}
+		if h, ok := heads[p]; ok && h.offset >= 0 && h.timestamp >= 0 {
+			o.HeadOffset, o.HeadTimestamp = h.offset, h.timestamp
+		}
+		out[p] = o
+	}
+	return out, err
 }

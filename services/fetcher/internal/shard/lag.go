@@ -2,34 +2,42 @@ package shard
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
 )
 
-// DefaultLagInterval is how often a runner asks the source for its
-// partitions' high watermarks when Settings.LagInterval is zero.
-const DefaultLagInterval = 5 * time.Second
+// DefaultHeartbeatInterval is how often a runner reads its partitions'
+// source offsets when Settings.HeartbeatInterval is zero.
+const DefaultHeartbeatInterval = time.Second
 
 // The lag of a partition is its source high watermark minus the next offset
 // committed in the target. Acknowledgements bring both, but none come while
 // the writer is down or stalled, which is when the lag matters most: so the
-// runner also asks the source for the high watermarks on its own, every
-// LagInterval for its whole life, whether a stream is open or not.
+// runner also asks the source for its offsets on its own, every
+// HeartbeatInterval for its whole life, whether a stream is open or not.
+// The same read is the heartbeat each open stream sends (heartbeat.go): one
+// reader of the source's offsets, so the lag a fetcher shows and what its
+// writers know of the source never disagree.
 
-// watchHighWater refreshes the high watermarks until ctx ends.
-func (r *Runner) watchHighWater(ctx context.Context) {
-	every := r.set.LagInterval
-	if every <= 0 {
-		every = DefaultLagInterval
-	}
-	tick := time.NewTicker(every)
+// sourceRead is the last read of each partition's source offsets.
+type sourceRead map[discovery.Partition]observed
+
+// observed are a partition's source offsets and when they were read.
+type observed struct {
+	rawfetch.Offsets
+	at time.Time
+}
+
+// watchSource reads the source's offsets until ctx ends.
+func (r *Runner) watchSource(ctx context.Context) {
+	tick := time.NewTicker(r.heartbeatInterval())
 	defer tick.Stop()
 	for {
-		r.refreshHighWater()
+		r.readSource(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -38,36 +46,54 @@ func (r *Runner) watchHighWater(ctx context.Context) {
 	}
 }
 
-// refreshHighWater asks each partition leader, in one ListOffsets request
-// per broker, for the shard's high watermarks. Failures are left to the
-// next round.
-func (r *Runner) refreshHighWater() {
-	reqs := map[*sarama.Broker]*sarama.OffsetRequest{}
-	for _, p := range r.parts {
-		b, err := r.deps.Client.Leader(p.Topic, p.Partition)
-		if err != nil {
-			continue
-		}
-		if reqs[b] == nil {
-			reqs[b] = sarama.NewOffsetRequest(r.deps.Client.Config().Version)
-		}
-		reqs[b].AddBlock(p.Topic, p.Partition, sarama.OffsetNewest, 1)
+func (r *Runner) heartbeatInterval() time.Duration {
+	if r.set.HeartbeatInterval > 0 {
+		return r.set.HeartbeatInterval
 	}
-	for b, req := range reqs {
-		resp, err := b.GetAvailableOffsets(req)
-		if err != nil {
-			// As sarama's own GetOffset does: a broken connection is
-			// reopened by the client's next use of the broker.
-			_ = b.Close()
-			r.log.Debug("source high watermarks", "broker", b.Addr(), "err", err)
-			continue
-		}
-		for _, p := range r.parts {
-			if blk := resp.GetBlock(p.Topic, p.Partition); blk != nil && blk.Err == sarama.ErrNoError && len(blk.Offsets) == 1 {
-				r.setHighWater(p, blk.Offsets[0])
-			}
-		}
+	return DefaultHeartbeatInterval
+}
+
+// readSource asks the partition leaders (three ListOffsets requests per
+// leader: log start, high watermark, head) for the shard's offsets, sets
+// the lag and keeps the read for the heartbeats. A partition that could
+// not be read keeps its previous read (its observation time says how old
+// it is); failures are left to the next round.
+func (r *Runner) readSource(ctx context.Context) {
+	parts := make([]rawfetch.Partition, len(r.parts))
+	for i, p := range r.parts {
+		parts[i] = rawfetch.Partition{Topic: p.Topic, Partition: p.Partition}
 	}
+	ctx, cancel := context.WithTimeout(ctx, max(r.heartbeatInterval(), 5*time.Second))
+	defer cancel()
+	got, err := r.deps.RawFetch.Offsets(ctx, parts)
+	if err != nil {
+		r.log.Debug("source offsets", "err", err)
+	}
+	if len(got) == 0 {
+		return
+	}
+	now := time.Now()
+	for rp, o := range got {
+		r.setHighWater(discovery.Partition{Topic: rp.Topic, Partition: rp.Partition}, o.HighWatermark)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.source == nil {
+		r.source = sourceRead{}
+	}
+	for rp, o := range got {
+		r.source[discovery.Partition{Topic: rp.Topic, Partition: rp.Partition}] = observed{Offsets: o, at: now}
+	}
+	close(r.read)
+	r.read = make(chan struct{})
+}
+
+// lastRead returns a copy of the last read of the source's offsets and a
+// channel closed at the next one.
+func (r *Runner) lastRead() (sourceRead, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.source), r.read
 }
 
 func (r *Runner) setCommitted(p discovery.Partition, next int64) {

@@ -159,7 +159,7 @@ func startRunnerDeps(t *testing.T, src *source, w *Writers, m *metrics.Metrics, 
 		BatchMaxBytes: 64 << 10, MaxInflightBytes: 1 << 20,
 		StartFrom: sarama.OffsetOldest, OpenTimeout: 5 * time.Second,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		DrainTimeout: 10 * time.Second, LagInterval: 20 * time.Millisecond,
+		DrainTimeout: 10 * time.Second, HeartbeatInterval: 20 * time.Millisecond,
 	}
 	edit(&set)
 	deps := Deps{Client: src.client, RawFetch: src.rawFetcher(t), Writers: w, Codecs: codecs, Metrics: m, Log: testLog()}

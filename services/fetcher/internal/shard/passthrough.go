@@ -98,6 +98,13 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 	reader := r.deps.RawFetch.Reader()
 	ask := make(map[rawfetch.Partition]int64, len(parts))
 	for len(parts) > 0 {
+		if r.deps.pauseFetch != nil {
+			select {
+			case <-r.deps.pauseFetch:
+			case <-ctx.Done():
+				return nil
+			}
+		}
 		clear(ask)
 		for rp, pp := range parts {
 			ask[rp] = pp.next

@@ -431,7 +431,7 @@ func TestPassThroughLagFollowsTheHighWatermark(t *testing.T) {
 	lag := func() float64 { return testutil.ToFloat64(m.LagRecords.WithLabelValues(testLink, topic, "0")) }
 	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
 	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(s *Settings) {
-		s.LagInterval = time.Hour // the watcher reads once, at the start
+		s.HeartbeatInterval = time.Hour // the watcher reads once, at the start
 	}, topic)
 	src.produce(t, topic, 10)
 	writertest.WaitFor(t, 10*time.Second, "10 records committed, no lag", func() bool { return committedOf(m, topic)() == 10 && lag() == 0 })

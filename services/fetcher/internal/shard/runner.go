@@ -48,9 +48,10 @@ type Settings struct {
 	MinBackoff   time.Duration
 	MaxBackoff   time.Duration
 	DrainTimeout time.Duration
-	// LagInterval is how often the source's high watermarks are read for
-	// the lag gauge (DefaultLagInterval when zero).
-	LagInterval time.Duration
+	// HeartbeatInterval is how often the source's offsets are read, for
+	// the lag gauge and for the heartbeat each open stream then sends
+	// (link.heartbeat.interval; DefaultHeartbeatInterval when zero).
+	HeartbeatInterval time.Duration
 	// SkipOnDataLoss lets a partition go on past an anomaly (counted and
 	// logged) instead of stopping: link.on_data_loss: skip.
 	SkipOnDataLoss bool
@@ -67,8 +68,8 @@ type Settings struct {
 
 // Deps are the shared clients a shard uses.
 type Deps struct {
-	// Client answers the source's offsets (where a partition starts, its
-	// high watermark for the lag).
+	// Client answers where a partition starts and ends when a session
+	// opens; the lag and the heartbeats read through RawFetch (lag.go).
 	Client  sarama.Client
 	Writers *Writers
 	Codecs  *batch.Codecs
@@ -77,7 +78,8 @@ type Deps struct {
 	// Tracer emits batch and sampled-record spans; nil when tracing is off,
 	// which costs nothing: no batch is decoded for it.
 	Tracer trace.Tracer
-	// RawFetch reads the source's Kafka record batches; required.
+	// RawFetch reads the source's Kafka record batches and offsets;
+	// required.
 	RawFetch *rawfetch.Fetcher
 	// Budget bounds the source bytes all of the fetcher's shards hold at
 	// once, from the fetch that reads them to the writer's acknowledgement
@@ -88,6 +90,9 @@ type Deps struct {
 	// it) produced, which the fetch loop then leaves out
 	// (link.skip_replicated); nil copies every batch.
 	Provenance *provenance.View
+	// pauseFetch, a test hook, holds the fetch loop before each round
+	// until it is closed; nil never holds.
+	pauseFetch <-chan struct{}
 }
 
 // Runner replicates one shard until its context ends.
@@ -109,6 +114,11 @@ type Runner struct {
 	// topics are the shard's topics; a topic's ID changes when its
 	// recreation while it was read is accepted (recreatedWhileReading).
 	topics []discovery.Topic
+	// source is the last read of the partitions' source offsets
+	// (lag.go), and read is closed and replaced after each read, so
+	// sessions send a heartbeat per read.
+	source sourceRead
+	read   chan struct{}
 	// fromStart are the partitions the next session reads from their
 	// topic's start: the topic was recreated while they were read, and
 	// link.on_data_loss: skip accepted it. A partition leaves once a
@@ -154,6 +164,7 @@ func NewRunner(set Settings, deps Deps, shard int, epoch uint64, lost <-chan str
 		set: set, deps: deps, shard: shard, epoch: epoch, lost: lost, topics: topics, parts: parts,
 		log:    deps.Log.With("shard", shard, "epoch", epoch),
 		status: Status{Shard: shard, Epoch: epoch, Partitions: map[string]PartitionStatus{}},
+		read:   make(chan struct{}),
 	}
 	for _, p := range parts {
 		r.status.Partitions[partKey(p)] = PartitionStatus{Committed: -1, HighWater: -1}
@@ -198,7 +209,7 @@ func (r *Runner) Run(ctx context.Context) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		r.watchHighWater(hwCtx)
+		r.watchSource(hwCtx)
 	}()
 	go func() {
 		defer wg.Done()

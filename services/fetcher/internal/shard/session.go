@@ -69,6 +69,10 @@ type session struct {
 	recvDone chan struct{} // closed when receive returns
 	recvErr  error         // receive's result, set before recvDone closes
 
+	// sendMu orders the sender's and the heartbeats' sends: a gRPC stream
+	// takes one Send at a time.
+	sendMu sync.Mutex
+
 	mu       sync.Mutex
 	seq      uint64
 	inflight []sent // sent, not yet acknowledged, in order
@@ -116,7 +120,8 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	if err != nil {
 		return false, fmt.Errorf("open stream to %s: %w", addr, err)
 	}
-	resume, targetCluster, err := r.open(stream, hardStop)
+	resume, opened, err := r.open(stream, hardStop)
+	targetCluster := opened.GetTargetClusterId()
 	if err != nil {
 		return false, fmt.Errorf("open shard on %s: %w", addr, err)
 	}
@@ -152,6 +157,9 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	}
 	g.Go(func() error { return s.passThrough(gctx, pos) })
 	g.Go(func() error { return s.send(gctx) })
+	if opened.GetHeartbeats() { // an older writer ends the stream at a heartbeat
+		g.Go(func() error { return s.heartbeats(gctx) })
+	}
 	sendDone := make(chan error, 1)
 	go func() { sendDone <- g.Wait() }()
 	// Every return waits for the receiver (the stream's cancellation ends
@@ -219,9 +227,10 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 // (a writer older than the field), which link.skip_replicated needs.
 var errNoTargetCluster = errors.New("the writer names no target cluster id, which link.skip_replicated needs: upgrade the writers before the fetchers")
 
-// open sends the Open and waits for the writer's resume offsets and its
-// target's cluster id.
-func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardStop context.CancelFunc) (map[discovery.Partition]*ferryv1.PartitionPosition, string, error) {
+// open sends the Open and waits for the writer's resume offsets and the
+// rest of its Opened (its target's cluster id, whether it takes
+// heartbeats).
+func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardStop context.CancelFunc) (map[discovery.Partition]*ferryv1.PartitionPosition, *ferryv1.Opened, error) {
 	open := &ferryv1.Open{Link: r.set.Link, Shard: uint32(r.shard), Epoch: r.epoch, Fetcher: r.set.FetcherID, SourceClusterId: r.set.SourceCluster}
 	r.mu.Lock()
 	topics := slices.Clone(r.topics)
@@ -235,25 +244,25 @@ func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardSto
 		open.Partitions = append(open.Partitions, &ferryv1.TopicPartition{Topic: p.Topic, Partition: p.Partition})
 	}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
-		return nil, "", fmt.Errorf("send open: %w", err)
+		return nil, nil, fmt.Errorf("send open: %w", err)
 	}
 	timer := time.AfterFunc(r.set.OpenTimeout, hardStop)
 	resp, err := stream.Recv()
 	if !timer.Stop() {
-		return nil, "", fmt.Errorf("no answer within %v: %w", r.set.OpenTimeout, context.DeadlineExceeded)
+		return nil, nil, fmt.Errorf("no answer within %v: %w", r.set.OpenTimeout, context.DeadlineExceeded)
 	}
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	opened := resp.GetOpened()
 	if opened == nil {
-		return nil, "", errors.New("writer answered the open with something else")
+		return nil, nil, errors.New("writer answered the open with something else")
 	}
 	resume := map[discovery.Partition]*ferryv1.PartitionPosition{}
 	for _, pos := range opened.GetResume() {
 		resume[discovery.Partition{Topic: pos.GetTopic(), Partition: pos.GetPartition()}] = pos
 	}
-	return resume, opened.GetTargetClusterId(), nil
+	return resume, opened, nil
 }
 
 // forEachStart calls start with the offset each partition not stopped
@@ -464,7 +473,7 @@ func (s *session) send(ctx context.Context) error {
 		s.inflight = append(s.inflight, sent{seq: s.seq, weight: w, held: q.held})
 		s.mu.Unlock()
 		s.r.deps.Metrics.InflightBytes.Add(float64(w))
-		err := s.stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}})
+		err := s.sendRequest(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}})
 		endSend(q, sendSpan, err)
 		if err != nil {
 			return fmt.Errorf("send batch: %w", err)

@@ -86,6 +86,27 @@ type Writer struct {
 	received []*ferryv1.Batch
 	// openMsgs is every Open, in the order received.
 	openMsgs []*ferryv1.Open
+	// takeHeartbeats makes each Opened say the writer takes heartbeats;
+	// without it the writer is one older than heartbeats, which ends the
+	// stream at anything but a batch.
+	takeHeartbeats bool
+	// heartbeats is every heartbeat, in the order received.
+	heartbeats []*ferryv1.Heartbeat
+}
+
+// TakeHeartbeats makes the writer say in its Opened that it takes
+// heartbeats, and keep those it receives (Heartbeats).
+func (w *Writer) TakeHeartbeats() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.takeHeartbeats = true
+}
+
+// Heartbeats returns every heartbeat received, in order.
+func (w *Writer) Heartbeats() []*ferryv1.Heartbeat {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]*ferryv1.Heartbeat(nil), w.heartbeats...)
 }
 
 // RefuseBatchesAbove makes the writer refuse, as record too large, every
@@ -212,7 +233,7 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 		return errors.New("first message is not an open")
 	}
 	w.mu.Lock()
-	opened := &ferryv1.Opened{Writer: w.addr, TargetClusterId: w.targetCluster}
+	opened := &ferryv1.Opened{Writer: w.addr, TargetClusterId: w.targetCluster, Heartbeats: w.takeHeartbeats}
 	unverified := w.unverified
 	w.openMsgs = append(w.openMsgs, open)
 	w.mu.Unlock()
@@ -244,6 +265,12 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 		}
 		if err != nil {
 			return err
+		}
+		if hb := req.GetHeartbeat(); hb != nil && opened.GetHeartbeats() {
+			w.mu.Lock()
+			w.heartbeats = append(w.heartbeats, hb)
+			w.mu.Unlock()
+			continue
 		}
 		b := req.GetBatch()
 		if b == nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -30,6 +31,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
+	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
@@ -109,7 +111,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		},
 		Status: func() any {
 			if srv := srvp.Load(); srv != nil {
-				return map[string]any{"writer": cfg.ID, "shards": srv.Status()}
+				return map[string]any{"writer": cfg.ID, "shards": srv.Status(), "failover": srv.Failover()}
 			}
 			return map[string]any{"writer": cfg.ID, "starting": wait.Err().Error()}
 		},
@@ -191,9 +193,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return notStarted(err)
 	}
 	defer recorder.Close()
+	beats, err := openHeartbeats(gctx, wait, cfg, ens, franzOpts, links, log.With("component", "heartbeats"))
+	if err != nil {
+		return notStarted(err)
+	}
+	defer beats.store.Close()
 	// What the writer reads back from these topics decides where shards
-	// resume and what other links skip: whoever else may write them says so.
-	cfg.Target.WarnWritable(gctx, log, store.Topic(), provenance.Topic, index.Name)
+	// resume, what other links skip, the offset index and what the
+	// failover meter says: whoever else may write them says so.
+	cfg.Target.WarnWritable(gctx, log, store.Topic(), provenance.Topic, index.Name, cfg.Heartbeats.Topic)
 
 	srv := server.New(server.Options{
 		ID:     cfg.ID,
@@ -211,6 +219,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Tracer:            tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
 		Recorder:          recorder,
 		Index:             index,
+		Heartbeats:        beats.table,
+		HeartbeatsTopic:   cfg.Heartbeats.Topic,
 	}, links, ens, store, codecs, m, log)
 
 	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
@@ -299,6 +309,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 	})
 	g.Go(func() error { ready.Run(gctx); return nil })
+	// The heartbeats are written until the streams have drained (below),
+	// then once more.
+	persistCtx, stopPersist := context.WithCancel(context.Background())
+	g.Go(func() error { beats.store.Run(persistCtx); return nil })
 	if certs != nil {
 		g.Go(func() error { certs.Run(gctx); return nil })
 		g.Go(func() error { tlsconfig.ReloadOnHangup(gctx, certs, log); return nil })
@@ -320,6 +334,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			gs.Stop()
 			<-stopped
 		}
+		stopPersist()
 		return nil
 	})
 	log.Info("writer serving", "listen", lis.Addr().String(), "links", len(links))
@@ -355,6 +370,48 @@ func checkpointTrust(cfg *config.Config, certs *tlsconfig.Source, log *slog.Logg
 		log.Warn("checkpoints.accept_unsigned is on: unsigned checkpoints (of writers older than signing) are taken; turn it off once upgraded (docs/operations.md)")
 	}
 	return certs, verifier, nil
+}
+
+// heartbeats are the heartbeat table and its store.
+type heartbeats struct {
+	table *heartbeat.Table
+	store *heartbeat.Store
+}
+
+// openHeartbeats creates the heartbeat topic if missing and reads it back
+// (bounded by its end at start), so the failover meter answers after a
+// restart with the source gone. Records of other links are left out.
+func openHeartbeats(ctx context.Context, wait *startup.Waiter, cfg *config.Config, ens *topics.Ensurer, opts []kgo.Opt, links []server.Link, log *slog.Logger) (heartbeats, error) {
+	const target = "target cluster"
+	if err := wait.Do(ctx, target, kafkaclient.Unreachable, func() error {
+		return ens.Ensure(topics.Spec{
+			Name: cfg.Heartbeats.Topic, Partitions: cfg.Checkpoints.Partitions, ReplicationFactor: cfg.Checkpoints.ReplicationFactor, Configs: heartbeat.Configs,
+		})
+	}); err != nil {
+		return heartbeats{}, fmt.Errorf("heartbeat topic: %w", err)
+	}
+	table := heartbeat.NewTable()
+	store, err := heartbeat.NewStore(opts, cfg.Heartbeats.Topic, table, cfg.Heartbeats.PersistInterval, log)
+	if err != nil {
+		return heartbeats{}, err
+	}
+	names := map[string]bool{}
+	for _, l := range links {
+		names[l.Name] = true
+	}
+	if err := wait.Do(ctx, target, kafkaclient.Unreachable, func() error {
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		loaded, refused, err := store.Load(lctx, names)
+		if err == nil {
+			log.Info("heartbeats read back", "partitions", loaded, "refused", refused)
+		}
+		return err
+	}); err != nil {
+		store.Close()
+		return heartbeats{}, err
+	}
+	return heartbeats{table: table, store: store}, nil
 }
 
 func buildLinks(cfgs []config.Link) ([]server.Link, error) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/config"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
+	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
@@ -51,6 +52,9 @@ type Config struct {
 	// OffsetIndex is where each round records where its source offsets
 	// landed, in the target cluster (docs/architecture.md, "Offset index").
 	OffsetIndex OffsetIndex `yaml:"offset_index"`
+	// Heartbeats is where the last heartbeat of each source partition is
+	// kept, in the target cluster, for the failover meter after a restart.
+	Heartbeats Heartbeats `yaml:"heartbeats"`
 	// Producer tunes the target producer of each shard.
 	Producer Producer `yaml:"producer"`
 	// MaxBatchBytes bounds one batch's records, uncompressed. It must be at
@@ -126,6 +130,15 @@ type OffsetIndex struct {
 	// longest retention of the source topics, or translating their oldest
 	// offsets answers that they are before the index.
 	Retention time.Duration `yaml:"retention"`
+}
+
+// Heartbeats configures the compacted heartbeat topic (created with
+// checkpoints.partitions and checkpoints.replication_factor).
+type Heartbeats struct {
+	Topic string `yaml:"topic"`
+	// PersistInterval is how often changed heartbeats are written: each
+	// partition's record at most once an interval, all in one batch.
+	PersistInterval time.Duration `yaml:"persist_interval"`
 }
 
 // Producer tunes target producers.
@@ -243,6 +256,7 @@ func Defaults() Config {
 		Target:            kafkaclient.Defaults("ferry-writer"),
 		Checkpoints:       Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
 		OffsetIndex:       OffsetIndex{Topic: offsetindex.DefaultTopic, Retention: offsetindex.DefaultRetention},
+		Heartbeats:        Heartbeats{Topic: "__ferry_heartbeats", PersistInterval: 5 * time.Second},
 		Producer:          Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
 		MaxBatchBytes:     4 << 20,
 		MaxGroupBytes:     8 << 20,
@@ -334,6 +348,15 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.OffsetIndex.validate(c.Checkpoints, &p)
+	switch c.Heartbeats.Topic {
+	case "":
+		p.Addf("heartbeats.topic", "required")
+	case c.Checkpoints.Topic, provenance.Topic, c.OffsetIndex.Topic:
+		p.Addf("heartbeats.topic", "%q is another of the writer's topics", c.Heartbeats.Topic)
+	}
+	if c.Heartbeats.PersistInterval < 100*time.Millisecond || c.Heartbeats.PersistInterval > 10*time.Minute {
+		p.Addf("heartbeats.persist_interval", "%v: must be between 100ms and 10m", c.Heartbeats.PersistInterval)
+	}
 	switch c.Producer.Compression {
 	case "none", "gzip", "snappy", "lz4", "zstd":
 	default:

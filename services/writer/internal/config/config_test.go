@@ -33,6 +33,10 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		{"not a platform topic", base + "links: [{name: a, topics: {include: ['.*']}, platform_topics: [orders]}]\n", `links[0].platform_topics: "orders" is not a platform topic`},
 		// Issue 22 item 3: streams bounded per peer and per writer.
 		{"streams per peer above the writer's", base + "links: [{name: a, topics: {include: ['.*']}}]\nmax_streams: 10\nmax_streams_per_peer: 11\n", "max_streams_per_peer: 11"},
+		// Issue 23 item 3: heartbeats persisted to a topic of their own.
+		{"heartbeats persisted too often", base + "links: [{name: a, topics: {include: ['.*']}}]\nheartbeats: {persist_interval: 10ms}\n", "heartbeats.persist_interval: 10ms"},
+		{"heartbeats into the checkpoint topic", base + "links: [{name: a, topics: {include: ['.*']}}]\nheartbeats: {topic: __ferry_checkpoints}\n", "heartbeats.topic"},
+		{"no heartbeat topic", base + "links: [{name: a, topics: {include: ['.*']}}]\nheartbeats: {topic: ''}\n", "heartbeats.topic: required"},
 		{"no streams", base + "links: [{name: a, topics: {include: ['.*']}}]\nmax_streams: 0\n", "max_streams: 0"},
 		{"max partitions", base + "links: [{name: a, topics: {include: ['.*']}}]\nmax_partitions: 0\n", "max_partitions: 0"},
 		{"group below batch", base + "links: [{name: a, topics: {include: ['.*']}}]\nmax_group_bytes: 1KiB\n", "max_group_bytes"},

@@ -2,7 +2,12 @@
 // ferry_; docs/metrics.md maps them to MirrorMaker 2's.
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the writer's instruments, registered on one registry.
 type Metrics struct {
@@ -21,6 +26,9 @@ type Metrics struct {
 	// open took under checkpoints.accept_unsigned.
 	CheckpointsRefused          *prometheus.CounterVec
 	CheckpointsAcceptedUnsigned prometheus.Counter
+	// Failover is the failover meter, read at each scrape from its source
+	// (SetSource): ages grow between heartbeats, so no gauge is set.
+	Failover *FailoverCollector
 
 	reg prometheus.Registerer
 }
@@ -86,7 +94,76 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		reg: reg,
 	}
+	m.Failover = newFailoverCollector()
 	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.Latency, m.Rejected, m.StaleEpochs, m.Streams, m.ProduceSeconds, m.Checkpoints,
-		m.BufferedBytes, m.CheckpointsRefused, m.CheckpointsAcceptedUnsigned)
+		m.BufferedBytes, m.CheckpointsRefused, m.CheckpointsAcceptedUnsigned, m.Failover)
 	return m
+}
+
+// Exposure is one source partition's line of the failover meter.
+type Exposure struct {
+	Link, Topic string
+	Partition   int32
+	// Records would be lost if the source died now; Seconds is how much
+	// source time they span (the lag in seconds), valid when HasSeconds.
+	Records    int64
+	Seconds    float64
+	HasSeconds bool
+	// HeartbeatAge is the age of the last heartbeat, in seconds.
+	HeartbeatAge float64
+}
+
+// FailoverCollector serves ferry_failover_exposure_records,
+// ferry_failover_exposure_seconds and ferry_heartbeat_age_seconds, by
+// link, topic and partition: one series each per partition a heartbeat
+// was received or loaded for, of the writer's links.
+type FailoverCollector struct {
+	records, seconds, age *prometheus.Desc
+
+	mu   sync.Mutex
+	read func() []Exposure
+}
+
+func newFailoverCollector() *FailoverCollector {
+	part := []string{"link", "topic", "partition"}
+	return &FailoverCollector{
+		records: prometheus.NewDesc("ferry_failover_exposure_records",
+			"Records the source held per its last heartbeat that are not committed on the target: lost if the source died now.", part, nil),
+		seconds: prometheus.NewDesc("ferry_failover_exposure_seconds",
+			"Source head timestamp minus that of the last record committed on the target: the lag, and the data a failover now would lose, in seconds.", part, nil),
+		age: prometheus.NewDesc("ferry_heartbeat_age_seconds",
+			"Age of the last heartbeat of the partition: how old the writer's knowledge of the source is.", part, nil),
+	}
+}
+
+// SetSource sets where the meter is read from at each scrape.
+func (c *FailoverCollector) SetSource(read func() []Exposure) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.read = read
+}
+
+// Describe implements prometheus.Collector.
+func (c *FailoverCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.records
+	ch <- c.seconds
+	ch <- c.age
+}
+
+// Collect implements prometheus.Collector.
+func (c *FailoverCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	read := c.read
+	c.mu.Unlock()
+	if read == nil {
+		return
+	}
+	for _, e := range read() {
+		labels := []string{e.Link, e.Topic, strconv.Itoa(int(e.Partition))}
+		ch <- prometheus.MustNewConstMetric(c.records, prometheus.GaugeValue, float64(e.Records), labels...)
+		if e.HasSeconds {
+			ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.GaugeValue, e.Seconds, labels...)
+		}
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, e.HeartbeatAge, labels...)
+	}
 }

@@ -53,7 +53,7 @@ func signingWriter(t *testing.T, certs certSet, acceptUnsigned bool) *testWriter
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startWriterStore(t, passthroughLinks(t, false), func(*Options) {}, func(o *checkpoint.Options) {
+	return startWriterOn(t, nil, passthroughLinks(t, false), func(*Options) {}, func(o *checkpoint.Options) {
 		o.Signer, o.Verifier, o.AcceptUnsigned = certs.writer, v, acceptUnsigned
 	}, nil, insecure.NewCredentials())
 }

@@ -64,6 +64,7 @@ var statusTable = []struct {
 	{errTopicRefused, codes.PermissionDenied, "topic_refused"},
 	{errPeerRefused, codes.PermissionDenied, "peer_refused"},
 	{errBeyondSource, codes.InvalidArgument, "beyond_source"},
+	{errBadHeartbeat, codes.InvalidArgument, "bad_heartbeat"},
 	{errTooManyStreams, codes.ResourceExhausted, "too_many_streams"},
 	{errOutOfOrder, codes.FailedPrecondition, "out_of_order"},
 	{errSuperseded, codes.Aborted, ""},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
+	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 )
 
@@ -26,6 +27,9 @@ type observer struct {
 	// tracer is nil with tracing off.
 	tracer trace.Tracer
 	log    *slog.Logger
+	// beats keeps the source timestamp each partition's commits reach,
+	// for the failover meter (heartbeat.go).
+	beats *heartbeat.Table
 }
 
 // written records a round whose records the target acknowledged at
@@ -39,6 +43,7 @@ func (o *observer) written(ctx context.Context, group []work, start, produced, n
 // committed records batches acknowledged upstream with their checkpoints.
 func (o *observer) committed(ctx context.Context, done committed) {
 	o.metrics.Checkpoints.WithLabelValues(o.link.Name).Add(float64(len(done.cps)))
+	o.commitTimes(done)
 	o.traceCommit(ctx, done.batches, done.since)
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
@@ -87,6 +88,13 @@ type Options struct {
 	// partition's checkpoint, the index record of what it copied of it
 	// (progress, package offsetindex).
 	Index offsetindex.Topic
+	// Heartbeats is the table the streams' heartbeats and commits go to
+	// (package heartbeat), persisted by the caller; nil: a table of the
+	// server's own, in memory only.
+	Heartbeats *heartbeat.Table
+	// HeartbeatsTopic is where Heartbeats is persisted: no link may write
+	// it.
+	HeartbeatsTopic string
 }
 
 // ProducerSettings tune the shards' target producers.
@@ -123,6 +131,8 @@ type Server struct {
 	// builders are the recordbatch.Builders sessions take to build a
 	// round (build.go).
 	builders sync.Pool
+	// beats is the heartbeat table (Options.Heartbeats).
+	beats *heartbeat.Table
 
 	mu sync.Mutex
 	// shards holds only shards of the writer's links below their shard
@@ -153,12 +163,18 @@ func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Stor
 	for _, l := range links {
 		byName[l.Name] = l
 	}
-	return &Server{
+	s := &Server{
 		opts: opts, links: byName, topics: ens, store: store, codecs: codecs,
 		metrics: m, log: log, shards: map[shardKey]*shardState{}, perPeer: map[string]int{}, drain: make(chan struct{}),
 		budget:   budget.New(opts.MaxBufferedBytes, func(n int64) { m.BufferedBytes.Set(float64(n)) }),
 		builders: sync.Pool{New: func() any { return new(recordbatch.Builder) }},
+		beats:    opts.Heartbeats,
 	}
+	if s.beats == nil {
+		s.beats = heartbeat.NewTable()
+	}
+	m.Failover.SetSource(s.failoverMetrics)
+	return s
 }
 
 // Replicate serves one shard stream.

@@ -115,7 +115,7 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 	}
 	sess.progress = newProgress(link.Name, s.opts.ID, sess.epoch, s.store, sess.topicIDs)
 	sess.progress.index = s.opts.Index
-	sess.obs = &observer{link: link, shard: sess.shard, epoch: sess.epoch, metrics: s.metrics, tracer: s.opts.Tracer, log: s.log}
+	sess.obs = &observer{link: link, shard: sess.shard, epoch: sess.epoch, metrics: s.metrics, tracer: s.opts.Tracer, log: s.log, beats: s.beats}
 	sess.queueBytes = int64(s.opts.MaxGroupBytes)
 	sess.queued = semaphore.NewWeighted(sess.queueBytes)
 	sess.ctx, sess.cancel = context.WithCancelCause(ctx)
@@ -161,6 +161,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	if err != nil {
 		return reject(s.metrics, ss.link.Name, err)
 	}
+	opened.Heartbeats = true // this writer takes them (heartbeat.go)
 	if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Opened{Opened: opened}}); err != nil {
 		return fmt.Errorf("send opened: %w", err)
 	}
@@ -210,6 +211,13 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 		if err != nil {
 			ss.cancel(fmt.Errorf("receive: %w", err))
 			return
+		}
+		if handled, err := ss.other(req); handled {
+			if err != nil {
+				ss.cancel(reject(ss.s.metrics, ss.link.Name, err))
+				return
+			}
+			continue
 		}
 		w, err := ss.checkTraced(req.GetBatch(), seq+1)
 		if err != nil {

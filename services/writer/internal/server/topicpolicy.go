@@ -56,6 +56,8 @@ func (s *Server) reserved(target string) string {
 		return "the writer's checkpoint topic"
 	case target == s.opts.Index.Name:
 		return "the writer's offset index topic"
+	case s.opts.HeartbeatsTopic != "" && target == s.opts.HeartbeatsTopic:
+		return "the writer's heartbeat topic"
 	case kafkaInternal[target]:
 		return "a Kafka internal topic"
 	case strings.HasPrefix(target, ferryReserved):

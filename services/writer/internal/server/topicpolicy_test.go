@@ -109,12 +109,13 @@ const testShards = 8
 // (TLS) and the test client's credentials.
 func startWriterGRPC(t *testing.T, links []Link, edit func(*Options), serverOpts []grpc.ServerOption, creds credentials.TransportCredentials) *testWriter {
 	t.Helper()
-	return startWriterStore(t, links, edit, func(*checkpoint.Options) {}, serverOpts, creds)
+	return startWriterOn(t, nil, links, edit, nil, serverOpts, creds)
 }
 
-// startWriterStore is startWriterGRPC with the checkpoint store's options
-// edited (signing).
-func startWriterStore(t *testing.T, links []Link, edit func(*Options), editStore func(*checkpoint.Options), serverOpts []grpc.ServerOption, creds credentials.TransportCredentials) *testWriter {
+// startWriterOn is startWriterGRPC on a given target cluster (nil: one of
+// its own), as a writer restarted on the same target is, with the
+// checkpoint store's options edited (editStore, nil for none: signing).
+func startWriterOn(t *testing.T, cluster *kfake.Cluster, links []Link, edit func(*Options), editStore func(*checkpoint.Options), serverOpts []grpc.ServerOption, creds credentials.TransportCredentials) *testWriter {
 	t.Helper()
 	links = slices.Clone(links)
 	for i := range links {
@@ -123,11 +124,14 @@ func startWriterStore(t *testing.T, links []Link, edit func(*Options), editStore
 		}
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
+	if cluster == nil {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		cluster = c
 	}
-	t.Cleanup(cluster.Close)
 	addrs := cluster.ListenAddrs()
 	kc := kafkaclient.Defaults("ferry-test")
 	base, err := kc.Sarama()
@@ -135,7 +139,9 @@ func startWriterStore(t *testing.T, links []Link, edit func(*Options), editStore
 		t.Fatal(err)
 	}
 	storeOpts := checkpoint.Options{Topic: cpTopic, Partitions: 1, ReplicationFactor: -1, Writer: "w1"}
-	editStore(&storeOpts)
+	if editStore != nil {
+		editStore(&storeOpts)
+	}
 	store, err := checkpoint.Open(addrs, base, storeOpts, log)
 	if err != nil {
 		t.Fatal(err)

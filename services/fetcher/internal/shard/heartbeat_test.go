@@ -1,0 +1,92 @@
+package shard
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/writertest"
+)
+
+// lastHeartbeat is the last heartbeat entry of topic/0 the writer has.
+func lastHeartbeat(w *writertest.Writer, topic string) *ferryv1.PartitionHeartbeat {
+	hbs := w.Heartbeats()
+	for i := len(hbs) - 1; i >= 0; i-- {
+		for _, p := range hbs[i].GetPartitions() {
+			if p.GetTopic() == topic && p.GetPartition() == 0 {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
+// Heartbeats flow on an open stream whether or not data does: an idle
+// partition is reported, and once records are produced to the source
+// while copying is held back (the fetch loop is paused), its
+// heartbeat carries the new high watermark, log start and head, and the
+// epoch of the stream.
+func TestHeartbeatsFlowWithoutData(t *testing.T) {
+	const topic = "idle"
+	src := newSource(t, topic)
+	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
+	writer.TakeHeartbeats()
+	pause := make(chan struct{})
+	startRunnerDeps(t, src, newWriters(t, writer.Addr()), metrics.New(prometheus.NewRegistry()), func(*Settings) {},
+		func(d *Deps) { d.pauseFetch = pause }, make(chan struct{}), topic)
+
+	writertest.WaitFor(t, 10*time.Second, "three heartbeats of the idle partition", func() bool { return len(writer.Heartbeats()) >= 3 })
+	if hb := lastHeartbeat(writer, topic); hb.GetHighWatermark() != 0 || hb.GetLogStartOffset() != 0 || hb.GetHeadOffset() != -1 || hb.GetHeadTimestamp() != -1 {
+		t.Fatalf("idle partition's heartbeat %v, want high watermark 0, log start 0, no head", hb)
+	}
+	if writer.Batches() != 0 {
+		t.Fatalf("%d batches from an empty partition", writer.Batches())
+	}
+
+	before := time.Now().Add(-time.Second).UnixMilli()
+	src.produce(t, topic, 7)
+	writertest.WaitFor(t, 10*time.Second, "a heartbeat with high watermark 7", func() bool { return lastHeartbeat(writer, topic).GetHighWatermark() == 7 })
+	hb := lastHeartbeat(writer, topic)
+	if hb.GetLogStartOffset() != 0 || hb.GetHeadOffset() != 6 || hb.GetHeadTimestamp() < before || hb.GetObservedAt() < hb.GetHeadTimestamp() {
+		t.Errorf("heartbeat %v: want log start 0, head offset 6 with the last record's timestamp, observed after it", hb)
+	}
+	for _, h := range writer.Heartbeats() {
+		if h.GetEpoch() != 1 {
+			t.Fatalf("heartbeat of epoch %d on a stream of epoch 1", h.GetEpoch())
+		}
+	}
+	if writer.Batches() != 0 {
+		t.Fatalf("%d batches sent while the fetch loop was paused", writer.Batches())
+	}
+	close(pause) // and copying goes on with heartbeats flowing
+	writertest.WaitFor(t, 10*time.Second, "a batch after the pause", func() bool { return writer.Batches() > 0 })
+}
+
+// A writer older than heartbeats (its Opened does not set heartbeats) ends
+// the stream at anything but a batch: the fetcher sends it none, and
+// copies as before.
+func TestNoHeartbeatsToOlderWriter(t *testing.T) {
+	const topic = "t"
+	src := newSource(t, topic)
+	cps := writertest.NewCheckpoints()
+	writer := writertest.Start(t, "127.0.0.1:0", cps) // no TakeHeartbeats: an older writer
+	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), metrics.New(prometheus.NewRegistry()), func(*Settings) {}, topic)
+	src.produce(t, topic, 5)
+	writertest.WaitFor(t, 10*time.Second, "5 records committed", func() bool { n, _ := cps.Next(topic, 0); return n == 5 })
+	// Several reads of the source's offsets, each of which would have
+	// been a heartbeat.
+	for range 3 {
+		_, next := r.lastRead()
+		select {
+		case <-next:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no read of the source's offsets within 10s")
+		}
+	}
+	if st := r.Status(); writer.Opens() != 1 || st.Restarts != 0 || !st.Connected {
+		t.Fatalf("%d opens, %d restarts, connected %v: the older writer's stream must stay up", writer.Opens(), st.Restarts, st.Connected)
+	}
+}

@@ -1,0 +1,255 @@
+// Package heartbeat keeps, per link and source partition, what the source
+// side last said it held (a fetcher's heartbeat: high watermark, log start,
+// head timestamp, when it was read) and the source timestamp of the last
+// record committed on the target, so the writer can say what a failover
+// would lose (the failover meter) with no traffic and after the source
+// region is gone. The Table is the one copy in memory; a Store persists it
+// to a compacted topic of the target (heartbeats.topic) and reads it back
+// at start, so the answer survives a writer restart.
+//
+// Invariants: a State in the Table passed Check (what a peer sent, or what
+// the topic held, is refused otherwise); a partition's record is written at
+// most once per persist interval, and only when its State changed.
+package heartbeat
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Key identifies a source partition within a link.
+type Key struct {
+	Link      string
+	Topic     string
+	Partition int32
+}
+
+// String is the record key in the heartbeat topic: link/topic/partition,
+// as the checkpoint topic spells it. Neither link names nor topic names
+// can hold a slash.
+func (k Key) String() string {
+	return k.Link + "/" + k.Topic + "/" + strconv.Itoa(int(k.Partition))
+}
+
+// parseKey reads a record key, taking only the one spelling String gives:
+// the topic is compacted by key, so another spelling of a partition would
+// be kept beside the writer's own records.
+func parseKey(s string) (Key, bool) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+		return Key{}, false
+	}
+	p, err := strconv.ParseInt(parts[2], 10, 32)
+	if err != nil || p < 0 {
+		return Key{}, false
+	}
+	k := Key{Link: parts[0], Topic: parts[1], Partition: int32(p)}
+	return k, k.String() == s
+}
+
+// State is what the writer knows of a source partition from the source
+// side. Offsets are -1 while unknown.
+type State struct {
+	// HighWatermark, LogStart, HeadOffset and HeadTimestamp (Unix ms) are
+	// the last heartbeat's (ferryv1.PartitionHeartbeat); HighWatermark
+	// is -1 until one came.
+	HighWatermark int64 `json:"high_watermark"`
+	LogStart      int64 `json:"log_start_offset"`
+	HeadOffset    int64 `json:"head_offset"`
+	HeadTimestamp int64 `json:"head_timestamp"`
+	// ObservedAt is when the fetcher read them (Unix ms, its clock).
+	ObservedAt int64 `json:"observed_at"`
+	// CommittedTimestamp is the largest source timestamp (Unix ms) of the
+	// records of the last round that committed any on the target, and
+	// CommittedNext the next source offset that round reached; -1 while
+	// unknown.
+	CommittedTimestamp int64 `json:"committed_timestamp"`
+	CommittedNext      int64 `json:"committed_next_offset"`
+}
+
+// Unknown is the State of a partition nothing is known of yet.
+var Unknown = State{HighWatermark: -1, LogStart: -1, HeadOffset: -1, HeadTimestamp: -1, ObservedAt: -1, CommittedTimestamp: -1, CommittedNext: -1}
+
+// HasHeartbeat reports whether a heartbeat is known.
+func (s State) HasHeartbeat() bool { return s.HighWatermark >= 0 }
+
+// ErrInvalid is what Decode's and Check's refusals match.
+var ErrInvalid = errors.New("invalid heartbeat")
+
+// FieldError is Check's refusal: the field and what is wrong with it.
+type FieldError struct {
+	Field, Problem string
+}
+
+func (e *FieldError) Error() string { return ErrInvalid.Error() + ": " + e.Field + " " + e.Problem }
+
+// Is makes a FieldError match ErrInvalid.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// Check refuses a State whose offsets make no sense, naming the field: a
+// fetcher is admitted, not trusted blindly, and the topic may hold
+// records someone else wrote.
+func (s State) Check() error {
+	bad := func(field string, v int64, why string) error {
+		return &FieldError{Field: field, Problem: strconv.FormatInt(v, 10) + " " + why}
+	}
+	switch {
+	case s.HighWatermark < -1:
+		return bad("high_watermark", s.HighWatermark, "is negative")
+	case s.CommittedTimestamp < -1:
+		return bad("committed_timestamp", s.CommittedTimestamp, "is negative")
+	case s.CommittedNext < -1:
+		return bad("committed_next_offset", s.CommittedNext, "is negative")
+	case !s.HasHeartbeat():
+		if s.LogStart != -1 || s.HeadOffset != -1 || s.HeadTimestamp != -1 || s.ObservedAt != -1 {
+			return &FieldError{Field: "high_watermark", Problem: "-1 (unknown) with other offsets known"}
+		}
+		return nil
+	case s.LogStart < 0:
+		return bad("log_start_offset", s.LogStart, "is negative")
+	case s.LogStart > s.HighWatermark:
+		return bad("log_start_offset", s.LogStart, "is above high_watermark "+strconv.FormatInt(s.HighWatermark, 10))
+	case s.HeadOffset < -1:
+		return bad("head_offset", s.HeadOffset, "is negative")
+	case s.HeadOffset >= s.HighWatermark:
+		return bad("head_offset", s.HeadOffset, "is at or above high_watermark "+strconv.FormatInt(s.HighWatermark, 10))
+	case s.HeadTimestamp < -1:
+		return bad("head_timestamp", s.HeadTimestamp, "is negative")
+	case (s.HeadOffset < 0) != (s.HeadTimestamp < 0):
+		return &FieldError{Field: "head_offset", Problem: fmt.Sprintf("%d with head_timestamp %d: both or neither", s.HeadOffset, s.HeadTimestamp)}
+	case s.ObservedAt <= 0:
+		return bad("observed_at", s.ObservedAt, "is not a time")
+	}
+	return nil
+}
+
+// Beat is a heartbeat's part of a State.
+type Beat struct {
+	HighWatermark, LogStart, HeadOffset, HeadTimestamp, ObservedAt int64
+}
+
+// MaxEntries bounds the partitions a Table holds: what it loads from the
+// topic (which others may write) and what fetchers report, whose
+// partitions are already bounded by the links' Opens.
+const MaxEntries = 1 << 20
+
+// Table holds the State of every partition the writer has heard of.
+type Table struct {
+	mu      sync.Mutex
+	entries map[Key]*entry
+}
+
+type entry struct {
+	st    State
+	dirty bool // changed since it was last persisted
+}
+
+// NewTable returns an empty table.
+func NewTable() *Table { return &Table{entries: map[Key]*entry{}} }
+
+// get returns k's entry, made Unknown if new; nil when the table is full.
+// t.mu is held.
+func (t *Table) get(k Key) *entry {
+	e := t.entries[k]
+	if e == nil {
+		if len(t.entries) >= MaxEntries {
+			return nil
+		}
+		e = &entry{st: Unknown}
+		t.entries[k] = e
+	}
+	return e
+}
+
+// Beat records a heartbeat of k that passed Check.
+func (t *Table) Beat(k Key, b Beat) {
+	t.update(k, func(s *State) {
+		s.HighWatermark, s.LogStart, s.HeadOffset, s.HeadTimestamp, s.ObservedAt = b.HighWatermark, b.LogStart, b.HeadOffset, b.HeadTimestamp, b.ObservedAt
+	})
+}
+
+// Committed records that a round committed k's records up to next, the
+// largest of their source timestamps ts (Unix ms).
+func (t *Table) Committed(k Key, next, ts int64) {
+	t.update(k, func(s *State) { s.CommittedNext, s.CommittedTimestamp = next, ts })
+}
+
+func (t *Table) update(k Key, fn func(*State)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.get(k)
+	if e == nil {
+		return
+	}
+	was := e.st
+	fn(&e.st)
+	e.dirty = e.dirty || e.st != was
+}
+
+// load sets k's State as read back from the topic; not dirty.
+func (t *Table) load(k Key, s State) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.get(k); e != nil {
+		e.st = s
+	}
+}
+
+// forget drops k (a tombstone in the topic).
+func (t *Table) forget(k Key) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.entries, k)
+}
+
+// Get returns k's State.
+func (t *Table) Get(k Key) (State, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.entries[k]
+	if !ok {
+		return Unknown, false
+	}
+	return e.st, true
+}
+
+// All returns a copy of every State.
+func (t *Table) All() map[Key]State {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[Key]State, len(t.entries))
+	for k, e := range t.entries {
+		out[k] = e.st
+	}
+	return out
+}
+
+// takeDirty returns the States changed since the last take, marking them
+// clean.
+func (t *Table) takeDirty() map[Key]State {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[Key]State{}
+	for k, e := range t.entries {
+		if e.dirty {
+			out[k] = e.st
+			e.dirty = false
+		}
+	}
+	return out
+}
+
+// markDirty marks States whose write failed, unless they changed since.
+func (t *Table) markDirty(failed map[Key]State) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k := range maps.Keys(failed) {
+		if e := t.entries[k]; e != nil {
+			e.dirty = true
+		}
+	}
+}
