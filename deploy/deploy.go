@@ -1,5 +1,7 @@
 // Package deploy holds Ferry's deployment manifests, Kubernetes
-// (kubernetes/) and Nomad (nomad/), and reads them back so tests can hold
+// (kubernetes/: kustomize bases and an overlay per region, rendered with
+// kustomize's Go API and decoded strictly into the Kubernetes API types)
+// and Nomad (nomad/), and reads them back so tests can hold
 // them to the services they deploy: each service's config tests load the
 // Ferry configuration a manifest embeds through that service's own loader
 // and validation, then call Check with what the configuration says (ports,
@@ -83,6 +85,12 @@ type Facts struct {
 	// SelfRegisters is true when the writer registers itself in Consul
 	// (registration.address).
 	SelfRegisters bool
+	// Shards is the fetcher's link.shards, 0 for the writer: more fetchers
+	// than shards own nothing, so an autoscaler must stop there.
+	Shards int
+	// Link is the fetcher's link.name, empty for the writer: the lag the
+	// fetchers scale on is that link's.
+	Link string
 }
 
 // ImageName is the placeholder image of a tier; images are not published
