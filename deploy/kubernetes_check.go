@@ -274,12 +274,21 @@ func describePeer(p networkingv1.NetworkPolicyPeer) string {
 		parts = append(parts, "ipBlock "+p.IPBlock.CIDR)
 	}
 	if p.NamespaceSelector != nil {
-		parts = append(parts, "namespaces {"+metav1.FormatLabelSelector(p.NamespaceSelector)+"}")
+		parts = append(parts, describeSelector("namespace", p.NamespaceSelector))
 	}
 	if p.PodSelector != nil {
-		parts = append(parts, "pods {"+metav1.FormatLabelSelector(p.PodSelector)+"}")
+		parts = append(parts, describeSelector("pod", p.PodSelector))
 	}
 	return strings.Join(parts, " and ")
+}
+
+// describeSelector names what a policy peer's selector picks; an empty one
+// picks every namespace (or every pod of the namespace).
+func describeSelector(what string, sel *metav1.LabelSelector) string {
+	if len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0 {
+		return "every " + what
+	}
+	return what + "s {" + metav1.FormatLabelSelector(sel) + "}"
 }
 
 // disruptionBudgets wants a budget on the pods, with one limit.
