@@ -53,9 +53,9 @@ func newScheme() *runtime.Scheme {
 // tests instead of shipping.
 var strictDecoder = serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
 
-// KustomizeFS copies the embedded kubernetes/ tree into an in-memory file
+// kustomizeFS copies the embedded kubernetes/ tree into an in-memory file
 // system, the form kustomize reads; tests add broken overlays to it.
-func KustomizeFS() (filesys.FileSystem, error) {
+func kustomizeFS() (filesys.FileSystem, error) {
 	mem := filesys.MakeFsInMemory()
 	err := fs.WalkDir(files, "kubernetes", func(name string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -73,10 +73,10 @@ func KustomizeFS() (filesys.FileSystem, error) {
 	return mem, nil
 }
 
-// Render builds the kustomization in dir with kustomize's own API, as
+// render builds the kustomization in dir with kustomize's own API, as
 // `kubectl apply -k` would, and decodes every object strictly into its API
 // type (*Certificate for cert-manager's).
-func Render(fsys filesys.FileSystem, dir string) ([]runtime.Object, error) {
+func render(fsys filesys.FileSystem, dir string) ([]runtime.Object, error) {
 	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
@@ -130,16 +130,16 @@ type Kubernetes struct {
 // LoadKubernetes renders the overlay in dir (KubernetesOverlay) from the
 // embedded manifests and sorts out the tier's objects.
 func LoadKubernetes(dir, tier string) (*Kubernetes, error) {
-	fsys, err := KustomizeFS()
+	fsys, err := kustomizeFS()
 	if err != nil {
 		return nil, err
 	}
-	return LoadKubernetesFS(fsys, dir, tier)
+	return loadKubernetesFS(fsys, dir, tier)
 }
 
-// LoadKubernetesFS is LoadKubernetes over any file system.
-func LoadKubernetesFS(fsys filesys.FileSystem, dir, tier string) (*Kubernetes, error) {
-	objs, err := Render(fsys, dir)
+// loadKubernetesFS is LoadKubernetes over any file system.
+func loadKubernetesFS(fsys filesys.FileSystem, dir, tier string) (*Kubernetes, error) {
+	objs, err := render(fsys, dir)
 	if err != nil {
 		return nil, err
 	}

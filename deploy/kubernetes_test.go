@@ -35,7 +35,7 @@ type brokenOverlay struct {
 
 func (b brokenOverlay) fs(t *testing.T, tier string) filesys.FileSystem {
 	t.Helper()
-	fsys, err := KustomizeFS()
+	fsys, err := kustomizeFS()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func write(t *testing.T, fsys filesys.FileSystem, name, text string) {
 // load renders the broken overlay and reads it as deploytest does.
 func (b brokenOverlay) load(t *testing.T, tier string) (*Kubernetes, error) {
 	t.Helper()
-	k, err := LoadKubernetesFS(b.fs(t, tier), testOverlay, tier)
+	k, err := loadKubernetesFS(b.fs(t, tier), testOverlay, tier)
 	if err != nil {
 		return nil, err
 	}
