@@ -122,6 +122,7 @@ FUZZ_TARGETS = \
 	./pkg/provenance:FuzzDecodeEntry \
 	./pkg/refusal:FuzzFrom \
 	./services/writer/internal/checkpoint:FuzzCheckpointRecord \
+	./services/writer/internal/offsetindex:FuzzIndexRecord \
 	./services/writer/internal/server:FuzzCheckOpen
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -85,8 +85,9 @@ type Facts struct {
 	// SelfRegisters is true when the writer registers itself in Consul
 	// (registration.address).
 	SelfRegisters bool
-	// Shards is the fetcher's link.shards, 0 for the writer: more fetchers
-	// than shards own nothing, so an autoscaler must stop there.
+	// Shards bounds the useful instances (0: no bound): each shard has
+	// one owner at a time, so fetchers past the link's shards, or writers
+	// past the shards of all links, idle.
 	Shards int
 	// Link is the fetcher's link.name, empty for the writer: the lag the
 	// fetchers scale on is that link's.

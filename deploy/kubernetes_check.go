@@ -307,8 +307,7 @@ func (c *check) disruptionBudgets() {
 }
 
 // autoscalers wants one HorizontalPodAutoscaler on the Deployment, on CPU
-// for writers and on lag for fetchers, never above what the configuration
-// can use.
+// for writers and on lag for fetchers, never above the shards (Facts.Shards).
 func (c *check) autoscalers() {
 	d := c.k.Deployment
 	if r := d.Spec.Replicas; r != nil && *r > 1 && !c.f.Replicable {
@@ -341,7 +340,7 @@ func (c *check) autoscalers() {
 		c.fail("several replicas of a configuration that must run alone (a fetcher without lease.address owns every shard): HorizontalPodAutoscaler %s allows %d", hpa.Name, hi)
 	}
 	if c.f.Shards > 0 && int(hi) > c.f.Shards {
-		c.fail("HorizontalPodAutoscaler %s: maxReplicas %d is above link.shards %d: a fetcher beyond one per shard owns nothing", hpa.Name, hi, c.f.Shards)
+		c.fail("HorizontalPodAutoscaler %s: maxReplicas %d is above the %d shards: a replica beyond one per shard idles", hpa.Name, hi, c.f.Shards)
 	}
 	if c.f.Tier == "fetcher" {
 		c.lagMetric(hpa)

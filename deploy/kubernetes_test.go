@@ -230,7 +230,7 @@ func TestKubernetesCheckFindsBrokenManifests(t *testing.T) {
 			{name: "replicas with an autoscaler", b: brokenOverlay{patch: jsonPatch("add", "/spec/replicas", "3"), target: dep("fetcher")}, want: "sets replicas while HorizontalPodAutoscaler"},
 			{name: "no disruption budget", b: brokenOverlay{patch: "$patch: delete\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: ferry-fetcher\n"}, want: "no PodDisruptionBudget"},
 			{name: "disruption budget limits", b: brokenOverlay{patch: jsonPatch("add", "/spec/minAvailable", "1"), target: "PodDisruptionBudget/ferry-fetcher"}, want: "set one of minAvailable, maxUnavailable"},
-			{name: "autoscaler above shards", b: brokenOverlay{patch: jsonPatch("replace", "/spec/maxReplicas", "17"), target: "HorizontalPodAutoscaler/ferry-fetcher"}, want: "maxReplicas 17 is above link.shards 16"},
+			{name: "autoscaler above shards", b: brokenOverlay{patch: jsonPatch("replace", "/spec/maxReplicas", "17"), target: "HorizontalPodAutoscaler/ferry-fetcher"}, want: "maxReplicas 17 is above the 16 shards"},
 			{name: "autoscaler min above max", b: brokenOverlay{patch: jsonPatch("replace", "/spec/minReplicas", "20"), target: "HorizontalPodAutoscaler/ferry-fetcher"}, want: "minReplicas 20, maxReplicas 16"},
 			{name: "autoscaler target", b: brokenOverlay{patch: jsonPatch("replace", "/spec/scaleTargetRef/name", "ferry"), target: "HorizontalPodAutoscaler/ferry-fetcher"}, want: "no HorizontalPodAutoscaler scales the Deployment"},
 			{name: "autoscaler metric", b: brokenOverlay{patch: jsonPatch("replace", "/spec/metrics/0/external/metric/name", "ferry_lag"), target: "HorizontalPodAutoscaler/ferry-fetcher"}, want: "no External or Pods metric ferry_lag_records"},
@@ -254,7 +254,7 @@ func TestKubernetesCheckFindsBrokenManifests(t *testing.T) {
 			{name: "certificate issuer", b: brokenOverlay{patch: jsonPatch("replace", "/spec/issuerRef/name", `""`), target: "Certificate/ferry-fetcher"}, want: "names no issuer"},
 			{name: "loopback admin", facts: func(f *Facts) { f.AdminListen = "127.0.0.1:7402" }, want: `admin.listen "127.0.0.1:7402" is loopback`},
 			{name: "must run alone", facts: func(f *Facts) { f.Replicable = false }, want: "several replicas"},
-			{name: "fewer shards", facts: func(f *Facts) { f.Shards = 8 }, want: "maxReplicas 16 is above link.shards 8"},
+			{name: "fewer shards", facts: func(f *Facts) { f.Shards = 8 }, want: "maxReplicas 16 is above the 8 shards"},
 			{name: "longer drain", facts: func(f *Facts) { f.ShutdownTimeout = time.Minute }, want: "terminationGracePeriodSeconds"},
 		},
 		"writer": {
@@ -266,6 +266,7 @@ func TestKubernetesCheckFindsBrokenManifests(t *testing.T) {
 			{name: "preStop", b: brokenOverlay{patch: jsonPatch("replace", ctr+"/lifecycle/preStop/sleep/seconds", "30"), target: dep("writer")}, want: "terminationGracePeriodSeconds"},
 			{name: "no disruption budget", b: brokenOverlay{patch: "$patch: delete\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: ferry-writer\n"}, want: "no PodDisruptionBudget"},
 			{name: "autoscaler on memory", b: brokenOverlay{patch: jsonPatch("replace", "/spec/metrics/0/resource/name", "memory"), target: "HorizontalPodAutoscaler/ferry-writer"}, want: "no cpu Utilization metric"},
+			{name: "fewer shards", facts: func(f *Facts) { f.Shards = 4 }, want: "maxReplicas 8 is above the 4 shards"},
 			{name: "no autoscaler", b: brokenOverlay{patch: "$patch: delete\napiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata:\n  name: ferry-writer\n"}, want: "no HorizontalPodAutoscaler scales the Deployment"},
 			{name: "gRPC from the cluster", b: brokenOverlay{patch: jsonPatch("replace", "/spec/ingress/0/from/0", `{"namespaceSelector": {}}`), target: "NetworkPolicy/ferry-writer"}, want: "the fetchers run in another region"},
 			{name: "gRPC from everywhere", b: brokenOverlay{patch: jsonPatch("replace", "/spec/ingress/0/from/0/ipBlock/cidr", "0.0.0.0/0"), target: "NetworkPolicy/ferry-writer"}, want: "not every address"},
@@ -280,10 +281,7 @@ func TestKubernetesCheckFindsBrokenManifests(t *testing.T) {
 	for tier, cs := range cases {
 		for _, tc := range cs {
 			t.Run(tier+"/"+tc.name, func(t *testing.T) {
-				f := factsFor(tier, "/etc/ferry/tls")
-				if tier == "fetcher" {
-					f.SecretFiles = []string{"/etc/ferry/consul/token"}
-				}
+				f := kubeFacts(tier)
 				if tc.facts != nil {
 					tc.facts(&f)
 				}
@@ -297,6 +295,18 @@ func TestKubernetesCheckFindsBrokenManifests(t *testing.T) {
 			})
 		}
 	}
+}
+
+// kubeFacts is what the configurations the overlays embed say (the
+// services' tests derive the same from the real loaders).
+func kubeFacts(tier string) Facts {
+	f := factsFor(tier, "/etc/ferry/tls")
+	f.Shards = 16 // link.shards; the writers' one link has as many
+	if tier == "fetcher" {
+		f.Link = "east-to-west"
+		f.SecretFiles = []string{"/etc/ferry/consul/token"}
+	}
+	return f
 }
 
 // TestKubernetesConfigChangeRollsPods edits a tier's configuration and

@@ -34,6 +34,22 @@ job "ferry-fetcher" {
     # first shards % live one more); more than the non-empty shards idle.
     count = 3
 
+    # Bounds for `nomad job scale` and the Nomad Autoscaler (add a policy
+    # block for it, docs/deploy.md "Scaling"). Each shard has one owner, so
+    # link.shards (16) bounds the useful fetchers: past it they idle.
+    scaling {
+      enabled = true
+      min     = 2 # one can be lost while the other takes its shards
+      max     = 16
+    }
+
+    # One fetcher per host where there are hosts enough, so losing a host
+    # moves only its fetcher's shards (soft: Nomad still places all of
+    # them on fewer hosts).
+    spread {
+      attribute = "${node.unique.id}"
+    }
+
     network {
       port "admin" {
         to = 7402
@@ -143,10 +159,15 @@ job "ferry-fetcher" {
         EOF
       }
 
-      # mTLS material from Nomad Variables (see the command at the top);
-      # Vault PKI or spiffe-helper can write the same files instead
-      # (docs/security.md). Ferry also re-reads them when they change;
-      # SIGHUP makes it immediate.
+      # mTLS material from Nomad Variables (see the command at the top).
+      # Ferry also re-reads the files when they change; SIGHUP makes it
+      # immediate. From Vault PKI instead (docs/deploy.md, "Certificates
+      # from Vault"): add `vault { role = "ferry-fetcher" }` to the task and
+      # give the three templates one identical issue call, the template
+      # runner fetching it once so the files match:
+      #   {{ with secret "pki/issue/ferry-fetcher" "common_name=ferry-fetcher"
+      #     "uri_sans=spiffe://prod.example/ferry/fetcher" }}{{ .Data.certificate }}{{ end }}
+      # (.Data.private_key, .Data.issuing_ca in the other two).
       template {
         destination   = "secrets/tls.crt"
         change_mode   = "signal"

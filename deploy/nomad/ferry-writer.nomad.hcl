@@ -33,6 +33,22 @@ job "ferry-writer" {
   group "writer" {
     count = 2 # any writer can serve any shard, so writers scale freely
 
+    # Bounds for `nomad job scale` and the Nomad Autoscaler (add a policy
+    # block for it, on CPU: docs/deploy.md "Scaling"). A shard is served by
+    # one writer at a time, so the links' shards (16) bound the useful
+    # writers.
+    scaling {
+      enabled = true
+      min     = 2 # fetchers move a lost writer's shards to the other
+      max     = 16
+    }
+
+    # One writer per host where there are hosts enough (soft: Nomad still
+    # places both on one host rather than none).
+    spread {
+      attribute = "${node.unique.id}"
+    }
+
     network {
       # Dynamic host ports mapped to the ports in writer.yaml; fetchers
       # learn the host port from the Consul catalog.
@@ -135,10 +151,15 @@ job "ferry-writer" {
         EOF
       }
 
-      # mTLS material from Nomad Variables (see the command at the top);
-      # Vault PKI or spiffe-helper can write the same files instead
-      # (docs/security.md). Ferry also re-reads them when they change;
-      # SIGHUP makes it immediate.
+      # mTLS material from Nomad Variables (see the command at the top).
+      # Ferry also re-reads the files when they change; SIGHUP makes it
+      # immediate. From Vault PKI instead (docs/deploy.md, "Certificates
+      # from Vault"): add `vault { role = "ferry-writer" }` to the task and
+      # give the three templates one identical issue call, the template
+      # runner fetching it once so the files match:
+      #   {{ with secret "pki/issue/ferry-writer" "common_name=ferry-writer"
+      #     "uri_sans=spiffe://prod.example/ferry/writer" }}{{ .Data.certificate }}{{ end }}
+      # (.Data.private_key, .Data.issuing_ca in the other two).
       template {
         destination   = "secrets/tls.crt"
         change_mode   = "signal"

@@ -212,6 +212,7 @@ func goals(b *strings.Builder, rep Report) {
 	pair(b, results, Ferry, FerryZstd, "Wire codec: ferry-zstd (link.codec zstd) against ferry (lz4, the default; same run)")
 	tracingOverhead(b, results)
 	pair(b, results, FerryBaseline, Ferry, "Before and after: ferry against ferry-baseline (same run)")
+	pair(b, results, FerryBaselineEOS, FerryEOS, "Before and after, exactly-once: ferry-eos against ferry-baseline-eos (same run)")
 }
 
 // pair compares system after with system before on every workload both

@@ -54,8 +54,10 @@ func Describe(cfg Config) ConfigDesc {
 	}
 	if cfg.BaselineBin == "" {
 		delete(settings, FerryBaseline)
+		delete(settings, FerryBaselineEOS)
 	} else {
 		settings[FerryBaseline] = "`ferry` built from commit " + cfg.BaselineCommit + " (an earlier build, for before/after ratios in one run)"
+		settings[FerryBaselineEOS] = "`ferry-eos` built from commit " + cfg.BaselineCommit + " (the earlier build, exactly-once)"
 	}
 	return ConfigDesc{
 		Records: cfg.Records, ValueBytes: cfg.ValueBytes, Partitions: cfg.Partitions,
@@ -67,7 +69,7 @@ func Describe(cfg Config) ConfigDesc {
 
 func systemSettings(sys System, partitions int) string {
 	switch sys {
-	case Ferry, FerryEOS, FerryZstd, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryWin64K:
+	case Ferry, FerryEOS, FerryZstd, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryBaselineEOS, FerryWin64K:
 		v := ferryVariants[sys]
 		tr := "tracing off"
 		if v.sampling >= 0 {

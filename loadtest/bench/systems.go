@@ -36,6 +36,9 @@ const (
 	// (Config.BaselineBin): an older build, for before/after ratios of a
 	// change measured in one run.
 	FerryBaseline System = "ferry-baseline"
+	// FerryBaselineEOS is the same older build exactly-once, the before of
+	// ferry-eos: what a change to the transactional commit costs.
+	FerryBaselineEOS System = "ferry-baseline-eos"
 	// FerryWin64K is Ferry at-least-once with the writer's gRPC windows
 	// fixed at 64 KiB (grpc.stream_window, grpc.conn_window) instead of
 	// gRPC's dynamic ones: over a long round trip it shows the ceiling a
@@ -45,7 +48,7 @@ const (
 
 // AllSystems in the order they run. MM2 tuned runs first: its catch-up
 // throughput sets the default live rates.
-var AllSystems = []System{MM2Tuned, Ferry, FerryEOS, FerryZstd, MM2Default, MM2EOS, Floor, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryWin64K}
+var AllSystems = []System{MM2Tuned, Ferry, FerryEOS, FerryZstd, MM2Default, MM2EOS, Floor, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryBaselineEOS, FerryWin64K}
 
 // TracingSystems are the tracing overhead variants.
 var TracingSystems = []System{FerryTrace0, FerryTrace1, FerryTrace100}
@@ -67,7 +70,9 @@ func (sys System) isFerry() bool { _, ok := ferryVariants[sys]; return ok }
 
 // transactional reports whether sys writes the target in transactions, so
 // the target's end offsets include commit markers.
-func (sys System) transactional() bool { return sys == MM2EOS || sys == FerryEOS }
+func (sys System) transactional() bool {
+	return sys == MM2EOS || sys == FerryEOS || sys == FerryBaselineEOS
+}
 
 // ferryVariant is how a Ferry system differs from Ferry's defaults.
 type ferryVariant struct {
@@ -79,14 +84,15 @@ type ferryVariant struct {
 }
 
 var ferryVariants = map[System]ferryVariant{
-	Ferry:         {delivery: "at_least_once", sampling: -1},
-	FerryEOS:      {delivery: "exactly_once", sampling: -1},
-	FerryZstd:     {delivery: "at_least_once", codec: "zstd", sampling: -1},
-	FerryTrace0:   {delivery: "at_least_once", sampling: 0},
-	FerryTrace1:   {delivery: "at_least_once", sampling: 0.01},
-	FerryTrace100: {delivery: "at_least_once", sampling: 1},
-	FerryBaseline: {delivery: "at_least_once", sampling: -1, baseline: true},
-	FerryWin64K:   {delivery: "at_least_once", sampling: -1, window: 64 << 10},
+	Ferry:            {delivery: "at_least_once", sampling: -1},
+	FerryEOS:         {delivery: "exactly_once", sampling: -1},
+	FerryZstd:        {delivery: "at_least_once", codec: "zstd", sampling: -1},
+	FerryTrace0:      {delivery: "at_least_once", sampling: 0},
+	FerryTrace1:      {delivery: "at_least_once", sampling: 0.01},
+	FerryTrace100:    {delivery: "at_least_once", sampling: 1},
+	FerryBaseline:    {delivery: "at_least_once", sampling: -1, baseline: true},
+	FerryBaselineEOS: {delivery: "exactly_once", sampling: -1, baseline: true},
+	FerryWin64K:      {delivery: "at_least_once", sampling: -1, window: 64 << 10},
 }
 
 // Names used on both clusters.

@@ -156,3 +156,43 @@ func TestAbortedSourceTransactionsAreNotReplicated(t *testing.T) {
 		t.Fatalf("aborted=%d committed=%d: %+v", p.Aborted(), p.Produced(), res)
 	}
 }
+
+// A source topic grown in partitions is grown on the target, and the new
+// partitions are copied record for record (a DR copy must hold every
+// partition a consumer may fail over to).
+func TestGrowsTargetPartitionsWithTheSource(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.createTopic("t.grow", 2, nil)
+	e.startWriter()
+	e.startFetcher(nil)
+	e.produce(ctx, workload.Options{Topic: "t.grow", Partitions: 2, Records: 200, ValueBytes: 100, Seed: 1})
+	e.waitFor(ctx, "src.t.grow", 200)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.src...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if resp, err := kadm.NewClient(cl).CreatePartitions(ctx, 2, "t.grow"); err != nil || resp.Error() != nil {
+		t.Fatalf("grow the source: %v %v", err, resp.Error())
+	}
+	e.produce(ctx, workload.Options{Topic: "t.grow", Partitions: 4, Records: 400, ValueBytes: 100, Seed: 2})
+	e.waitFor(ctx, "src.t.grow", 600) // discovery runs every second in tests
+
+	dst, err := kgo.NewClient(kgo.SeedBrokers(e.dst...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	td, err := kadm.NewClient(dst).ListTopics(ctx, "src.t.grow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(td["src.t.grow"].Partitions); n != 4 {
+		t.Fatalf("target topic has %d partitions, want 4 as the source", n)
+	}
+	if res := e.verify(ctx, "t.grow"); !res.OK() {
+		t.Fatalf("copy not exact: %+v", res)
+	}
+}

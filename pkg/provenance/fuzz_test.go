@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 )
 
 // FuzzDecodeEntry feeds decodeEntry a registry record as anyone able to
@@ -32,7 +34,7 @@ func FuzzDecodeEntry(f *testing.F) {
 	f.Add([]byte("-1"), []byte(`{"producer_id":-1}`), []byte{}, []byte{})
 	f.Fuzz(func(t *testing.T, k, value, chain, signature []byte) {
 		rec := &kgo.Record{Key: k, Value: value, Headers: []kgo.RecordHeader{
-			{Key: headerChain, Value: chain}, {Key: headerSignature, Value: signature},
+			{Key: tlsconfig.HeaderChain, Value: chain}, {Key: tlsconfig.HeaderSignature, Value: signature},
 		}}
 		if _, err := decodeEntry(rec, fetcherSrc); err == nil && !signed[string(k)+"\x00"+string(value)] {
 			t.Fatalf("a record the writer did not sign verified: key %q, value %q", k, value)

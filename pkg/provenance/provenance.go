@@ -73,11 +73,9 @@ func key(id int64) []byte { return strconv.AppendInt(nil, id, 10) }
 // target, and every fetcher reading the cluster would leave that
 // application's data out. An entry that does not verify is not taken: its
 // batches are copied, as a loop is better than a loss.
-const (
-	signPurpose     = "ferry-producer-entry"
-	headerChain     = "ferry-signer-chain"
-	headerSignature = "ferry-signature"
-)
+// The signature rides in the record headers tlsconfig names (HeaderChain,
+// HeaderSignature), as checkpoints' do.
+const signPurpose = "ferry-producer-entry"
 
 // Signer signs entries: a writer's tlsconfig.Source.
 type Signer interface {
@@ -118,7 +116,9 @@ func encodeEntry(e Entry, signer Signer) (*kgo.Record, error) {
 		if err != nil {
 			return nil, fmt.Errorf("entry of producer id %d: %w", e.ProducerID, err)
 		}
-		rec.Headers = []kgo.RecordHeader{{Key: headerChain, Value: sig.Chain}, {Key: headerSignature, Value: sig.Value}}
+		for _, h := range sig.Headers() {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader(h))
+		}
 	}
 	return rec, nil
 }
@@ -134,12 +134,7 @@ func decodeEntry(rec *kgo.Record, verifier Verifier) (Entry, error) {
 	if verifier != nil {
 		var sig tlsconfig.Signature
 		for _, h := range rec.Headers {
-			switch h.Key {
-			case headerChain:
-				sig.Chain = h.Value
-			case headerSignature:
-				sig.Value = h.Value
-			}
+			sig.ReadHeader(h.Key, h.Value)
 		}
 		if _, err := verifier.Verify(signPurpose, rec.Key, rec.Value, sig); err != nil {
 			return Entry{}, fmt.Errorf("entry %q: %w", rec.Key, err)

@@ -30,6 +30,13 @@ const (
 	// what the batch holds. A compression bomb ends here, and so does a
 	// legitimate batch larger than the writer is configured to rebuild.
 	BatchTooLarge = "BATCH_TOO_LARGE"
+	// CheckpointUnverified: the partition's latest checkpoint in the
+	// target is unsigned or its signature does not verify (forged, or
+	// signed by a writer the writer's checkpoints.signers do not admit),
+	// so the writer cannot say where the partition resumes. Offset is the
+	// record's offset in the checkpoint topic, Setting names that topic and
+	// partition, Cause says why.
+	CheckpointUnverified = "CHECKPOINT_UNVERIFIED"
 )
 
 const domain = "ferry-replicator.io"
@@ -57,6 +64,9 @@ func (r Refusal) Error() string {
 	switch r.Reason {
 	case TargetRefused:
 		return fmt.Sprintf("record refused by the target: %s/%d offset %d: %s", r.Topic, r.Partition, r.Offset, r.Cause)
+	case CheckpointUnverified:
+		return fmt.Sprintf("checkpoint unverified: %s/%d: its checkpoint record (%s offset %d) cannot be trusted: %s",
+			r.Topic, r.Partition, r.Setting, r.Offset, r.Cause)
 	case BatchTooLarge:
 		return fmt.Sprintf("batch too large to rebuild: %s/%d offset %d: %s, above %s %d",
 			r.Topic, r.Partition, r.Offset, r.Cause, r.Setting, r.Limit)

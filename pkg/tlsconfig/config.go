@@ -137,6 +137,17 @@ func checkID(id string) error {
 	return nil
 }
 
+// CheckID reports why id is not an identity allowed_ids can name (a
+// SPIFFE ID or an exact DNS name), nil when it is.
+func CheckID(id string) error { return checkID(id) }
+
+// CheckCAFile reports why the PEM bundle at path cannot serve as a CA
+// bundle, nil when it can.
+func CheckCAFile(path string) error {
+	_, _, err := loadPool(path)
+	return err
+}
+
 // fileKey names the setting a load error is about, defaulting to def.
 func fileKey(err error, def string) string {
 	var fe *fileError

@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +101,50 @@ func TestSignatureOutlivesItsCertificate(t *testing.T) {
 	}
 	if _, err := p.fsrc.Verify("producer-entry", []byte("7"), []byte("v"), sig); err == nil {
 		t.Fatal("verified after its CA left the bundle")
+	}
+}
+
+// A Verifier has trust of its own: a writer verifies the checkpoints of
+// writers, which its link's allowed_ids (fetchers) do not name. It follows
+// the Source's CA bundle by default, or reads a bundle of its own, again
+// when the file changes.
+func TestVerifierHasItsOwnTrust(t *testing.T) {
+	p := newPair(t)
+	sig, err := p.wsrc.Sign("checkpoint", []byte("k"), []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.wsrc.Verify("checkpoint", []byte("k"), []byte("v"), sig); !errors.Is(err, ErrIdentityNotAllowed) {
+		t.Fatalf("the writer's Source admits fetchers only: %v, want ErrIdentityNotAllowed", err)
+	}
+	if ids := p.wsrc.OwnIdentities(); len(ids) != 1 || ids[0] != writerID {
+		t.Fatalf("own identities %v, want [%s]", ids, writerID)
+	}
+	own, err := NewVerifier(p.wsrc, "", p.wsrc.OwnIdentities())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := own.Verify("checkpoint", []byte("k"), []byte("v"), sig); err != nil || id != writerID {
+		t.Fatalf("own verifier: %q, %v; want %q", id, err, writerID)
+	}
+
+	// A bundle of another CA, in a file of its own: not trusted, until
+	// the file holds the writer's CA too.
+	caFile := filepath.Join(t.TempDir(), "signers.pem")
+	if err := os.WriteFile(caFile, newCA(t, "other").CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewVerifier(p.wsrc, caFile, []string{writerID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Verify("checkpoint", []byte("k"), []byte("v"), sig); err == nil || !strings.Contains(err.Error(), "not trusted") {
+		t.Fatalf("another CA: %v, want not trusted", err)
+	}
+	if err := os.WriteFile(caFile, append(newCA(t, "other").CertPEM, p.ca.CertPEM...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Verify("checkpoint", []byte("k"), []byte("v"), sig); err != nil {
+		t.Fatalf("after the bundle gained the writer's CA: %v", err)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,12 +18,10 @@ import (
 // when the files change. Handshakes read the current material without
 // locking; a failed reload keeps the previous material.
 type Source struct {
-	cfg     Config
-	log     *slog.Logger
-	allowed map[string]bool
-	// spiffe is set when allowed_ids names a SPIFFE ID: a peer must then
-	// present at most one URI SAN, as an X.509 SVID does.
-	spiffe bool
+	cfg Config
+	log *slog.Logger
+	// trust holds allowed_ids.
+	trust
 
 	cur atomic.Pointer[material]
 
@@ -74,11 +71,7 @@ func NewSource(cfg Config, log *slog.Logger) (*Source, error) {
 	if len(cfg.AllowedIDs) == 0 {
 		return nil, errors.New("allowed_ids is empty: no peer could connect")
 	}
-	s := &Source{cfg: cfg, log: log, allowed: map[string]bool{}}
-	for _, id := range cfg.AllowedIDs {
-		s.allowed[normalizeID(id)] = true
-		s.spiffe = s.spiffe || strings.HasPrefix(id, "spiffe://")
-	}
+	s := &Source{cfg: cfg, log: log, trust: newTrust(cfg.AllowedIDs)}
 	m, err := load(cfg)
 	if err != nil {
 		return nil, err

@@ -141,19 +141,36 @@ func (s *Source) verifyChain(cs tls.ConnectionState, usage x509.ExtKeyUsage) ([]
 	return ids, nil
 }
 
+// trust is a list of allowed identities, as allowed_ids names them.
+type trust struct {
+	allowed map[string]bool
+	// spiffe is set when the list names a SPIFFE ID: a peer must then
+	// present at most one URI SAN, as an X.509 SVID does.
+	spiffe bool
+}
+
+func newTrust(ids []string) trust {
+	t := trust{allowed: map[string]bool{}}
+	for _, id := range ids {
+		t.allowed[normalizeID(id)] = true
+		t.spiffe = t.spiffe || strings.HasPrefix(id, "spiffe://")
+	}
+	return t
+}
+
 // checkIdentity admits a peer certificate if one of its identities is in
 // allowed_ids. Where SPIFFE IDs are allowed, a certificate with several
 // URI SANs is refused whatever they are: an X.509 SVID names exactly one
 // SPIFFE ID, and a certificate naming an allowed ID and others besides
 // comes from a CA that signs whatever it is asked, so it is not admitted
 // on the first match.
-func (s *Source) checkIdentity(leaf *x509.Certificate) error {
+func (t *trust) checkIdentity(leaf *x509.Certificate) error {
 	ids := identities(leaf)
-	if s.spiffe && len(leaf.URIs) > 1 {
+	if t.spiffe && len(leaf.URIs) > 1 {
 		return fmt.Errorf("tls peer presented %s: %w", describe(ids), ErrNotOneURISAN)
 	}
 	for _, id := range ids {
-		if s.allowed[normalizeID(id)] {
+		if t.allowed[normalizeID(id)] {
 			return nil
 		}
 	}

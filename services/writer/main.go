@@ -1,5 +1,6 @@
 // Command ferry-writer receives record batches from Ferry fetchers over gRPC
 // and produces them to the target Kafka cluster with their checkpoints.
+// `ferry-writer checkpoint forget` forgets one partition's checkpoint.
 package main
 
 import (
@@ -11,6 +12,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "checkpoint" {
+		os.Exit(app.CheckpointCommand(os.Args[2:], os.Environ(), os.Stderr))
+	}
 	cfg := config.Defaults()
 	os.Exit(service.Main("ferry-writer", "FERRY_WRITER_",
 		"produce replicated batches to the target Kafka cluster",

@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string) error {
 	work := fs.String("work", "", "folder for per-run configs, logs and broker data (default: a new temporary folder)")
 	reportFrom := fs.String("report-from", "", "only rewrite report.md and plots in -out from this results.json")
 	systems := fs.String("systems", "mm2-tuned,ferry,ferry-eos,mm2-default,mm2-eos,floor",
-		"systems for the catch-up runs (mm2-tuned first: it sets the live rates); also ferry-trace-0, ferry-trace-1, ferry-trace-100 (tracing overhead) and ferry-baseline")
+		"systems for the catch-up runs (mm2-tuned first: it sets the live rates); also ferry-trace-0, ferry-trace-1, ferry-trace-100 (tracing overhead), ferry-baseline and ferry-baseline-eos")
 	liveSystems := fs.String("live-systems", "", "systems for the live runs (default: -systems without ferry-zstd and the ferry-trace-* variants)")
 	wanSystems := fs.String("wan-systems", "mm2-tuned,ferry,ferry-win64k", "systems for the WAN runs")
 	workloads := fs.String("workloads", "catch-up,live,wan,sizes,partitions", "workloads to run: catch-up, live, wan, sizes (catch-up at each -size-value-bytes), partitions (catch-up with -many-partitions)")
@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string) error {
 	partitionSystems := fs.String("partition-systems", "mm2-tuned,ferry,ferry-eos,floor", "systems of the partitions workload")
 	profileSeconds := fs.Int("profile-seconds", 0, "CPU profile of each Ferry process for this long from the first record of every non-live copy, into -out/profiles (0: none)")
 	runTimeout := fs.Duration("run-timeout", 20*time.Minute, "limit of one run")
-	baselineBin := fs.String("baseline-bin", "", "folder of an older build's ferry-fetcher and ferry-writer, for system ferry-baseline")
+	baselineBin := fs.String("baseline-bin", "", "folder of an older build's ferry-fetcher and ferry-writer, for systems ferry-baseline and ferry-baseline-eos")
 	baselineCommit := fs.String("baseline-commit", "", "the commit -baseline-bin was built from, for the report")
 	repeat := fs.Int("repeat", 3, "catch-up runs per system, interleaved; ratios use each system's median run")
 	quick := fs.Bool("quick", false, "a few minutes: 30,000 records, live 15 s, WAN 20,000 records at 50 ms, systems mm2-tuned, ferry and ferry-eos")

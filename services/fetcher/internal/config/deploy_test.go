@@ -16,7 +16,19 @@ import (
 // certificate files, replicas only with leases, the autoscaler within
 // link.shards and on the link's lag (see deploytest.Check).
 func TestDeployManifests(t *testing.T) {
-	deploytest.Check(t, deploytest.Tier[Config]{
+	deploytest.Check(t, deployTier())
+}
+
+// TestExampleConfig loads deploy/examples/fetcher.yaml, the plain
+// configuration docs/deploy.md starts from, with the fetcher's loader and
+// validation.
+func TestExampleConfig(t *testing.T) {
+	deploytest.CheckExample(t, deployTier())
+}
+
+// deployTier is what deploytest needs of the fetcher's configuration.
+func deployTier() deploytest.Tier[Config] {
+	return deploytest.Tier[Config]{
 		Name:     "fetcher",
 		Defaults: Defaults,
 		Facts: func(c *Config) deploy.Facts {
@@ -37,13 +49,14 @@ func TestDeployManifests(t *testing.T) {
 			return []*consulclient.Config{&c.Lease.Config, &c.Writers.Consul.Config}
 		},
 		Validate: func(c *Config) error {
-			// A shipped manifest carries no setting the fetcher warns about.
+			// A shipped manifest or example carries no setting the
+			// fetcher warns about.
 			if d := c.Deprecations(); len(d) > 0 {
 				return fmt.Errorf("deprecated settings: %s", strings.Join(d, "; "))
 			}
 			return c.Validate()
 		},
-	})
+	}
 }
 
 // nonEmpty drops the unset paths.

@@ -114,6 +114,10 @@ type Runner struct {
 	// link.on_data_loss: skip accepted it. A partition leaves once a
 	// session that started it there has a checkpoint acknowledged.
 	fromStart map[discovery.Partition]bool
+	// unopenable are the partitions a writer refused to open
+	// (checkpoint_unverified): every writer would refuse them again, so
+	// the shard's opens leave them out until the fetcher restarts.
+	unopenable map[discovery.Partition]bool
 }
 
 // Status is a shard's line in the fetcher's /status.
@@ -217,6 +221,17 @@ func (r *Runner) Run(ctx context.Context) {
 	backoff := r.set.MinBackoff
 	attempt := 0
 	for {
+		if len(r.openable()) == 0 {
+			// Every partition stopped at the open (checkpoint_unverified):
+			// nothing to copy until an operator acts and the fetcher
+			// restarts, and a writer refuses an open of no partitions.
+			r.log.Error("every partition of the shard is stopped; the shard waits for a restart")
+			select {
+			case <-ctx.Done():
+			case <-r.lost:
+			}
+			return
+		}
 		progressed, err := r.session(ctx, attempt)
 		if ctx.Err() != nil || r.isLost() {
 			return
@@ -326,6 +341,12 @@ const (
 	// legacy messages do not have, a compressed message inflating past
 	// its bound), an authorization failure.
 	ReasonSourceUnreadable = "source_unreadable"
+	// ReasonCheckpointUnverified: the writer found the partition's latest
+	// checkpoint unsigned, or signed by no writer its checkpoints.signers
+	// admit (forged, replayed, or a misconfigured writer): it cannot say
+	// where the partition resumes, and starting it from start_from would
+	// copy it again or skip data.
+	ReasonCheckpointUnverified = "checkpoint_unverified"
 )
 
 // stopRefused stops the partition a writer refused, if it is one of the
@@ -335,8 +356,30 @@ func (r *Runner) stopRefused(ref refusal.Refusal) bool {
 	if !slices.Contains(r.parts, p) {
 		return false
 	}
+	if ref.Reason == refusal.CheckpointUnverified {
+		r.mu.Lock()
+		if r.unopenable == nil {
+			r.unopenable = map[discovery.Partition]bool{}
+		}
+		r.unopenable[p] = true
+		r.mu.Unlock()
+	}
 	r.stopPartition(p, &StopError{Reason: refusedReason(ref), Err: ref})
 	return true
+}
+
+// openable are the partitions the shard's opens name: all but those a
+// writer refused to open.
+func (r *Runner) openable() []discovery.Partition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []discovery.Partition
+	for _, p := range r.parts {
+		if !r.unopenable[p] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // refusedReason names a writer's refusal as the data-loss metric and
@@ -348,6 +391,8 @@ func refusedReason(ref refusal.Refusal) string {
 		return ReasonRecordTooLarge
 	case refusal.BatchTooLarge:
 		return ReasonBatchTooLarge
+	case refusal.CheckpointUnverified:
+		return ReasonCheckpointUnverified
 	}
 	return ReasonTargetRefused
 }

@@ -204,3 +204,37 @@ func TestLostLeaseStopsTheRunnerAtOnce(t *testing.T) {
 		t.Fatal("the runner did not stop within 10s of losing its lease")
 	}
 }
+
+// A writer that cannot verify a partition's checkpoint refuses the open
+// naming it (checkpoint_unverified): the fetcher stops that partition
+// loudly, once, and opens the shard again without it, so the shard's
+// other partition copies. Sent again, the stopped partition would be
+// refused at every open, and the shard would copy nothing.
+func TestUnverifiedCheckpointStopsOnlyItsPartition(t *testing.T) {
+	src := newSource(t, "ok", "forged")
+	m := metrics.New(prometheus.NewRegistry())
+	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
+	writer.RefuseCheckpointOf("forged", 0)
+	r, _ := startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(*Settings) {}, "ok", "forged")
+	stops := func() float64 {
+		return testutil.ToFloat64(m.PartitionStops.WithLabelValues(testLink, "forged", "0", ReasonCheckpointUnverified))
+	}
+	writertest.WaitFor(t, 10*time.Second, "forged/0 stopped as checkpoint_unverified", func() bool { return stops() == 1 })
+	src.produce(t, "ok", 20)
+	src.produce(t, "forged", 5)
+	writertest.WaitFor(t, 10*time.Second, "20 records of ok committed", func() bool {
+		return testutil.ToFloat64(m.Committed.WithLabelValues(testLink, "ok", "0")) == 20
+	})
+	if n := stops(); n != 1 {
+		t.Errorf("forged/0 stopped %v times, want once", n)
+	}
+	if s := r.Status().Partitions["forged/0"].Stopped; !strings.Contains(s, ReasonCheckpointUnverified) || !strings.Contains(s, "offset 42") {
+		t.Errorf("/status says %q, want checkpoint_unverified naming the checkpoint's offset", s)
+	}
+	opens := writer.OpenRequests()
+	for _, p := range opens[len(opens)-1].GetPartitions() {
+		if p.GetTopic() == "forged" {
+			t.Errorf("the last open names the stopped partition %v", p)
+		}
+	}
+}

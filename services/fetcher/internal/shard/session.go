@@ -229,7 +229,9 @@ func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardSto
 	for _, t := range topics {
 		open.Topics = append(open.Topics, &ferryv1.TopicSpec{Name: t.Name, PartitionCount: t.Partitions, Configs: t.Configs, TopicId: t.ID})
 	}
-	for _, p := range r.parts {
+	// A partition a writer refused to open is left out: the writer would
+	// refuse every open naming it (checkpoint_unverified).
+	for _, p := range r.openable() {
 		open.Partitions = append(open.Partitions, &ferryv1.TopicPartition{Topic: p.Topic, Partition: p.Partition})
 	}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {

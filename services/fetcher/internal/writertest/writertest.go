@@ -77,6 +77,9 @@ type Writer struct {
 	refuseAbove int
 	// refuseAs is the refusal's reason (refusal.RecordTooLarge when empty).
 	refuseAs string
+	// unverified is a partition whose checkpoint the writer refuses at
+	// every open naming it (checkpoint_unverified); nil: none.
+	unverified *ferryv1.TopicPartition
 	// targetCluster is the target cluster id each Opened names.
 	targetCluster string
 	// received is every batch, in the order received.
@@ -101,6 +104,15 @@ func (w *Writer) RefuseAs(reason string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.refuseAs = reason
+}
+
+// RefuseCheckpointOf makes the writer refuse every open naming
+// topic/partition, as a writer refuses a partition whose checkpoint does
+// not verify (refusal.CheckpointUnverified).
+func (w *Writer) RefuseCheckpointOf(topic string, partition int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.unverified = &ferryv1.TopicPartition{Topic: topic, Partition: partition}
 }
 
 // SetTargetCluster makes each Opened name id as the target's Kafka cluster
@@ -201,7 +213,15 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	}
 	w.mu.Lock()
 	opened := &ferryv1.Opened{Writer: w.addr, TargetClusterId: w.targetCluster}
+	unverified := w.unverified
+	w.openMsgs = append(w.openMsgs, open)
 	w.mu.Unlock()
+	for _, tp := range open.GetPartitions() {
+		if unverified != nil && tp.GetTopic() == unverified.GetTopic() && tp.GetPartition() == unverified.GetPartition() {
+			return refusal.Refusal{Reason: refusal.CheckpointUnverified, Topic: tp.GetTopic(), Partition: tp.GetPartition(),
+				Offset: 42, Setting: "__ferry_checkpoints partition 0", Cause: "not signed"}.Status()
+		}
+	}
 	for _, tp := range open.GetPartitions() {
 		next, ok := w.cps.Next(tp.GetTopic(), tp.GetPartition())
 		opened.Resume = append(opened.Resume, &ferryv1.PartitionPosition{
@@ -213,7 +233,6 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	}
 	w.mu.Lock()
 	w.opens++
-	w.openMsgs = append(w.openMsgs, open)
 	w.mu.Unlock()
 	for {
 		req, err := stream.Recv()

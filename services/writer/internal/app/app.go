@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -31,6 +32,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/readiness"
 	"github.com/ferry-replicator/ferry/services/writer/internal/registration"
 	"github.com/ferry-replicator/ferry/services/writer/internal/server"
@@ -71,6 +73,23 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The gRPC certificate also signs what the writer records in the
+	// target: its producer id entries, which fetchers verify against
+	// their writers.tls (pkg/provenance), and its checkpoints, which
+	// writers verify against their checkpoints.signers (package
+	// checkpoint). Loaded first: a writer that would refuse its own
+	// checkpoints must not start.
+	var certs *tlsconfig.Source
+	if !cfg.TLS.Insecure {
+		if certs, err = tlsconfig.NewSource(cfg.TLS, log.With("component", "tls")); err != nil {
+			return err
+		}
+		certs.RegisterMetrics(promReg)
+	}
+	cpSigner, cpVerifier, err := checkpointTrust(cfg, certs, log)
+	if err != nil {
+		return err
+	}
 
 	// The admin port answers from the start: while the target cannot be
 	// reached (a writer started during a broker restart), /healthz is ok
@@ -107,12 +126,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		store, err = checkpoint.Open(cfg.Target.BootstrapServers, base, checkpoint.Options{
 			Topic: cfg.Checkpoints.Topic, Partitions: cfg.Checkpoints.Partitions,
 			ReplicationFactor: cfg.Checkpoints.ReplicationFactor, Writer: cfg.ID,
+			Signer: cpSigner, Verifier: cpVerifier, AcceptUnsigned: cfg.Checkpoints.AcceptUnsigned,
+			Metrics: checkpoint.Metrics{Refused: m.CheckpointsRefused, AcceptedUnsigned: m.CheckpointsAcceptedUnsigned},
 		}, log.With("component", "checkpoints"))
 		return cfg.Target.Explain(gctx, "target.tls", err) // a plaintext client at TLS brokers exits, naming it
 	}); err != nil {
 		return notStarted(err)
 	}
 	defer store.Close()
+	m.WatchUnsignedCheckpoints(func() float64 { return float64(store.UnsignedLatest()) })
 	var ens *topics.Ensurer
 	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
 		ens, err = topics.New(cfg.Target.BootstrapServers, base, log.With("component", "topics"))
@@ -146,16 +168,23 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}); err != nil {
 		return notStarted(fmt.Errorf("producer id topic: %w", err))
 	}
-	// The gRPC certificate also signs the writer's producer id entries,
-	// which fetchers verify against their writers.tls (pkg/provenance).
-	var certs *tlsconfig.Source
+	// Each round records where its source offsets landed in the offset
+	// index topic (package offsetindex), created like the checkpoint
+	// topic; its partition count, as the target has it, places each
+	// partition's records, so an existing topic keeps its own.
+	index := offsetindex.Topic{Name: cfg.OffsetIndex.Topic}
+	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
+		index.Partitions, err = ens.EnsureOwn(topics.Spec{
+			Name: index.Name, Partitions: cfg.OffsetIndex.Partitions, ReplicationFactor: cfg.Checkpoints.ReplicationFactor,
+			Configs: offsetindex.Configs(cfg.OffsetIndex.Retention),
+		})
+		return err
+	}); err != nil {
+		return notStarted(fmt.Errorf("offset index topic: %w", err))
+	}
 	var signer provenance.Signer // nil without TLS: entries unsigned
-	if !cfg.TLS.Insecure {
-		if certs, err = tlsconfig.NewSource(cfg.TLS, log.With("component", "tls")); err != nil {
-			return notStarted(err)
-		}
+	if certs != nil {
 		signer = certs
-		certs.RegisterMetrics(promReg)
 	}
 	recorder, err := provenance.NewRecorder(franzOpts, cfg.ID, signer)
 	if err != nil {
@@ -164,7 +193,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer recorder.Close()
 	// What the writer reads back from these topics decides where shards
 	// resume and what other links skip: whoever else may write them says so.
-	cfg.Target.WarnWritable(gctx, log, store.Topic(), provenance.Topic)
+	cfg.Target.WarnWritable(gctx, log, store.Topic(), provenance.Topic, index.Name)
 
 	srv := server.New(server.Options{
 		ID:     cfg.ID,
@@ -181,6 +210,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		MaxStreamsPerPeer: cfg.MaxStreamsPerPeer,
 		Tracer:            tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
 		Recorder:          recorder,
+		Index:             index,
 	}, links, ens, store, codecs, m, log)
 
 	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
@@ -294,6 +324,37 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	})
 	log.Info("writer serving", "listen", lis.Addr().String(), "links", len(links))
 	return g.Wait()
+}
+
+// checkpointTrust returns what signs the writer's checkpoint records and
+// what verifies those it reads (both nil with tls.insecure, which has no
+// key), after checking that the writer's own signature verifies: a writer
+// whose checkpoints.signers do not admit its own certificate would stop
+// every partition it opens.
+func checkpointTrust(cfg *config.Config, certs *tlsconfig.Source, log *slog.Logger) (checkpoint.Signer, checkpoint.Verifier, error) {
+	if certs == nil {
+		log.Warn("INSECURE: checkpoints are written unsigned and read unverified (tls.insecure): whoever can produce to " +
+			cfg.Checkpoints.Topic + " can move a partition's resume point")
+		return nil, nil, nil
+	}
+	sg := cfg.Checkpoints.Signers
+	ids := sg.AllowedIDs
+	if len(ids) == 0 {
+		ids = certs.OwnIdentities()
+	}
+	caFile := cmp.Or(sg.CAFile, cfg.TLS.CAFile)
+	verifier, err := tlsconfig.NewVerifier(certs, caFile, ids)
+	if err == nil {
+		err = checkpoint.CheckSigners(certs, verifier)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoints.signers (ca_file %s, allowed_ids %v) do not admit this writer's own certificate (tls.cert_file %s), "+
+			"so every partition it opens would stop as checkpoint_unverified: %w", caFile, ids, cfg.TLS.CertFile, err)
+	}
+	if cfg.Checkpoints.AcceptUnsigned {
+		log.Warn("checkpoints.accept_unsigned is on: unsigned checkpoints (of writers older than signing) are taken; turn it off once upgraded (docs/operations.md)")
+	}
+	return certs, verifier, nil
 }
 
 func buildLinks(cfgs []config.Link) ([]server.Link, error) {

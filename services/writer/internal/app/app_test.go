@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,7 +26,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	pkgconfig "github.com/ferry-replicator/ferry/pkg/config"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
 )
 
@@ -339,3 +344,188 @@ func TestPlaintextClientAtATLSTargetExits(t *testing.T) {
 		t.Fatalf("Run = %v, want an error naming target.tls", err)
 	}
 }
+
+// A writer whose checkpoints.signers would not admit its own signature
+// (another CA, identities that are not its own) would stop every
+// partition it opens as checkpoint_unverified: it refuses to start,
+// naming the settings, before it touches the target. The defaults (its
+// own identity under tls.ca_file) admit it.
+func TestSignersThatRefuseTheWritersOwnSignatureStopTheStart(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := devcerts.WriteDir(dir, devcerts.Options{Validity: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	otherDir := t.TempDir()
+	if _, err := devcerts.WriteDir(otherDir, devcerts.Options{Validity: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	fetcher := devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "fetcher")
+	for _, tc := range []struct {
+		name    string
+		signers config.Signers
+		want    string
+	}{
+		{"defaults", config.Signers{}, ""},
+		{"identities of fetchers", config.Signers{AllowedIDs: []string{fetcher}}, "identity not in allowed_ids"},
+		{"another CA", config.Signers{CAFile: filepath.Join(otherDir, "ca.pem")}, "not trusted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.Defaults()
+			cfg.ID = "w1"
+			cfg.Listen, cfg.Admin.Listen = freeAddr(t), freeAddr(t)
+			cfg.TLS.CertFile, cfg.TLS.KeyFile = filepath.Join(dir, "writer.pem"), filepath.Join(dir, "writer-key.pem")
+			cfg.TLS.CAFile, cfg.TLS.AllowedIDs = filepath.Join(dir, "ca.pem"), []string{fetcher}
+			cfg.Checkpoints.Signers = tc.signers
+			cfg.Target.BootstrapServers = []string{freeAddr(t)}
+			cfg.Links = []config.Link{{Name: "east", Naming: "prefix", Prefix: "east."}}
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			certs, err := tlsconfig.NewSource(cfg.TLS, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = checkpointTrust(&cfg, certs, slog.New(slog.DiscardHandler))
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("default signers: %v", err)
+				}
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err = Run(ctx, &cfg, slog.New(slog.DiscardHandler))
+			if err == nil || !strings.Contains(err.Error(), "checkpoints.signers") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run = %v, want a refusal naming checkpoints.signers and %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// `ferry-writer checkpoint forget` writes the tombstone of a partition's
+// checkpoint signed with the writer's key, which every writer's view
+// takes (an unsigned one they ignore).
+func TestCheckpointForgetCommand(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := devcerts.WriteDir(dir, devcerts.Options{Validity: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	file := filepath.Join(dir, "writer.yaml")
+	yaml := fmt.Sprintf("id: w1\ntarget: {bootstrap_servers: [%q]}\n"+
+		"tls: {cert_file: %q, key_file: %q, ca_file: %q, allowed_ids: [%q]}\n"+
+		"links: [{name: east, naming: prefix, prefix: 'east.'}]\n",
+		cluster.ListenAddrs()[0], filepath.Join(dir, "writer.pem"), filepath.Join(dir, "writer-key.pem"), filepath.Join(dir, "ca.pem"),
+		devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "fetcher"))
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Defaults()
+	if err := pkgconfig.Load(&cfg, file, nil, "FERRY_WRITER_", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	certs, err := tlsconfig.NewSource(cfg.TLS, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, verifier, err := checkpointTrust(&cfg, certs, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := cfg.Target.Sarama()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := checkpoint.Open(cfg.Target.BootstrapServers, base, checkpoint.Options{Topic: cfg.Checkpoints.Topic, Partitions: 1,
+		ReplicationFactor: -1, Writer: "w1", Signer: signer, Verifier: verifier}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	k := checkpoint.Key{Link: "east", Topic: "orders", Partition: 0}
+	rec, err := store.Record(k, checkpoint.Checkpoint{NextSourceOffset: 42, TargetOffset: 40, Writer: "w1", Time: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kr := &kgo.Record{Topic: cfg.Checkpoints.Topic, Partition: rec.Partition, Key: rec.Key, Value: rec.Value}
+	for _, h := range rec.Headers {
+		kr.Headers = append(kr.Headers, kgo.RecordHeader(h))
+	}
+	if err := cl.ProduceSync(ctx, kr).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cp, ok, err := store.Get(k); !ok || err != nil || cp.NextSourceOffset != 42 {
+		t.Fatalf("before the forget: %+v, %v, %v", cp, ok, err)
+	}
+
+	var out strings.Builder
+	args := []string{"forget", "--config", file, "--link", "east", "--topic", "orders", "--partition", "0"}
+	if code := checkpointCommand(args, nil, &out, noBridge); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "forgot the checkpoint of east/orders/0 (next source offset 42") {
+		t.Errorf("the command says:\n%s", out.String())
+	}
+	if err := store.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cp, ok, err := store.Get(k); ok || err != nil {
+		t.Fatalf("after the forget, another writer's view: %+v, %v, %v; want none", cp, ok, err)
+	}
+	if code := checkpointCommand([]string{"forget", "--config", file, "--link", "west", "--topic", "orders", "--partition", "0"}, nil, &out, noBridge); code != 2 {
+		t.Errorf("a link not configured: exit %d, want 2", code)
+	}
+
+	// set moves a partition forward, signed.
+	args = []string{"set", "--config", file, "--link", "east", "--topic", "orders", "--partition", "0", "--next-offset", "50"}
+	if code := checkpointCommand(args, nil, &out, noBridge); code != 0 {
+		t.Fatalf("set: exit %d:\n%s", code, out.String())
+	}
+	if err := store.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cp, ok, err := store.Get(k); !ok || err != nil || cp.NextSourceOffset != 50 {
+		t.Fatalf("after set: %+v, %v, %v; want 50", cp, ok, err)
+	}
+
+	// sign signs a legacy (unsigned) checkpoint again, under
+	// accept_unsigned: then writers without accept_unsigned take it.
+	legacy := checkpoint.Key{Link: "east", Topic: "orders", Partition: 1}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: cfg.Checkpoints.Topic, Partition: 0, Key: []byte(legacy.String()),
+		Value: []byte(`{"next_source_offset":7,"target_offset":7,"writer":"old"}`)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"FERRY_WRITER_CHECKPOINTS_ACCEPT_UNSIGNED=true"}
+	if code := checkpointCommand([]string{"sign", "--config", file}, env, &out, noBridge); code != 0 {
+		t.Fatalf("sign: exit %d:\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "signed 1 of 1") {
+		t.Errorf("sign says:\n%s", out.String())
+	}
+	if err := store.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cp, ok, err := store.Get(legacy); !ok || err != nil || cp.NextSourceOffset != 7 {
+		t.Fatalf("after sign, a strict writer's view: %+v, %v, %v; want the legacy checkpoint at 7", cp, ok, err)
+	}
+}
+
+func noBridge(*slog.Logger) {}

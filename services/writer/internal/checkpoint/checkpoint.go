@@ -9,6 +9,14 @@
 // it. Kafka orders the barrier after every checkpoint written before it, and
 // a read_committed tail returns it only once all earlier transactions are
 // resolved, so after Sync the view holds every committed checkpoint.
+//
+// Records are signed by the writer that writes them (signed.go): anyone
+// else able to produce to the topic could otherwise move a partition's
+// resume point, and a tombstone would send it back to start_from. The
+// tail verifies lazily: a record that moves its key forward on the same
+// source topic is kept as it is, and verified only when an open reads it
+// (Get); anything else is verified as it is read, and ignored unless it
+// verifies (the replay guard, apply).
 package checkpoint
 
 import (
@@ -24,6 +32,9 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 )
 
 // Checkpoint is one partition's committed progress.
@@ -88,17 +99,27 @@ type Store struct {
 	barrier    sarama.SyncProducer
 	log        *slog.Logger
 
-	mu   sync.Mutex
+	signer         Signer   // nil: records unsigned (tls.insecure)
+	verifier       Verifier // nil: nothing verified (tls.insecure)
+	acceptUnsigned bool
+	metrics        Metrics
+
+	mu sync.Mutex
+	// cond is broadcast as the tail reads.
 	cond *sync.Cond
-	cps  map[Key]Checkpoint
-	read []int64 // per topic partition: the highest offset the tail has read
-	err  error   // set when a tail fails; the store is then unusable
+	// cps holds each key's latest record the tail took (apply).
+	cps map[Key]*entry
+	// unsigned counts the keys whose latest record carries no signature.
+	unsigned int
+	read     []int64 // per topic partition: the highest offset the tail has read
+	err      error   // set when a tail fails; the store is then unusable
 	// failed is closed with err set: the view cannot recover (a tail lost
 	// its position), and only a new store, reading the topic from its
 	// start, can serve again.
 	failed chan struct{}
-	// foreign rate-limits the log of records with foreign keys.
-	foreign sampledLog
+	// foreign rate-limits the log of records with foreign keys, refused
+	// that of records refused (unreadable, unverified, replayed).
+	foreign, refused sampledLog
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -111,6 +132,28 @@ type Options struct {
 	ReplicationFactor int16
 	// Writer identifies this writer in barrier records.
 	Writer string
+	// Signer signs the records Record and Forget build, and Verifier
+	// verifies what the tail reads; both nil with tls.insecure, where
+	// nothing is signed or verified.
+	Signer   Signer
+	Verifier Verifier
+	// AcceptUnsigned takes an unsigned latest checkpoint at Get, with a
+	// warning (checkpoints of writers older than signing, while they are
+	// upgraded).
+	AcceptUnsigned bool
+	// Metrics count what the store refuses and accepts unsigned; nil
+	// counters are not counted.
+	Metrics Metrics
+}
+
+// Metrics are the store's counters.
+type Metrics struct {
+	// Refused counts records the tail ignored, by reason: unreadable,
+	// unsigned, unsigned_tombstone, unverified, replayed.
+	Refused *prometheus.CounterVec
+	// AcceptedUnsigned counts unsigned checkpoints Get took under
+	// AcceptUnsigned.
+	AcceptedUnsigned prometheus.Counter
 }
 
 // Open makes sure the topic exists, compacted, and starts tailing it with
@@ -149,7 +192,8 @@ func Open(addrs []string, base *sarama.Config, opts Options, log *slog.Logger) (
 	s := &Store{
 		topic: opts.Topic, partitions: parts, writer: opts.Writer,
 		client: client, consumer: consumer, barrier: barrier, log: log,
-		cps: map[Key]Checkpoint{}, read: make([]int64, parts), stop: cancel,
+		signer: opts.Signer, verifier: opts.Verifier, acceptUnsigned: opts.AcceptUnsigned, metrics: opts.Metrics,
+		cps: map[Key]*entry{}, read: make([]int64, parts), stop: cancel,
 	}
 	s.cond = sync.NewCond(&s.mu)
 	s.failed = make(chan struct{})
@@ -268,16 +312,23 @@ func (s *Store) apply(p int32, m *sarama.ConsumerMessage) {
 		}
 		return
 	}
-	if m.Value == nil { // a tombstone forgets the partition
-		delete(s.cps, k)
-		return
+	e := &entry{partition: p, offset: m.Offset, value: m.Value}
+	for _, h := range m.Headers {
+		if h == nil {
+			continue
+		}
+		e.sig.ReadHeader(string(h.Key), h.Value)
+		if string(h.Key) == headerForgets {
+			e.forgets = h.Value
+		}
 	}
-	var cp Checkpoint
-	if err := json.Unmarshal(m.Value, &cp); err != nil {
-		s.log.Warn("ignoring unreadable checkpoint", "key", key, "offset", m.Offset, "err", err)
-		return
+	if m.Value != nil {
+		if err := json.Unmarshal(m.Value, &e.cp); err != nil {
+			s.refuse(k, e, "unreadable", err)
+			return
+		}
 	}
-	s.cps[k] = cp
+	s.take(k, e)
 }
 
 func (s *Store) fail(err error) {
@@ -363,12 +414,39 @@ func (s *Store) barriers() []*sarama.ProducerMessage {
 	return msgs
 }
 
-// Get returns the partition's checkpoint as of the last Sync or later.
-func (s *Store) Get(k Key) (Checkpoint, bool) {
+// Get returns the partition's checkpoint as of the last Sync or later. A
+// checkpoint that is unsigned (unless AcceptUnsigned) or does not verify
+// is an *UnverifiedError: the caller must stop the partition, never start
+// it as if it had none.
+func (s *Store) Get(k Key) (Checkpoint, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cp, ok := s.cps[k]
-	return cp, ok
+	e, ok := s.cps[k]
+	if !ok {
+		return Checkpoint{}, false, nil
+	}
+	err := s.check(k, e)
+	if e.value == nil { // a tombstone that did not verify, with nothing before it (take)
+		if err == nil || s.acceptUnsigned && !e.signed() {
+			// It verifies now (the signers' CA fixed since), or is an
+			// operator's forget from before signing.
+			return Checkpoint{}, false, nil
+		}
+		err = fmt.Errorf("the latest record is a tombstone that does not verify, and compaction may have erased the checkpoint before it: %w", err)
+	} else if errors.Is(err, tlsconfig.ErrUnsigned) && s.acceptUnsigned {
+		// Written by a writer older than signing: taken while
+		// checkpoints.accept_unsigned is on, and signed at the
+		// partition's next commit.
+		s.log.Warn("accepting an unsigned checkpoint (checkpoints.accept_unsigned)", "key", k.String(), "partition", e.partition, "offset", e.offset)
+		if c := s.metrics.AcceptedUnsigned; c != nil {
+			c.Inc()
+		}
+		return e.cp, true, nil
+	}
+	if err != nil {
+		return Checkpoint{}, true, &UnverifiedError{Key: k, Topic: s.topic, Partition: e.partition, Offset: e.offset, Err: err}
+	}
+	return e.cp, true, nil
 }
 
 // Record is a checkpoint as a record of the checkpoint topic.
@@ -376,15 +454,17 @@ type Record struct {
 	Partition  int32
 	Key, Value []byte
 	Time       time.Time
+	// Headers carry the record's signature (none without a Signer).
+	Headers []tlsconfig.Header
 }
 
-// Record builds the record that commits cp for k; the caller produces it,
-// after (at-least-once) or with (exactly-once) the data it covers. Its
-// partition follows from the key alone, so a source partition's
-// checkpoints stay in order in one partition.
-func (s *Store) Record(k Key, cp Checkpoint) Record {
+// Record builds the signed record that commits cp for k; the caller
+// produces it, after (at-least-once) or with (exactly-once) the data it
+// covers. Its partition follows from the key alone, so a source
+// partition's checkpoints stay in order in one partition.
+func (s *Store) Record(k Key, cp Checkpoint) (Record, error) {
 	value, _ := json.Marshal(cp) // a struct of numbers and strings cannot fail
-	return Record{Partition: s.PartitionOf(k), Key: []byte(k.String()), Value: value, Time: cp.Time}
+	return s.signed(k, value, cp.Time)
 }
 
 // PartitionOf is the checkpoint partition of k's records.

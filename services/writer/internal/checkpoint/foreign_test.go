@@ -17,7 +17,7 @@ import (
 // the writer's log.
 func TestForeignKeysLoggedAtMostOncePerInterval(t *testing.T) {
 	var logs bytes.Buffer
-	s := &Store{log: slog.New(slog.NewTextHandler(&logs, nil)), cps: map[Key]Checkpoint{}, read: make([]int64, 1)}
+	s := &Store{log: slog.New(slog.NewTextHandler(&logs, nil)), cps: map[Key]*entry{}, read: make([]int64, 1)}
 	s.cond = sync.NewCond(&s.mu)
 	for i := range 100 {
 		s.apply(0, &sarama.ConsumerMessage{Key: []byte("not-ferry"), Value: []byte("x"), Offset: int64(i)})

@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/registration"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
@@ -47,6 +48,9 @@ type Config struct {
 	Target kafkaclient.Config `yaml:"target"`
 	// Checkpoints is where committed progress is kept, in the target cluster.
 	Checkpoints Checkpoints `yaml:"checkpoints"`
+	// OffsetIndex is where each round records where its source offsets
+	// landed, in the target cluster (docs/architecture.md, "Offset index").
+	OffsetIndex OffsetIndex `yaml:"offset_index"`
 	// Producer tunes the target producer of each shard.
 	Producer Producer `yaml:"producer"`
 	// MaxBatchBytes bounds one batch's records, uncompressed. It must be at
@@ -90,6 +94,38 @@ type Checkpoints struct {
 	Topic             string `yaml:"topic"`
 	Partitions        int32  `yaml:"partitions"`
 	ReplicationFactor int16  `yaml:"replication_factor"`
+	// Signers are the writers whose checkpoints this writer trusts: each
+	// checkpoint record is signed with its writer's tls certificate, and
+	// one that does not verify stops its partition (checkpoint_unverified).
+	Signers Signers `yaml:"signers"`
+	// AcceptUnsigned takes unsigned checkpoints (of writers older than
+	// signing) with a warning: on while upgrading, off after.
+	AcceptUnsigned bool `yaml:"accept_unsigned"`
+}
+
+// Signers says whose checkpoint signatures a writer admits.
+type Signers struct {
+	// CAFile is the PEM bundle a signer's chain must end in. Default:
+	// tls.ca_file.
+	CAFile string `yaml:"ca_file"`
+	// AllowedIDs are the identities a signer may present (SPIFFE IDs or
+	// DNS names). Default: the identities of the writer's own tls
+	// certificate (its SPIFFE IDs, or without one its DNS names), so
+	// writers sharing an identity need no setting.
+	AllowedIDs []string `yaml:"allowed_ids"`
+}
+
+// OffsetIndex configures the offset index topic, which the writer creates
+// with the checkpoints' replication factor.
+type OffsetIndex struct {
+	Topic string `yaml:"topic"`
+	// Partitions when created; 0 (the default) takes checkpoints.partitions,
+	// which Validate fills in.
+	Partitions int32 `yaml:"partitions"`
+	// Retention is the topic's retention.ms when created: at least the
+	// longest retention of the source topics, or translating their oldest
+	// offsets answers that they are before the index.
+	Retention time.Duration `yaml:"retention"`
 }
 
 // Producer tunes target producers.
@@ -206,6 +242,7 @@ func Defaults() Config {
 		Log:               telemetry.LogConfig{Level: "info", Format: "text"},
 		Target:            kafkaclient.Defaults("ferry-writer"),
 		Checkpoints:       Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
+		OffsetIndex:       OffsetIndex{Topic: offsetindex.DefaultTopic, Retention: offsetindex.DefaultRetention},
 		Producer:          Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
 		MaxBatchBytes:     4 << 20,
 		MaxGroupBytes:     8 << 20,
@@ -284,6 +321,19 @@ func (c *Config) Validate() error {
 	if c.Checkpoints.Partitions < 1 {
 		p.Addf("checkpoints.partitions", "must be at least 1")
 	}
+	if sg := c.Checkpoints.Signers; !c.TLS.Insecure {
+		if sg.CAFile != "" {
+			if err := tlsconfig.CheckCAFile(sg.CAFile); err != nil {
+				p.Addf("checkpoints.signers.ca_file", "%v", err)
+			}
+		}
+		for _, id := range sg.AllowedIDs {
+			if err := tlsconfig.CheckID(id); err != nil {
+				p.Addf("checkpoints.signers.allowed_ids", "%q: %v", id, err)
+			}
+		}
+	}
+	c.OffsetIndex.validate(c.Checkpoints, &p)
 	switch c.Producer.Compression {
 	case "none", "gzip", "snappy", "lz4", "zstd":
 	default:
@@ -424,6 +474,26 @@ func (c *Config) Validate() error {
 	return p.Err()
 }
 
+// validate checks the offset index settings and fills its partitions'
+// default in.
+func (o *OffsetIndex) validate(cps Checkpoints, p *config.Problems) {
+	switch {
+	case o.Topic == "":
+		p.Addf("offset_index.topic", "required")
+	case o.Topic == cps.Topic:
+		p.Addf("offset_index.topic", "must differ from checkpoints.topic (%s)", cps.Topic)
+	}
+	switch {
+	case o.Partitions < 0:
+		p.Addf("offset_index.partitions", "%d: must be at least 1, or 0 for checkpoints.partitions", o.Partitions)
+	case o.Partitions == 0:
+		o.Partitions = cps.Partitions
+	}
+	if o.Retention < offsetindex.MinRetention {
+		p.Addf("offset_index.retention", "%v: must be at least %v (set it to the longest retention of the source topics at least)", o.Retention, offsetindex.MinRetention)
+	}
+}
+
 // Logging returns the log settings.
 func (c *Config) Logging() telemetry.LogConfig { return c.Log }
 
@@ -445,6 +515,11 @@ func (c *Config) refuseInert(p *config.Problems) {
 			config.Setting{Key: "tls.allowed_ids", Set: len(t.AllowedIDs) > 0},
 			config.Setting{Key: "tls.max_connection_age", Set: t.MaxConnectionAge != dt.MaxConnectionAge},
 			config.Setting{Key: "tls.reload_interval", Set: t.ReloadInterval != dt.ReloadInterval})
+		// Without a certificate nothing is signed or verified.
+		p.RefuseInert("has no effect with tls.insecure (checkpoints are neither signed nor verified without a certificate); remove it, or turn insecure off",
+			config.Setting{Key: "checkpoints.signers.ca_file", Set: c.Checkpoints.Signers.CAFile != ""},
+			config.Setting{Key: "checkpoints.signers.allowed_ids", Set: len(c.Checkpoints.Signers.AllowedIDs) > 0},
+			config.Setting{Key: "checkpoints.accept_unsigned", Set: c.Checkpoints.AcceptUnsigned})
 	}
 	if t, dt := c.Tracing, d.Tracing; !t.Enabled() {
 		p.RefuseInert("has no effect without tracing.endpoint (tracing is off); set the endpoint or remove this",

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-replicator/ferry/pkg/config"
 )
@@ -74,6 +75,19 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 			`links[0].allowed_ids: "spiffe://x/g" is not in tls.allowed_ids`},
 		{"link allowed id not an identity", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\nlinks: [{name: a, topics: {include: ['.*']}, allowed_ids: ['*.x']}]\n",
 			`links[0].allowed_ids: "*.x"`},
+		// Issue 21 item 5: signed checkpoints.
+		{"checkpoint signers with insecure", base + "checkpoints: {signers: {allowed_ids: ['spiffe://x/w']}}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "checkpoints.signers.allowed_ids: has no effect with tls.insecure"},
+		{"accept unsigned with insecure", base + "checkpoints: {accept_unsigned: true}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "checkpoints.accept_unsigned: has no effect with tls.insecure"},
+		{"checkpoint signer not an identity", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\ncheckpoints: {signers: {allowed_ids: ['*.w']}}\nlinks: [{name: a, topics: {include: ['.*']}}]\n",
+			`checkpoints.signers.allowed_ids: "*.w"`},
+		{"checkpoint signers CA missing", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\ncheckpoints: {signers: {ca_file: /nonexistent/ca.pem}}\nlinks: [{name: a, topics: {include: ['.*']}}]\n",
+			"checkpoints.signers.ca_file: read CA bundle /nonexistent/ca.pem"},
+		// Issue 23 item 1: the offset index topic.
+		{"offset index settings", base + "offset_index: {topic: ferry-index, partitions: 6, retention: 720h}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", ""},
+		{"offset index retention below an hour", base + "offset_index: {retention: 30m}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.retention: 30m0s: must be at least 1h"},
+		{"offset index without a topic", base + "offset_index: {topic: ''}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.topic: required"},
+		{"offset index in the checkpoint topic", base + "offset_index: {topic: __ferry_checkpoints}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.topic: must differ from checkpoints.topic"},
+		{"offset index partitions", base + "offset_index: {partitions: -1}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.partitions: -1"},
 		{"sampling without tracing", base + "tracing: {sampling_ratio: 0.5}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "tracing.sampling_ratio: has no effect without tracing.endpoint"},
 	}
 	for _, tt := range tests {
@@ -97,6 +111,25 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The offset index has as many partitions as the checkpoint topic unless
+// set, so a round adds at most one index partition per checkpoint
+// partition to its transaction.
+func TestOffsetIndexDefaults(t *testing.T) {
+	c := Defaults()
+	c.Target.BootstrapServers, c.TLS.Insecure = []string{"127.0.0.1:9092"}, true
+	c.Links = []Link{{Name: "a", Topics: struct {
+		Include []string `yaml:"include"`
+		Exclude []string `yaml:"exclude"`
+	}{Include: []string{".*"}}}}
+	c.Checkpoints.Partitions = 5
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o := c.OffsetIndex; o.Topic != "__ferry_offset_index" || o.Partitions != 5 || o.Retention != 7*24*time.Hour {
+		t.Errorf("offset_index defaults %+v, want __ferry_offset_index, the checkpoints' 5 partitions, 7 days", o)
 	}
 }
 

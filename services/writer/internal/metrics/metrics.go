@@ -16,6 +16,22 @@ type Metrics struct {
 	ProduceSeconds prometheus.Histogram
 	Checkpoints    *prometheus.CounterVec
 	BufferedBytes  prometheus.Gauge
+	// CheckpointsRefused counts checkpoint records the checkpoint view
+	// ignored, by reason; CheckpointsAcceptedUnsigned the unsigned ones an
+	// open took under checkpoints.accept_unsigned.
+	CheckpointsRefused          *prometheus.CounterVec
+	CheckpointsAcceptedUnsigned prometheus.Counter
+
+	reg prometheus.Registerer
+}
+
+// WatchUnsignedCheckpoints exports n, the partitions whose latest
+// checkpoint is unsigned, as a gauge (an upgrade is done when it is 0).
+func (m *Metrics) WatchUnsignedCheckpoints(n func() float64) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ferry_checkpoints_unsigned",
+		Help: "Partitions whose latest checkpoint record is unsigned (written by a writer older than signing, or by someone else).",
+	}, n))
 }
 
 // LatencyBuckets span a local commit (milliseconds) to a long catch-up
@@ -60,8 +76,17 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "ferry_writer_buffered_bytes",
 			Help: "Wire bytes of received batches the writer holds, queued or in a round, across all streams; at most max_buffered_bytes.",
 		}),
+		CheckpointsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_checkpoint_records_refused_total",
+			Help: "Checkpoint records the writer's checkpoint view ignored, by reason (unreadable, unsigned, unsigned_tombstone, unverified, replayed).",
+		}, []string{"reason"}),
+		CheckpointsAcceptedUnsigned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_checkpoints_accepted_unsigned_total",
+			Help: "Unsigned checkpoints an open took under checkpoints.accept_unsigned.",
+		}),
+		reg: reg,
 	}
 	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.Latency, m.Rejected, m.StaleEpochs, m.Streams, m.ProduceSeconds, m.Checkpoints,
-		m.BufferedBytes)
+		m.BufferedBytes, m.CheckpointsRefused, m.CheckpointsAcceptedUnsigned)
 	return m
 }

@@ -221,7 +221,7 @@ func TestSkipBeyondTheSourceIsRefused(t *testing.T) {
 			if err := w.store.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if cp, ok := w.store.Get(checkpoint.Key{Link: "east", Topic: "orders", Partition: 0}); ok {
+			if cp, ok, _ := w.store.Get(checkpoint.Key{Link: "east", Topic: "orders", Partition: 0}); ok {
 				t.Errorf("a refused skip left checkpoint %+v", cp)
 			}
 			if got := w.rejected(t, "east", "beyond_source"); got != 1 {

@@ -78,6 +78,9 @@ var refusalReasons = map[string]string{
 	refusal.RecordTooLarge: "record_too_large",
 	refusal.BatchTooLarge:  "batch_too_large",
 	refusal.TargetRefused:  "target_refused",
+	// Not the fetcher's input, but counted with the refusals so one
+	// counter shows every partition the writer stops.
+	refusal.CheckpointUnverified: "checkpoint_unverified",
 }
 
 // reasonOf is the reason label err is counted under when the writer

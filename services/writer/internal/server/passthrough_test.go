@@ -428,12 +428,12 @@ func TestSkipBatchesMoveTheCheckpointOnly(t *testing.T) {
 				if err := w.store.Sync(ctx); err != nil {
 					t.Fatal(err)
 				}
-				cp, ok := w.store.Get(key)
+				cp, ok, err := w.store.Get(key)
 				if b.GetRecordCount() > 0 {
 					target = copied()
 				}
-				if !ok || cp.NextSourceOffset != next || cp.TargetOffset != target {
-					t.Fatalf("batch %d: checkpoint %+v (found %v), want next %d target %d", seq, cp, ok, next, target)
+				if !ok || err != nil || cp.NextSourceOffset != next || cp.TargetOffset != target {
+					t.Fatalf("batch %d: checkpoint %+v (found %v, %v), want next %d target %d", seq, cp, ok, err, next, target)
 				}
 			}
 			step(1, batch.Skip(0, 4, 5), 5)

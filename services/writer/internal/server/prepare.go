@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -9,6 +10,8 @@ import (
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/refusal"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/fence"
 	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
@@ -110,13 +113,19 @@ func (ss *session) prepare(log *slog.Logger, cl *producer.Client) (prod *produce
 }
 
 // resume answers the open: each partition's resume position from its
-// committed checkpoint, which also sets where the stream starts.
-func (ss *session) resume(targetCluster string) *ferryv1.Opened {
+// committed checkpoint, which also sets where the stream starts. A
+// partition whose checkpoint does not verify is refused (unverified),
+// and the open with it.
+func (ss *session) resume(log *slog.Logger, targetCluster string) (*ferryv1.Opened, error) {
 	s := ss.s
 	opened := &ferryv1.Opened{Writer: s.opts.ID, TargetClusterId: targetCluster}
 	for tp := range ss.next {
 		pos := &ferryv1.PartitionPosition{Topic: tp.topic, Partition: tp.partition}
-		if cp, ok := ss.progress.resume(tp); ok {
+		cp, ok, err := ss.progress.resume(tp)
+		if err != nil {
+			return nil, unverified(log, ss.link.Name, tp, err)
+		}
+		if ok {
 			pos.NextOffset, pos.HasCheckpoint, pos.SourceTopicId = cp.NextSourceOffset, true, cp.SourceTopicID
 			ss.next[tp] = cp.NextSourceOffset
 			// A checkpoint of an earlier topic of the name (deleted and
@@ -130,7 +139,25 @@ func (ss *session) resume(targetCluster string) *ferryv1.Opened {
 		}
 		opened.Resume = append(opened.Resume, pos)
 	}
-	return opened
+	return opened, nil
+}
+
+// unverified is the refusal of tp, whose checkpoint did not verify (err),
+// logged loudly: the fetcher stops the partition (checkpoint_unverified)
+// and opens the shard again without it. Starting it from start_from
+// instead would copy it again, or skip what is not copied yet.
+func unverified(log *slog.Logger, link string, tp topicPartition, err error) error {
+	var ue *checkpoint.UnverifiedError
+	if !errors.As(err, &ue) {
+		return fmt.Errorf("checkpoint of %s/%d: %w", tp.topic, tp.partition, err)
+	}
+	log.Error("partition stopped: its checkpoint does not verify (forged, replayed or signed by a writer checkpoints.signers does not admit)",
+		"link", link, "topic", tp.topic, "partition", tp.partition, "reason", "checkpoint_unverified",
+		"checkpoint_topic", ue.Topic, "checkpoint_partition", ue.Partition, "checkpoint_offset", ue.Offset, "err", ue.Err)
+	return refusal.Refusal{
+		Reason: refusal.CheckpointUnverified, Topic: tp.topic, Partition: tp.partition, Offset: ue.Offset,
+		Setting: ue.Topic + " partition " + strconv.Itoa(int(ue.Partition)), Cause: ue.Err.Error(),
+	}
 }
 
 // dataPartitions are the target partitions the shard's records go to.
@@ -144,11 +171,14 @@ func (ss *session) dataPartitions() fence.Partitions {
 }
 
 // writable are all the target partitions the shard's transactions touch:
-// its data partitions and every checkpoint partition.
+// its data partitions and every checkpoint and offset index partition.
 func (ss *session) writable() fence.Partitions {
 	parts := ss.dataPartitions()
 	for p := range ss.s.store.Partitions() {
 		parts[ss.s.store.Topic()] = append(parts[ss.s.store.Topic()], p)
+	}
+	for p := range ss.s.opts.Index.Partitions {
+		parts[ss.s.opts.Index.Name] = append(parts[ss.s.opts.Index.Name], p)
 	}
 	return parts
 }

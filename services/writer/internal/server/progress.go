@@ -6,6 +6,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
 )
 
@@ -25,6 +26,11 @@ type progress struct {
 	// record, as its checkpoints record it: kept for rounds that copy none
 	// of its records; -1 while unknown (nothing copied yet).
 	target map[topicPartition]int64
+	// index is the offset index topic; pending, the index entries of the
+	// partitions of the last round reached computed, which add writes
+	// with their checkpoints (index.go).
+	index   offsetindex.Topic
+	pending map[topicPartition]*offsetindex.Entry
 }
 
 // checkpoints are the checkpoints a round's partitions reach.
@@ -39,14 +45,15 @@ func (p *progress) key(tp topicPartition) checkpoint.Key {
 }
 
 // resume starts tp at its committed checkpoint, or with nothing copied
-// yet when it has none.
-func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool) {
-	cp, ok := p.store.Get(p.key(tp))
+// yet when it has none. A checkpoint that does not verify is an error
+// (checkpoint.UnverifiedError): tp must stop, not start afresh.
+func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool, error) {
+	cp, ok, err := p.store.Get(p.key(tp))
 	p.target[tp] = -1
-	if ok {
+	if ok && err == nil {
 		p.target[tp] = cp.TargetOffset
 	}
-	return cp, ok
+	return cp, ok, err
 }
 
 // reached computes the checkpoint each partition of group reaches with
@@ -54,6 +61,7 @@ func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool) {
 // records) and adds it to cps; a partition's last copied record moves its
 // target offset.
 func (p *progress) reached(group []work, r *round, offsets []int64, now time.Time, cps checkpoints) {
+	p.pending = p.indexed(group, r, offsets)
 	for j, w := range group {
 		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
 		if last := r.last[j]; last.batch >= 0 {
@@ -70,16 +78,24 @@ func (p *progress) reached(group []work, r *round, offsets []int64, now time.Tim
 	}
 }
 
-// add appends to r one batch per checkpoint partition holding cps.
+// add appends to r one batch per checkpoint partition holding cps, and
+// their partitions' index records.
 func (p *progress) add(r *round, cps checkpoints) error {
 	byPartition := map[int32][]recordbatch.Record{}
 	var order []int32
 	for tp, cp := range cps {
-		rec := p.store.Record(p.key(tp), cp)
+		rec, err := p.store.Record(p.key(tp), cp)
+		if err != nil {
+			return err
+		}
 		if _, ok := byPartition[rec.Partition]; !ok {
 			order = append(order, rec.Partition)
 		}
-		byPartition[rec.Partition] = append(byPartition[rec.Partition], recordbatch.Record{Timestamp: rec.Time.UnixMilli(), Key: rec.Key, Value: rec.Value})
+		headers := make([]recordbatch.Header, len(rec.Headers))
+		for i, h := range rec.Headers {
+			headers[i] = recordbatch.Header(h)
+		}
+		byPartition[rec.Partition] = append(byPartition[rec.Partition], recordbatch.Record{Timestamp: rec.Time.UnixMilli(), Key: rec.Key, Value: rec.Value, Headers: headers})
 	}
 	for _, part := range order {
 		raw, err := recordbatch.Build(nil, byPartition[part], recordbatch.None)
@@ -88,12 +104,12 @@ func (p *progress) add(r *round, cps checkpoints) error {
 		}
 		r.batches = append(r.batches, producer.Batch{Topic: p.store.Topic(), Partition: part, Raw: raw})
 	}
-	return nil
+	return p.addIndex(r, cps)
 }
 
 // partitions are the target partitions a round of group writes, which
-// join its transaction: those of its batches (r), and the checkpoint
-// partitions of its source partitions.
+// join its transaction: those of its batches (r), and the checkpoint and
+// index partitions of its source partitions.
 func (p *progress) partitions(group []work, r *round) []producer.TopicPartition {
 	seen := map[producer.TopicPartition]bool{}
 	var out []producer.TopicPartition
@@ -108,6 +124,7 @@ func (p *progress) partitions(group []work, r *round) []producer.TopicPartition 
 	}
 	for _, w := range group {
 		add(producer.TopicPartition{Topic: p.store.Topic(), Partition: p.store.PartitionOf(p.key(topicPartition{w.b.GetTopic(), w.b.GetPartition()}))})
+		add(p.indexPartition(topicPartition{w.b.GetTopic(), w.b.GetPartition()}))
 	}
 	return out
 }

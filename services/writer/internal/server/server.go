@@ -24,6 +24,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
@@ -82,6 +83,10 @@ type Options struct {
 	// anything is produced with it, so that links reading the target skip
 	// what Ferry wrote (pkg/provenance). Nil records nothing (tests only).
 	Recorder *provenance.Recorder
+	// Index is the offset index topic: each round adds, beside each
+	// partition's checkpoint, the index record of what it copied of it
+	// (progress, package offsetindex).
+	Index offsetindex.Topic
 }
 
 // ProducerSettings tune the shards' target producers.

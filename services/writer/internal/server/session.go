@@ -114,6 +114,7 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 		sess.topicIDs[t.GetName()] = t.GetTopicId()
 	}
 	sess.progress = newProgress(link.Name, s.opts.ID, sess.epoch, s.store, sess.topicIDs)
+	sess.progress.index = s.opts.Index
 	sess.obs = &observer{link: link, shard: sess.shard, epoch: sess.epoch, metrics: s.metrics, tracer: s.opts.Tracer, log: s.log}
 	sess.queueBytes = int64(s.opts.MaxGroupBytes)
 	sess.queued = semaphore.NewWeighted(sess.queueBytes)
@@ -156,7 +157,10 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	if err != nil {
 		return err
 	}
-	opened := ss.resume(targetCluster)
+	opened, err := ss.resume(log, targetCluster)
+	if err != nil {
+		return reject(s.metrics, ss.link.Name, err)
+	}
 	if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Opened{Opened: opened}}); err != nil {
 		return fmt.Errorf("send opened: %w", err)
 	}

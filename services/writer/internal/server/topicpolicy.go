@@ -54,6 +54,8 @@ func (s *Server) reserved(target string) string {
 	switch {
 	case target == s.store.Topic():
 		return "the writer's checkpoint topic"
+	case target == s.opts.Index.Name:
+		return "the writer's offset index topic"
 	case kafkaInternal[target]:
 		return "a Kafka internal topic"
 	case strings.HasPrefix(target, ferryReserved):

@@ -29,6 +29,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
@@ -43,6 +44,9 @@ func TestMain(m *testing.M) {
 // cpTopic does not start with __ferry, so refusing it shows the checkpoint
 // topic is reserved by name, not only by the prefix.
 const cpTopic = "ferry-state"
+
+// indexTopic, likewise, shows the offset index topic is reserved by name.
+const indexTopic = "ferry-index"
 
 // testWriter is a Server over a kfake target, with a real checkpoint store
 // and topic ensurer, served through bufconn.
@@ -105,6 +109,13 @@ const testShards = 8
 // (TLS) and the test client's credentials.
 func startWriterGRPC(t *testing.T, links []Link, edit func(*Options), serverOpts []grpc.ServerOption, creds credentials.TransportCredentials) *testWriter {
 	t.Helper()
+	return startWriterStore(t, links, edit, func(*checkpoint.Options) {}, serverOpts, creds)
+}
+
+// startWriterStore is startWriterGRPC with the checkpoint store's options
+// edited (signing).
+func startWriterStore(t *testing.T, links []Link, edit func(*Options), editStore func(*checkpoint.Options), serverOpts []grpc.ServerOption, creds credentials.TransportCredentials) *testWriter {
+	t.Helper()
 	links = slices.Clone(links)
 	for i := range links {
 		if links[i].Shards == 0 {
@@ -123,7 +134,9 @@ func startWriterGRPC(t *testing.T, links []Link, edit func(*Options), serverOpts
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := checkpoint.Open(addrs, base, checkpoint.Options{Topic: cpTopic, Partitions: 1, ReplicationFactor: -1, Writer: "w1"}, log)
+	storeOpts := checkpoint.Options{Topic: cpTopic, Partitions: 1, ReplicationFactor: -1, Writer: "w1"}
+	editStore(&storeOpts)
+	store, err := checkpoint.Open(addrs, base, storeOpts, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +147,10 @@ func startWriterGRPC(t *testing.T, links []Link, edit func(*Options), serverOpts
 	}
 	t.Cleanup(func() { ens.Close() })
 	if err := ens.Ensure(topics.Spec{Name: provenance.Topic, Partitions: 1, ReplicationFactor: -1, Configs: provenance.Configs}); err != nil {
+		t.Fatal(err)
+	}
+	indexParts, err := ens.EnsureOwn(topics.Spec{Name: indexTopic, Partitions: 1, ReplicationFactor: -1, Configs: offsetindex.Configs(offsetindex.DefaultRetention)})
+	if err != nil {
 		t.Fatal(err)
 	}
 	recorder, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(addrs...)}, "w1", nil)
@@ -147,6 +164,7 @@ func startWriterGRPC(t *testing.T, links []Link, edit func(*Options), serverOpts
 	}
 	t.Cleanup(codecs.Close)
 	opts := Options{ID: "w1", Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, MaxBatchBytes: 1 << 20, MaxPartitions: 1000, MaxStreams: 1000, MaxStreamsPerPeer: 1000, MaxGroupBytes: 1 << 20, MaxBufferedBytes: 64 << 20, Recorder: recorder,
+		Index:    offsetindex.Topic{Name: indexTopic, Partitions: indexParts},
 		Producer: ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, MergeBelow: 64 << 10, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second}}
 	edit(&opts)
 	reg := prometheus.NewRegistry()
@@ -282,6 +300,7 @@ func TestOpenRefusesTopics(t *testing.T) {
 		want       []string // parts of the refusal; none: accepted
 	}{
 		{"checkpoint topic by name", "open", []string{cpTopic}, []string{`link "open"`, `topic "ferry-state"`, "the writer's checkpoint topic"}},
+		{"offset index topic by name", "open", []string{indexTopic}, []string{`topic "ferry-index"`, "the writer's offset index topic"}},
 		{"ferry prefix", "open", []string{"__ferry_checkpoints"}, []string{`topic "__ferry_checkpoints"`, "reserved for Ferry"}},
 		{"consumer offsets", "open", []string{"__consumer_offsets"}, []string{`topic "__consumer_offsets"`, "a Kafka internal topic"}},
 		{"transaction state", "open", []string{"__transaction_state"}, []string{"a Kafka internal topic"}},

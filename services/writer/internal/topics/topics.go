@@ -201,6 +201,47 @@ func (e *Ensurer) Ensure(spec Spec) error {
 	return nil
 }
 
+// EnsureOwn makes one of Ferry's own topics exist and returns its
+// partition count as the target has it. Unlike Ensure it never grows an
+// existing topic: the writer places each key's records by the count (as
+// the checkpoint topic does), and growing it would move a key's records
+// to another partition from then on.
+func (e *Ensurer) EnsureOwn(spec Spec) (int32, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	have, err := e.partitions(spec.Name)
+	if err != nil || have > 0 {
+		return have, err
+	}
+	entries := map[string]*string{}
+	for k, v := range spec.Configs {
+		entries[k] = &v
+	}
+	err = e.admin.CreateTopic(spec.Name, &sarama.TopicDetail{
+		NumPartitions: spec.Partitions, ReplicationFactor: spec.ReplicationFactor, ConfigEntries: entries,
+	}, false)
+	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+		return 0, fmt.Errorf("create topic %s: %w", spec.Name, err)
+	}
+	e.log.Info("created topic", "topic", spec.Name, "partitions", spec.Partitions, "configs", spec.Configs)
+	if have, err = e.partitions(spec.Name); err == nil && have == 0 {
+		err = fmt.Errorf("topic %s not described after its creation", spec.Name)
+	}
+	return have, err
+}
+
+// partitions is the topic's partition count, 0 when it does not exist.
+func (e *Ensurer) partitions(topic string) (int32, error) {
+	meta, err := e.admin.DescribeTopics([]string{topic})
+	if err != nil {
+		return 0, fmt.Errorf("describe topic %s: %w", topic, err)
+	}
+	if len(meta) == 1 && meta[0].Err == sarama.ErrNoError {
+		return int32(len(meta[0].Partitions)), nil
+	}
+	return 0, nil
+}
+
 // MaxMessageBytes is the target topic's max.message.bytes: the largest
 // record batch its brokers accept.
 func (e *Ensurer) MaxMessageBytes(topic string) (int, error) {

@@ -1,0 +1,195 @@
+package offsetindex
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+// copied is a partition's copy as the target holds it: the source offset
+// of each copied record by target offset (absent: a marker, or nothing).
+type copied struct {
+	bySource map[int64]int64 // source offset -> target offset
+	sources  []int64         // copied source offsets, ascending
+	targets  []int64         // their target offsets, ascending
+}
+
+func (c *copied) add(s, t int64) {
+	c.bySource[s] = t
+	c.sources = append(c.sources, s)
+	c.targets = append(c.targets, t)
+}
+
+// wantForward is the target offset of the first copied record at or
+// after s, or the end after the last one.
+func (c *copied) wantForward(s int64) Position {
+	for i, src := range c.sources {
+		if src >= s {
+			return Position{Offset: c.targets[i]}
+		}
+	}
+	if len(c.targets) == 0 {
+		return Position{Offset: -1, End: true}
+	}
+	return Position{Offset: c.targets[len(c.targets)-1] + 1, End: true}
+}
+
+// wantBack is the source offset of the first copied record at or after
+// target offset t, or the end after the last one.
+func (c *copied) wantBack(t int64) Position {
+	for i, tgt := range c.targets {
+		if tgt >= t {
+			return Position{Offset: c.sources[i]}
+		}
+	}
+	return Position{Offset: c.sources[len(c.sources)-1] + 1, End: true}
+}
+
+// simulate copies a source partition of n offsets in random rounds the
+// way the writer does: each offset is copied with probability keep
+// (others are aborted, compacted away, markers or Skips), a round's
+// records land contiguously on the target in one or several batches
+// (which may start with a marker gap: exactly-once), and each round
+// gives one entry per partition.
+func simulate(rng *rand.Rand, n int64, keep float64, markers bool) (*copied, []Entry) {
+	c := &copied{bySource: map[int64]int64{}}
+	var entries []Entry
+	target, before := int64(0), int64(-1)
+	for s := int64(0); s < n; {
+		size := 1 + rng.Int64N(40)
+		e := Entry{From: s, Next: min(s+size, n), TargetBefore: before}
+		if markers && rng.IntN(2) == 0 {
+			target += 1 + rng.Int64N(2) // the previous commit's marker, an abort's
+		}
+		for ; s < e.Next; s++ {
+			if rng.Float64() >= keep {
+				continue
+			}
+			if markers && rng.IntN(50) == 0 {
+				target++ // records of another transaction between batches
+			}
+			e.Add(s, target, 1)
+			c.add(s, target)
+			target++
+		}
+		before = e.TargetEnd()
+		entries = append(entries, e)
+	}
+	return c, entries
+}
+
+// Translation is exact at every offset, both ways, over random copies:
+// plain, compacted, sparse, with markers between rounds or not.
+func TestTranslationIsExactEverywhere(t *testing.T) {
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		keep := []float64{1, 0.9, 0.5, 0.05}[seed%4]
+		c, entries := simulate(rng, 600, keep, seed%2 == 1)
+		if len(c.sources) == 0 {
+			continue
+		}
+		x := NewIndex()
+		for _, e := range entries {
+			raw, err := e.Append(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := Decode(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x.Add(d)
+		}
+		for s := int64(0); s <= 610; s++ {
+			got, err := x.Translate(s)
+			if want := c.wantForward(s); err != nil || got != want {
+				t.Fatalf("seed %d: Translate(%d) = %+v, %v; want %+v", seed, s, got, err, want)
+			}
+		}
+		last := c.targets[len(c.targets)-1]
+		for tgt := int64(0); tgt <= last+5; tgt++ {
+			got, err := x.TranslateBack(tgt)
+			if want := c.wantBack(tgt); err != nil || got != want {
+				t.Fatalf("seed %d: TranslateBack(%d) = %+v, %v; want %+v", seed, tgt, got, err, want)
+			}
+		}
+	}
+}
+
+// Offsets before the first record answer ErrBeforeIndex naming where the
+// index starts, on either side; a partition without records, ErrNotIndexed.
+func TestBeforeTheIndex(t *testing.T) {
+	x := NewIndex()
+	if _, err := x.Translate(0); !errors.Is(err, ErrNotIndexed) {
+		t.Fatalf("empty index: %v, want ErrNotIndexed", err)
+	}
+	// The first record left (retention pruned those before) starts at
+	// source 1000, the target standing at 400.
+	x.Add(Entry{From: 1000, Next: 1010, TargetBefore: 400, Runs: []Run{{1002, 401, 8}}})
+	var before *BeforeIndexError
+	if _, err := x.Translate(999); !errors.As(err, &before) || !errors.Is(err, ErrBeforeIndex) || before.Start != 1000 || before.Target {
+		t.Errorf("Translate(999): %v, want ErrBeforeIndex starting at source 1000", err)
+	}
+	if _, err := x.TranslateBack(399); !errors.As(err, &before) || before.Start != 400 || !before.Target {
+		t.Errorf("TranslateBack(399): %v, want ErrBeforeIndex starting at target 400", err)
+	} else if want := "target offset 399 is before the offset index, which starts at target offset 400"; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	if got, err := x.Translate(1000); err != nil || got != (Position{Offset: 401}) {
+		t.Errorf("Translate(1000) = %+v, %v; want 401 (1000 and 1001 were not copied)", got, err)
+	}
+	if got, err := x.TranslateBack(400); err != nil || got != (Position{Offset: 1002}) {
+		t.Errorf("TranslateBack(400) = %+v, %v; want 1002 (a marker at 400)", got, err)
+	}
+}
+
+// A record that covers again what earlier ones covered (a round sent
+// again after an at-least-once failure) replaces them from there on, and
+// a record going back to or before the index's start begins it anew (a
+// source topic created again).
+func TestLaterRecordsReplaceWhatTheyCoverAgain(t *testing.T) {
+	x := NewIndex()
+	x.Add(Entry{From: 0, Next: 10, TargetBefore: -1, Runs: []Run{{0, 0, 10}}})
+	x.Add(Entry{From: 10, Next: 20, TargetBefore: 10, Runs: []Run{{10, 10, 10}}}) // its checkpoint failed
+	x.Add(Entry{From: 10, Next: 20, TargetBefore: 10, Runs: []Run{{10, 20, 10}}}) // sent again: the copy goes on from 20
+	for _, tc := range []struct{ s, want int64 }{{9, 9}, {10, 20}, {15, 25}} {
+		if got, _ := x.Translate(tc.s); got.Offset != tc.want {
+			t.Errorf("Translate(%d) = %+v, want %d", tc.s, got, tc.want)
+		}
+	}
+	if got, _ := x.TranslateBack(12); got.Offset != 10 {
+		t.Errorf("TranslateBack(12), in the first copy, = %+v, want 10 (the copy gone on from)", got)
+	}
+	x.Add(Entry{From: 0, Next: 5, TargetBefore: 30, Runs: []Run{{0, 31, 5}}}) // a new topic of the name
+	if got, _ := x.Translate(0); got.Offset != 31 || x.Runs() != 1 {
+		t.Errorf("after a new start: Translate(0) = %+v with %d runs, want 31 with 1", got, x.Runs())
+	}
+	if _, err := x.TranslateBack(29); !errors.Is(err, ErrBeforeIndex) {
+		t.Errorf("TranslateBack(29) after a new start: %v, want ErrBeforeIndex", err)
+	}
+}
+
+// Records copied with no index record between two (at-least-once: a
+// round's checkpoint committed but its index record's partition refused
+// the produce; or an older writer) show as a target that moved on between
+// them: the index starts again after them rather than calling their
+// source offsets not copied.
+func TestRecordsCopiedWithoutIndexStartItAgain(t *testing.T) {
+	x := NewIndex()
+	x.Add(Entry{From: 0, Next: 10, TargetBefore: -1, Runs: []Run{{0, 0, 10}}})
+	// 10..19 went to target 10..19 without an index record.
+	x.Add(Entry{From: 20, Next: 30, TargetBefore: 20, Runs: []Run{{20, 21, 10}}})
+	var before *BeforeIndexError
+	if got, err := x.Translate(15); !errors.As(err, &before) || before.Start != 20 {
+		t.Errorf("Translate(15), copied without an index record: %+v, %v; want ErrBeforeIndex starting at 20", got, err)
+	}
+	if _, err := x.TranslateBack(15); !errors.Is(err, ErrBeforeIndex) {
+		t.Errorf("TranslateBack(15): %v, want ErrBeforeIndex", err)
+	}
+	// A gap with the target where it was (markers, aborted records)
+	// is offsets not copied.
+	x.Add(Entry{From: 35, Next: 40, TargetBefore: 31, Runs: []Run{{36, 33, 4}}})
+	if got, err := x.Translate(32); err != nil || got != (Position{Offset: 33}) {
+		t.Errorf("Translate(32), not copied: %+v, %v; want 33", got, err)
+	}
+}

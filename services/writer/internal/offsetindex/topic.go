@@ -1,0 +1,38 @@
+package offsetindex
+
+import (
+	"strconv"
+	"time"
+)
+
+// Defaults of the writer's offset_index settings.
+const (
+	DefaultTopic     = "__ferry_offset_index"
+	DefaultRetention = 7 * 24 * time.Hour
+	// MinRetention is the shortest offset_index.retention: translation
+	// needs the index for as long as consumers may lag on the source.
+	MinRetention = time.Hour
+)
+
+// Topic is the index topic as the writer produces to it.
+type Topic struct {
+	Name string
+	// Partitions is the topic's partition count as the target reports it:
+	// PartitionOf depends on it, so the topic must never grow.
+	Partitions int32
+}
+
+// PartitionOf is the partition of k's index records.
+func (t Topic) PartitionOf(k Key) int32 { return PartitionOf(k, t.Partitions) }
+
+// Configs are the configs the writer creates the index topic with. Time
+// retention, not compaction: a partition's records are many (one a round)
+// and all needed, and they are needed for as long as the source keeps the
+// offsets they translate, which the operator sets as retention (at least
+// the longest source retention).
+func Configs(retention time.Duration) map[string]string {
+	return map[string]string{
+		"cleanup.policy": "delete",
+		"retention.ms":   strconv.FormatInt(retention.Milliseconds(), 10),
+	}
+}

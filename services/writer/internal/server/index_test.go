@@ -1,0 +1,316 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-replicator/ferry/pkg/batch"
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
+)
+
+// copiedRecord is a record of the target: its offset there, and the source
+// offset its value ("v<offset>") names.
+type copiedRecord struct{ source, target int64 }
+
+// copiedRecords reads what a read_committed consumer of orders/partition
+// sees on the target, up to its last stable offset.
+func copiedRecords(ctx context.Context, t *testing.T, w *testWriter, partition int32) []copiedRecord {
+	t.Helper()
+	seeds := kgo.SeedBrokers(w.cluster.ListenAddrs()...)
+	admin, err := kgo.NewClient(seeds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ends, err := kadm.NewClient(admin).ListCommittedOffsets(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup("orders", partition)
+	cl, err := kgo.NewClient(seeds, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"orders": {partition: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []copiedRecord
+	for read := int64(0); read < end.Offset; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading orders/%d up to %d: %v", partition, end.Offset, ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			read = r.Offset + 1
+			if r.Attrs.IsControl() || r.Offset >= end.Offset {
+				return
+			}
+			src, err := strconv.ParseInt(strings.TrimPrefix(string(r.Value), "v"), 10, 64)
+			if err != nil {
+				t.Fatalf("orders/%d at %d holds %q", partition, r.Offset, r.Value)
+			}
+			out = append(out, copiedRecord{source: src, target: r.Offset})
+		})
+	}
+	return out
+}
+
+// span is a source partition's offsets, [start, end): those of the source
+// partition, or, for start > 0, what is left of it.
+type span struct {
+	partition  int32
+	start, end int64
+}
+
+// checkIndex checks the writer's offset index of each span's partition
+// against the target itself, at every offset: Translate(s) for every
+// source offset s is the target offset of the first copied record at or
+// after s (past the last: the end, saying so), TranslateBack(t) for every
+// target offset the source offset of the first copied record at or after
+// t, and an offset before the index's start is ErrBeforeIndex naming it.
+func checkIndex(ctx context.Context, t *testing.T, w *testWriter, spans ...span) {
+	t.Helper()
+	r, err := offsetindex.NewReader([]kgo.Opt{kgo.SeedBrokers(w.cluster.ListenAddrs()...)}, indexTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, sp := range spans {
+		copied := copiedRecords(ctx, t, w, sp.partition)
+		if len(copied) == 0 {
+			t.Fatalf("orders/%d: nothing copied", sp.partition)
+		}
+		for i := 1; i < len(copied); i++ {
+			if copied[i].source <= copied[i-1].source {
+				t.Fatalf("orders/%d: target holds source %d after %d", sp.partition, copied[i].source, copied[i-1].source)
+			}
+		}
+		last := copied[len(copied)-1]
+		key := offsetindex.Key{Link: "east", Topic: "orders", Partition: sp.partition}
+		for s := sp.start; s < sp.end; s++ {
+			want := offsetindex.Position{Offset: last.target + 1, End: true}
+			for _, c := range copied {
+				if c.source >= s {
+					want = offsetindex.Position{Offset: c.target}
+					break
+				}
+			}
+			if got, err := r.Translate(ctx, key, s); err != nil || got != want {
+				t.Errorf("orders/%d: Translate(%d) = %+v, %v; want %+v (target: %v)", sp.partition, s, got, err, want, copied)
+			}
+		}
+		hw := w.cluster.PartitionInfo("orders", sp.partition).HighWatermark
+		for tgt := int64(0); tgt <= hw; tgt++ {
+			want := offsetindex.Position{Offset: last.source + 1, End: true}
+			for _, c := range copied {
+				if c.target >= tgt {
+					want = offsetindex.Position{Offset: c.source}
+					break
+				}
+			}
+			if got, err := r.TranslateBack(ctx, key, tgt); err != nil || got != want {
+				t.Errorf("orders/%d: TranslateBack(%d) = %+v, %v; want %+v (target: %v)", sp.partition, tgt, got, err, want, copied)
+			}
+		}
+		if sp.start > 0 {
+			var before *offsetindex.BeforeIndexError
+			if _, err := r.Translate(ctx, key, sp.start-1); !errors.As(err, &before) || before.Start != sp.start {
+				t.Errorf("orders/%d: Translate(%d) before the index: %v, want ErrBeforeIndex starting at %d", sp.partition, sp.start-1, err, sp.start)
+			}
+		}
+	}
+}
+
+// mustSend sends the Kafka batches as one wire batch of orders/partition
+// copying from first, as batch seq, and waits for its acknowledgement.
+func mustSend(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, seq uint64, partition int32, first int64, raws ...[]byte) {
+	t.Helper()
+	if err := sendToPartition(t, stream, seq, partition, first, raws...); err != nil {
+		t.Fatalf("batch %d: stream ended: %v", seq, err)
+	}
+}
+
+// mustSendWire sends b (a Skip) as batch seq of orders/0 and waits for its
+// acknowledgement.
+func mustSendWire(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, seq uint64, b *ferryv1.Batch) {
+	t.Helper()
+	if _, err := sendWire(t, stream, seq, b); err != nil {
+		t.Fatalf("batch %d: stream ended: %v", seq, err)
+	}
+}
+
+const transactional = 0x10 // a source batch's transactional attribute
+
+// indexCases copy a source partition the ways the index must describe
+// exactly; each returns the source spans to check.
+var indexCases = []struct {
+	name string
+	edit func(*ProducerSettings)
+	run  func(ctx context.Context, t *testing.T, w *testWriter) []span
+}{
+	{"plain", func(p *ProducerSettings) { p.MergeBelow = 0 }, func(ctx context.Context, t *testing.T, w *testWriter) []span {
+		stream := w.openOrders(ctx, t, "east")
+		mustSend(t, stream, 1, 0, 0, sourceBatch(t, 0, 10, nil, recordbatch.LZ4, 0), sourceBatch(t, 10, 5, nil, recordbatch.None, 0))
+		mustSend(t, stream, 2, 0, 15, sourceBatch(t, 15, 20, nil, recordbatch.LZ4, 0))
+		mustSend(t, stream, 3, 0, 35, sourceBatch(t, 35, 3, nil, recordbatch.None, 0))
+		return []span{{0, 0, 38}}
+	}},
+	{"compacted source, rebuilt batches", nil, func(ctx context.Context, t *testing.T, w *testWriter) []span {
+		stream := w.openOrders(ctx, t, "east")
+		// The source's log starts at 100; compaction left gaps.
+		mustSend(t, stream, 1, 0, 100, sourceBatch(t, 100, 0, []int32{0, 2, 3, 7}, recordbatch.None, 0), sourceBatch(t, 108, 0, []int32{0, 1, 5}, recordbatch.None, 0))
+		mustSend(t, stream, 2, 0, 114, sourceBatch(t, 114, 5, nil, recordbatch.LZ4, 0), sourceBatch(t, 119, 0, []int32{0, 4}, recordbatch.None, 0))
+		// A batch straddling where the copy goes on: 124 is not copied.
+		mustSend(t, stream, 3, 0, 125, sourceBatch(t, 124, 0, []int32{0, 2, 4, 6}, recordbatch.None, 0))
+		return []span{{0, 100, 131}}
+	}},
+	{"small batches merged", nil, func(ctx context.Context, t *testing.T, w *testWriter) []span {
+		stream := w.openOrders(ctx, t, "east")
+		// Source offsets 2, 5 and 8 hold nothing copied (markers): the
+		// merged target batch is contiguous, the source is not.
+		mustSend(t, stream, 1, 0, 0, sourceBatch(t, 0, 2, nil, recordbatch.LZ4, 0), sourceBatch(t, 3, 2, nil, recordbatch.LZ4, 0),
+			sourceBatch(t, 6, 2, nil, recordbatch.None, 0), sourceBatch(t, 9, 3, nil, recordbatch.LZ4, 0))
+		if n := len(targetBatches(t, w)); n != 1 {
+			t.Fatalf("4 small source batches became %d target batches, want 1 (merged)", n)
+		}
+		mustSend(t, stream, 2, 0, 14, sourceBatch(t, 14, 2, nil, recordbatch.LZ4, 0))
+		return []span{{0, 0, 16}}
+	}},
+	{"aborted transactions and markers in the source", nil, func(ctx context.Context, t *testing.T, w *testWriter) []span {
+		stream := w.openOrders(ctx, t, "east")
+		// 0..4 a committed transaction, 5 its marker, 6..9 aborted, 10
+		// the abort marker, 11..15 plain, 16 a marker, 17..19 committed,
+		// 20 its marker, 21 aborted, 22 its marker, 23..24 plain, 25..26
+		// aborted and 27 their marker at the end.
+		mustSend(t, stream, 1, 0, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, transactional), sourceBatch(t, 11, 5, nil, recordbatch.LZ4, 0))
+		mustSend(t, stream, 2, 0, 17, sourceBatch(t, 17, 3, nil, recordbatch.None, transactional))
+		mustSend(t, stream, 3, 0, 23, sourceBatch(t, 23, 2, nil, recordbatch.None, 0))
+		return []span{{0, 0, 28}}
+	}},
+	{"skips", nil, func(ctx context.Context, t *testing.T, w *testWriter) []span {
+		stream := w.openOrders(ctx, t, "east")
+		mustSendWire(t, stream, 1, batch.Skip(0, 4, 30))
+		mustSendWire(t, stream, 2, wireKafka(t, 5, sourceBatch(t, 5, 10, nil, recordbatch.LZ4, 0)))
+		mustSendWire(t, stream, 3, batch.Skip(15, 19, 30))
+		mustSendWire(t, stream, 4, wireKafka(t, 20, sourceBatch(t, 20, 5, nil, recordbatch.None, 0)))
+		mustSendWire(t, stream, 5, batch.Skip(25, 29, 30))
+		return []span{{0, 0, 30}}
+	}},
+	{"partition added while running", nil, func(ctx context.Context, t *testing.T, w *testWriter) []span {
+		stream := w.openOrders(ctx, t, "east")
+		mustSend(t, stream, 1, 0, 0, sourceBatch(t, 0, 10, nil, recordbatch.LZ4, 0))
+		closeStream(t, stream)
+		stream = w.openTwo(ctx, t) // the source topic grew to two partitions
+		mustSend(t, stream, 1, 0, 10, sourceBatch(t, 10, 5, nil, recordbatch.LZ4, 0))
+		mustSend(t, stream, 2, 1, 0, sourceBatch(t, 0, 7, nil, recordbatch.LZ4, 0))
+		mustSend(t, stream, 3, 0, 15, sourceBatch(t, 15, 5, nil, recordbatch.None, 0))
+		mustSend(t, stream, 4, 1, 7, sourceBatch(t, 7, 3, nil, recordbatch.None, 0))
+		return []span{{0, 0, 20}, {1, 0, 10}}
+	}},
+}
+
+// TestOffsetIndexIsExact: for each way of copying, in both delivery modes
+// (exactly-once: the transactions' markers take target offsets between
+// rounds), the offset index translates every source offset and every
+// target offset exactly, as the target itself shows.
+func TestOffsetIndexIsExact(t *testing.T) {
+	for _, tc := range indexCases {
+		for _, exactlyOnce := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s exactly-once %v", tc.name, exactlyOnce), func(t *testing.T) {
+				edit := tc.edit
+				if edit == nil {
+					edit = func(*ProducerSettings) {}
+				}
+				w := startWriterWith(t, passthroughLinks(t, exactlyOnce), edit)
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				spans := tc.run(ctx, t, w)
+				checkIndex(ctx, t, w, spans...)
+			})
+		}
+	}
+}
+
+// Exactly-once: a round whose transaction does not commit leaves no index
+// record a read_committed reader sees, and the copy sent again after it is
+// indexed exactly (the aborted round's records keep their target offsets).
+func TestAbortedRoundLeavesNoIndexRecord(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, true))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream := w.openOrders(ctx, t, "east")
+	w.cluster.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.EndTxnRequest)
+		if !r.Commit {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.ProducerFenced.Code
+		return resp, nil, true
+	})
+	if err := sendKafka(t, stream, 1, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0)); err == nil {
+		t.Fatal("a round whose commit failed was acknowledged")
+	}
+	if hw := w.cluster.PartitionInfo(indexTopic, 0).HighWatermark; hw == 0 {
+		t.Fatal("the failed round wrote no index record at all: nothing shows it is left out")
+	}
+	r, err := offsetindex.NewReader([]kgo.Opt{kgo.SeedBrokers(w.cluster.ListenAddrs()...)}, indexTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if x, err := r.Load(ctx, offsetindex.Key{Link: "east", Topic: "orders", Partition: 0}); err != nil || x.Runs() != 0 {
+		t.Fatalf("read_committed index after the failed round: %d runs, %v; want none", x.Runs(), err)
+	}
+	if _, err := r.Translate(ctx, offsetindex.Key{Link: "east", Topic: "orders", Partition: 0}, 0); !errors.Is(err, offsetindex.ErrNotIndexed) {
+		t.Fatalf("Translate after the failed round: %v, want ErrNotIndexed", err)
+	}
+
+	stream = w.openOrders(ctx, t, "east") // fences, and aborts what the failed round left open
+	mustSend(t, stream, 1, 0, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0))
+	mustSend(t, stream, 2, 0, 5, sourceBatch(t, 5, 5, nil, recordbatch.LZ4, 0))
+	checkIndex(ctx, t, w, span{0, 0, 10})
+}
+
+// The index record of a source partition is keyed and partitioned as its
+// checkpoint is: with as many index partitions as checkpoint partitions,
+// a round adds at most one index partition per checkpoint partition.
+func TestIndexKeysAreCheckpointKeys(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	base, err := kafkaclient.Defaults("ferry-test").Sarama()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := checkpoint.Open(cluster.ListenAddrs(), base, checkpoint.Options{Topic: cpTopic, Partitions: 7, ReplicationFactor: -1, Writer: "w1"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	for p := range int32(50) {
+		k := offsetindex.Key{Link: "east", Topic: "orders." + strconv.Itoa(int(p)), Partition: p * 977}
+		ck := checkpoint.Key{Link: k.Link, Topic: k.Topic, Partition: k.Partition}
+		if k.String() != ck.String() || offsetindex.PartitionOf(k, 7) != store.PartitionOf(ck) {
+			t.Errorf("index key %q in partition %d, checkpoint key %q in %d", k, offsetindex.PartitionOf(k, 7), ck, store.PartitionOf(ck))
+		}
+	}
+}
