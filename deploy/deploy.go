@@ -1,5 +1,7 @@
 // Package deploy holds Ferry's deployment manifests, Kubernetes
-// (kubernetes/) and Nomad (nomad/), and reads them back so tests can hold
+// (kubernetes/: kustomize bases and an overlay per region, rendered with
+// kustomize's Go API and decoded strictly into the Kubernetes API types)
+// and Nomad (nomad/), and reads them back so tests can hold
 // them to the services they deploy: each service's config tests load the
 // Ferry configuration a manifest embeds through that service's own loader
 // and validation, then call Check with what the configuration says (ports,
@@ -87,6 +89,9 @@ type Facts struct {
 	// one owner at a time, so fetchers past the link's shards, or writers
 	// past the shards of all links, idle.
 	Shards int
+	// Link is the fetcher's link.name, empty for the writer: the lag the
+	// fetchers scale on is that link's.
+	Link string
 }
 
 // ImageName is the placeholder image of a tier; images are not published

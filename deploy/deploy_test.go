@@ -14,31 +14,6 @@ import (
 // which alone may import them; these tests check the files' shape, the
 // parsers, and what the two tiers must agree on.
 
-func TestKubernetesDocumentsNameThemselves(t *testing.T) {
-	names, err := Files("kubernetes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(names) < 4 {
-		t.Fatalf("kubernetes/ holds %v: want fetcher.yaml, writer.yaml and the optional certificates", names)
-	}
-	for _, name := range names {
-		objs, err := Objects(name)
-		if err != nil {
-			t.Errorf("%v", err)
-			continue
-		}
-		if len(objs) == 0 {
-			t.Errorf("%s: no documents", name)
-		}
-		for _, o := range objs {
-			if o.APIVersion == "" || o.Kind == "" || o.Metadata.Name == "" {
-				t.Errorf("%s:%d: apiVersion %q, kind %q, metadata.name %q: all are required", name, o.Line, o.APIVersion, o.Kind, o.Metadata.Name)
-			}
-		}
-	}
-}
-
 // factsFor is what the shipped configurations say; the services' tests
 // derive the same from the real loaders.
 func factsFor(tier, tlsDir string) Facts {
@@ -50,75 +25,6 @@ func factsFor(tier, tlsDir string) Facts {
 		f.AdminListen, f.GRPCListen = "0.0.0.0:7401", "0.0.0.0:7400"
 	}
 	return f
-}
-
-// TestCheckFindsBrokenManifests breaks each manifest in one way at a time
-// and wants Check (or the loader) to say so, so the services' tests
-// cannot pass on a check that never fails.
-func TestCheckFindsBrokenManifests(t *testing.T) {
-	type mutation struct {
-		old, new, want string
-		facts          func(*Facts)
-	}
-	noop := func(*Facts) {}
-	kube := map[string][]mutation{
-		"fetcher": {
-			{"", "", "", noop},
-			{"path: /readyz", "path: /ready", "readinessProbe path", noop},
-			{"path: /healthz", "path: /readyz", "livenessProbe path", noop},
-			{"containerPort: 7402", "containerPort: 7403", "container port admin", noop},
-			{`prometheus.io/port: "7402"`, `prometheus.io/port: "9090"`, "prometheus.io", noop},
-			{"terminationGracePeriodSeconds: 45", "terminationGracePeriodSeconds: 25", "terminationGracePeriodSeconds", noop},
-			{"readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false", "readOnlyRootFilesystem", noop},
-			{"runAsNonRoot: true", "runAsNonRoot: false", "runAsNonRoot", noop},
-			{"memory: 448Mi", "memory: 1Gi", "memory request", noop},
-			{"mountPath: /etc/ferry/tls", "mountPath: /etc/ferry/certs", "tls file", noop},
-			{"--config\", \"/etc/ferry/config/fetcher.yaml", "--config\", \"/etc/ferry/config/f.yaml", "no key f.yaml", noop},
-			{"ferry-fetcher:VERSION", "ferry-fetcher:latest", "image", noop},
-			{"", "", "admin.listen \"127.0.0.1:7402\" is loopback", func(f *Facts) { f.AdminListen = "127.0.0.1:7402" }},
-			{"", "", "several replicas", func(f *Facts) { f.Replicable = false }},
-			{"", "", "terminationGracePeriodSeconds", func(f *Facts) { f.ShutdownTimeout = time.Minute }},
-		},
-		"writer": {
-			{"", "", "", noop},
-			{"targetPort: grpc", "targetPort: admin", "Service ferry-writer port grpc targets", noop},
-			{"containerPort: 7400", "containerPort: 7410", "container port grpc", noop},
-			{"seconds: 5", "seconds: 30", "terminationGracePeriodSeconds", noop},
-			{"kind: PodDisruptionBudget", "kind: PodDisruptionBudgetX", "no PodDisruptionBudget", noop},
-		},
-	}
-	for tier, ms := range kube {
-		name := "kubernetes/" + tier + ".yaml"
-		src, err := Read(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range ms {
-			t.Run(name+"/"+m.new+m.want, func(t *testing.T) {
-				if !strings.Contains(src, m.old) {
-					t.Fatalf("%s no longer holds %q: update the test", name, m.old)
-				}
-				f := factsFor(tier, "/etc/ferry/tls")
-				m.facts(&f)
-				errs := checkKubernetes(name, strings.Replace(src, m.old, m.new, 1), tier, f)
-				expect(t, errs, m.want)
-			})
-		}
-	}
-}
-
-func checkKubernetes(name, src, tier string, f Facts) []error {
-	k, err := parseKubernetes(name, []byte(src), tier)
-	if err != nil {
-		return []error{err}
-	}
-	if _, err := k.Config(); err != nil {
-		return []error{err}
-	}
-	if _, err := k.Env("FERRY_"); err != nil {
-		return []error{err}
-	}
-	return k.Check(f)
 }
 
 // expect wants no error for want "", else one containing want.
@@ -176,16 +82,15 @@ func decodeConfig(t *testing.T, m Manifest) tierConfig {
 }
 
 // TestTiersAgree checks, per platform, that the writers accept the
-// fetchers' link, that each side admits the other's certificate identity
-// (the optional cert-manager Certificates on Kubernetes), that those
-// Certificates fill the Secrets the Deployments mount, and that Nomad
-// fetchers look for the service name the writer job registers.
+// fetchers' link, that each side admits the other's certificate identity,
+// and that Nomad fetchers look for the service name the writer job
+// registers (TestKubernetesCertificatesAgree checks the Certificates).
 func TestTiersAgree(t *testing.T) {
-	kf, err := LoadKubernetes("kubernetes/fetcher.yaml", "fetcher")
+	kf, err := LoadKubernetes(KubernetesOverlay("fetcher"), "fetcher")
 	if err != nil {
 		t.Fatal(err)
 	}
-	kw, err := LoadKubernetes("kubernetes/writer.yaml", "writer")
+	kw, err := LoadKubernetes(KubernetesOverlay("writer"), "writer")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,37 +130,4 @@ func TestTiersAgree(t *testing.T) {
 		t.Errorf("nomad: fetchers look for service %q, which the writer job does not register", f.Writers.Consul.Service)
 	}
 
-	// Kubernetes: the optional Certificates fill the mounted Secrets with
-	// the identities the other tier admits.
-	for _, c := range []struct {
-		tier  string
-		k     *Kubernetes
-		peers []string
-	}{{"fetcher", kf, decodeConfig(t, kw).TLS.AllowedIDs}, {"writer", kw, decodeConfig(t, kf).Writers.TLS.AllowedIDs}} {
-		objs, err := Objects("kubernetes/optional/" + c.tier + "-certificate.yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(objs) != 1 || objs[0].Kind != "Certificate" {
-			t.Fatalf("optional/%s-certificate.yaml: want one Certificate", c.tier)
-		}
-		var cert struct {
-			Spec struct {
-				SecretName string   `yaml:"secretName"`
-				URIs       []string `yaml:"uris"`
-			} `yaml:"spec"`
-		}
-		if err := objs[0].Decode(&cert); err != nil {
-			t.Fatal(err)
-		}
-		secret, err := c.k.SecretAt("/etc/ferry/tls")
-		if err != nil || secret != cert.Spec.SecretName {
-			t.Errorf("%s: the Deployment mounts Secret %q (%v), the Certificate fills %q", c.tier, secret, err, cert.Spec.SecretName)
-		}
-		for _, uri := range cert.Spec.URIs {
-			if !slices.Contains(c.peers, uri) {
-				t.Errorf("%s: the Certificate's URI %s is not in the other tier's allowed_ids %v", c.tier, uri, c.peers)
-			}
-		}
-	}
 }

@@ -30,10 +30,10 @@ type Tier[C any] struct {
 	Validate func(c *C) error
 }
 
-// Check loads the tier's configuration from each manifest (the Kubernetes
-// ConfigMap, the Nomad template) with the environment settings the manifest
-// adds, exactly as the binary would, and has deploy.Check hold the manifest
-// to it.
+// Check loads the tier's configuration from each manifest (the ConfigMap
+// the tier's Kubernetes overlay renders, the Nomad template) with the
+// environment settings the manifest adds, exactly as the binary would, and
+// has deploy.Check hold the manifest to it.
 //
 // Validate also reads the mTLS files, which exist only where the manifest
 // runs; once their paths are checked against the manifest's mounts, Check
@@ -51,8 +51,8 @@ func Check[C any](t *testing.T, tier Tier[C]) {
 	}
 	prefix := "FERRY_" + strings.ToUpper(tier.Name) + "_"
 	manifests := map[string]func() (deploy.Manifest, error){
-		"kubernetes/" + tier.Name + ".yaml": func() (deploy.Manifest, error) {
-			return deploy.LoadKubernetes("kubernetes/"+tier.Name+".yaml", tier.Name)
+		deploy.KubernetesOverlay(tier.Name): func() (deploy.Manifest, error) {
+			return deploy.LoadKubernetes(deploy.KubernetesOverlay(tier.Name), tier.Name)
 		},
 		"nomad/ferry-" + tier.Name + ".nomad.hcl": func() (deploy.Manifest, error) {
 			return deploy.LoadNomad("nomad/ferry-"+tier.Name+".nomad.hcl", tier.Name)

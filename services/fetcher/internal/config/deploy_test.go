@@ -13,7 +13,8 @@ import (
 
 // TestDeployManifests holds each manifest in deploy/ to the fetcher
 // configuration it embeds: ports, probes and checks, the drain time, the
-// certificate files, replicas only with leases (see deploytest.Check).
+// certificate files, replicas only with leases, the autoscaler within
+// link.shards and on the link's lag (see deploytest.Check).
 func TestDeployManifests(t *testing.T) {
 	deploytest.Check(t, deployTier())
 }
@@ -40,6 +41,7 @@ func deployTier() deploytest.Tier[Config] {
 				SecretFiles:     nonEmpty(c.Lease.TokenFile, c.Writers.Consul.TokenFile),
 				Replicable:      c.Lease.Address != "" && len(c.Link.OwnedShards) == 0,
 				Shards:          c.Link.Shards,
+				Link:            c.Link.Name,
 			}
 		},
 		TLS: func(c *Config) *tlsconfig.Config { return &c.Writers.TLS },
