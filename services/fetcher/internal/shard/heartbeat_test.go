@@ -1,10 +1,13 @@
 package shard
 
 import (
+	"context"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
@@ -46,8 +49,17 @@ func TestHeartbeatsFlowWithoutData(t *testing.T) {
 		t.Fatalf("%d batches from an empty partition", writer.Batches())
 	}
 
+	// Timestamps one millisecond apart: the head is the first record of
+	// the newest timestamp (ListOffsets -3), so records sharing a
+	// millisecond would make it an earlier offset than the last.
 	before := time.Now().Add(-time.Second).UnixMilli()
-	src.produce(t, topic, 7)
+	base := time.Now()
+	for i := range 7 {
+		r := &kgo.Record{Topic: topic, Value: []byte("v" + strconv.Itoa(i)), Timestamp: base.Add(time.Duration(i) * time.Millisecond)}
+		if err := src.producer.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	writertest.WaitFor(t, 10*time.Second, "a heartbeat with high watermark 7", func() bool { return lastHeartbeat(writer, topic).GetHighWatermark() == 7 })
 	hb := lastHeartbeat(writer, topic)
 	if hb.GetLogStartOffset() != 0 || hb.GetHeadOffset() != 6 || hb.GetHeadTimestamp() < before || hb.GetObservedAt() < hb.GetHeadTimestamp() {
