@@ -24,14 +24,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
@@ -52,40 +52,10 @@ type Checkpoint struct {
 	Time   time.Time `json:"time"`
 }
 
-// Key identifies a source partition within a link.
-type Key struct {
-	Link      string
-	Topic     string
-	Partition int32
-}
-
-// String is the record key in the checkpoint topic: link/topic/partition.
-// Neither link names nor topic names can hold a slash.
-func (k Key) String() string {
-	return k.Link + "/" + k.Topic + "/" + strconv.Itoa(int(k.Partition))
-}
-
-// parseKey reads a record key of the checkpoint topic, taking only the one
-// spelling String gives a key. The topic is compacted by record key, so a
-// partition's key spelt otherwise ("l/t/07", "l/t/+7") would be kept
-// beside the writer's own records, survive the tombstone an operator
-// writes to forget the partition (docs/operations.md), and bring the
-// checkpoint back at the next start.
-func parseKey(s string) (Key, bool) {
-	parts := strings.Split(s, "/")
-	if len(parts) != 3 {
-		return Key{}, false
-	}
-	p, err := strconv.ParseInt(parts[2], 10, 32)
-	if err != nil {
-		return Key{}, false
-	}
-	k := Key{Link: parts[0], Topic: parts[1], Partition: int32(p)}
-	if k.String() != s {
-		return Key{}, false
-	}
-	return k, true
-}
+// Key identifies a source partition within a link; its record key is
+// link/topic/partition (package partkey, shared with the offset index and
+// heartbeat topics).
+type Key = partkey.Key
 
 const barrierPrefix = "barrier/"
 
@@ -305,7 +275,7 @@ func (s *Store) apply(p int32, m *sarama.ConsumerMessage) {
 	if strings.HasPrefix(key, barrierPrefix) {
 		return
 	}
-	k, ok := parseKey(key)
+	k, ok := partkey.Parse(key)
 	if !ok {
 		if n, ok := s.foreign.allow(); ok {
 			s.log.Warn("ignoring checkpoint record with a foreign key", "key", key, "partition", p, "offset", m.Offset, "suppressed_before", n)
@@ -469,9 +439,7 @@ func (s *Store) Record(k Key, cp Checkpoint) (Record, error) {
 
 // PartitionOf is the checkpoint partition of k's records.
 func (s *Store) PartitionOf(k Key) int32 {
-	h := fnv.New32a()
-	h.Write([]byte(k.String()))
-	return int32(h.Sum32() % uint32(s.partitions))
+	return partkey.PartitionOf(k, s.partitions)
 }
 
 // Failed is closed when the store has failed for good (Err says why).

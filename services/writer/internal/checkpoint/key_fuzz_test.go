@@ -8,6 +8,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
+	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 )
 
 // FuzzCheckpointRecord feeds the store's reading of a checkpoint record
@@ -33,7 +34,7 @@ func FuzzCheckpointRecord(f *testing.F) {
 	f.Add("east/orders/7", []byte{}, []byte{}, []byte{}, []byte("0/0"), true)
 	sg := newSigners(f)
 	f.Fuzz(func(t *testing.T, key string, value, chain, signature, forgets []byte, tombstone bool) {
-		if k, ok := parseKey(key); ok && k.String() != key {
+		if k, ok := partkey.Parse(key); ok && k.String() != key {
 			t.Fatalf("key %q taken as %+v, which the writer spells %q", key, k, k.String())
 		}
 		checkSigned(t, sg, value, chain, signature, forgets, tombstone)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -34,7 +35,7 @@ func Encode(k Key, s State) (key, value []byte) {
 // fields and nothing after it, and a State that passes Check. A nil value
 // is a tombstone (ok, tombstone true).
 func Decode(key, value []byte) (k Key, s State, tombstone bool, err error) {
-	k, ok := parseKey(string(key))
+	k, ok := partkey.Parse(string(key))
 	if !ok {
 		return Key{}, State{}, false, fmt.Errorf("%w: key %q is not link/topic/partition", ErrInvalid, clip(key))
 	}

@@ -17,39 +17,14 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"strings"
 	"sync"
+
+	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 )
 
-// Key identifies a source partition within a link.
-type Key struct {
-	Link      string
-	Topic     string
-	Partition int32
-}
-
-// String is the record key in the heartbeat topic: link/topic/partition,
-// as the checkpoint topic spells it. Neither link names nor topic names
-// can hold a slash.
-func (k Key) String() string {
-	return k.Link + "/" + k.Topic + "/" + strconv.Itoa(int(k.Partition))
-}
-
-// parseKey reads a record key, taking only the one spelling String gives:
-// the topic is compacted by key, so another spelling of a partition would
-// be kept beside the writer's own records.
-func parseKey(s string) (Key, bool) {
-	parts := strings.Split(s, "/")
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
-		return Key{}, false
-	}
-	p, err := strconv.ParseInt(parts[2], 10, 32)
-	if err != nil || p < 0 {
-		return Key{}, false
-	}
-	k := Key{Link: parts[0], Topic: parts[1], Partition: int32(p)}
-	return k, k.String() == s
-}
+// Key identifies a source partition within a link, spelt as the
+// checkpoint topic spells it (package partkey).
+type Key = partkey.Key
 
 // State is what the writer knows of a source partition from the source
 // side. Offsets are -1 while unknown.

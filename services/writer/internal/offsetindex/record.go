@@ -25,9 +25,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
-	"strconv"
+
+	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 )
 
 // Version is the first byte of every index record value.
@@ -41,31 +41,17 @@ const Version = 1
 // allocates more than MaxRuns runs.
 const MaxRuns = 4096
 
-// Key identifies a source partition within a link. It is spelt like a
-// checkpoint key (services/writer/internal/checkpoint), link/topic/partition:
-// neither link names nor topic names can hold a slash.
-type Key struct {
-	Link      string
-	Topic     string
-	Partition int32
-}
-
-// String is the record key in the index topic.
-func (k Key) String() string {
-	return k.Link + "/" + k.Topic + "/" + strconv.Itoa(int(k.Partition))
-}
+// Key identifies a source partition within a link, spelt like a
+// checkpoint key (package partkey).
+type Key = partkey.Key
 
 // PartitionOf is the index partition of k's records in a topic of
-// partitions partitions: the checkpoint topic's function (FNV-1a of the
-// key), so with as many index partitions as checkpoint partitions the
-// index record of a source partition lands at the partition number of its
-// checkpoint, and a round adds at most one index partition per checkpoint
-// partition to its transaction.
-func PartitionOf(k Key, partitions int32) int32 {
-	h := fnv.New32a()
-	h.Write([]byte(k.String()))
-	return int32(h.Sum32() % uint32(partitions))
-}
+// partitions partitions: the checkpoint topic's function, so with as many
+// index partitions as checkpoint partitions the index record of a source
+// partition lands at the partition number of its checkpoint, and a round
+// adds at most one index partition per checkpoint partition to its
+// transaction.
+func PartitionOf(k Key, partitions int32) int32 { return partkey.PartitionOf(k, partitions) }
 
 // Run is Count records at source offsets Source.. that landed at target
 // offsets Target.., each contiguous.
