@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupcommit"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 )
