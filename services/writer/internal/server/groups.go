@@ -281,7 +281,10 @@ func (g *groupSyncer) record(k groupKey, parts map[topicPartition]wantPart, res 
 	if err != nil {
 		st.detail = err.Error()
 	}
-	synced := err == nil && (res.Outcome == groupcommit.Moved || res.Outcome == groupcommit.Unchanged)
+	// Synced: the group's target position now follows this read (a group
+	// with nothing translated, its index loading or its data not copied,
+	// follows nothing).
+	synced := err == nil && res.At != nil && (res.Outcome == groupcommit.Moved || res.Outcome == groupcommit.Unchanged)
 	if synced {
 		st.synced = readAt
 	}
