@@ -11,8 +11,12 @@
 package groupsync
 
 import (
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // MarkerPrefix starts the metadata of every offset Ferry commits:
@@ -38,3 +42,36 @@ var DefaultInclude = []string{`.*`}
 // are throwaway (MirrorMaker 2's groups.exclude default, plus
 // `_confluent.*`).
 var DefaultExclude = []string{`__.*`, `_confluent.*`, `connect-.*`, `console-consumer-.*`}
+
+// MaxEntries bounds the partition offsets of one GroupOffsets message: a
+// fetcher splits a larger read into several messages (each carries whole
+// groups), and a writer refuses a message above it, so one message stays
+// some hundreds of kilobytes whatever the groups.
+const MaxEntries = 10000
+
+// MaxGroups bounds the groups one link syncs (link.groups.max at most):
+// the writer keeps state per group and exports a series per group, so
+// both stay bounded whatever the source holds.
+const MaxGroups = 10000
+
+// MaxNameBytes bounds a group id on the wire. Kafka itself takes longer
+// ones; a group with a longer id is not synced (the fetcher leaves it out
+// and counts it), because a writer must bound what a peer makes it keep.
+const MaxNameBytes = 255
+
+// CheckName says why a group id cannot travel to the writers, nil when
+// it can: empty, longer than MaxNameBytes, not UTF-8, or holding control
+// characters (it becomes a metric label and a log field).
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty group id")
+	case len(name) > MaxNameBytes:
+		return fmt.Errorf("group id of %d bytes, above %d", len(name), MaxNameBytes)
+	case !utf8.ValidString(name):
+		return errors.New("group id is not UTF-8")
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return errors.New("group id holds a control character")
+	}
+	return nil
+}

@@ -161,6 +161,7 @@ type ReplicateRequest struct {
 	//	*ReplicateRequest_Open
 	//	*ReplicateRequest_Batch
 	//	*ReplicateRequest_Heartbeat
+	//	*ReplicateRequest_GroupOffsets
 	Msg           isReplicateRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -230,6 +231,15 @@ func (x *ReplicateRequest) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *ReplicateRequest) GetGroupOffsets() *GroupOffsets {
+	if x != nil {
+		if x, ok := x.Msg.(*ReplicateRequest_GroupOffsets); ok {
+			return x.GroupOffsets
+		}
+	}
+	return nil
+}
+
 type isReplicateRequest_Msg interface {
 	isReplicateRequest_Msg()
 }
@@ -251,11 +261,21 @@ type ReplicateRequest_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
 }
 
+type ReplicateRequest_GroupOffsets struct {
+	// GroupOffsets carries the committed offsets of the source's consumer
+	// groups on the shard's partitions, for the writer to translate and
+	// commit to the same groups on the target (group sync). Sent only to
+	// a writer whose Opened sets group_offsets.
+	GroupOffsets *GroupOffsets `protobuf:"bytes,4,opt,name=group_offsets,json=groupOffsets,proto3,oneof"`
+}
+
 func (*ReplicateRequest_Open) isReplicateRequest_Msg() {}
 
 func (*ReplicateRequest_Batch) isReplicateRequest_Msg() {}
 
 func (*ReplicateRequest_Heartbeat) isReplicateRequest_Msg() {}
+
+func (*ReplicateRequest_GroupOffsets) isReplicateRequest_Msg() {}
 
 // ReplicateResponse is one message from writer to fetcher.
 type ReplicateResponse struct {
@@ -595,7 +615,10 @@ type Opened struct {
 	TargetClusterId string `protobuf:"bytes,3,opt,name=target_cluster_id,json=targetClusterId,proto3" json:"target_cluster_id,omitempty"`
 	// Heartbeats is true when the writer takes Heartbeat messages; a
 	// fetcher sends none to a writer that does not set it (an older one).
-	Heartbeats    bool `protobuf:"varint,4,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	Heartbeats bool `protobuf:"varint,4,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	// GroupOffsets is true when the writer takes GroupOffsets messages; a
+	// fetcher sends none to a writer that does not set it (an older one).
+	GroupOffsets  bool `protobuf:"varint,5,opt,name=group_offsets,json=groupOffsets,proto3" json:"group_offsets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -654,6 +677,13 @@ func (x *Opened) GetTargetClusterId() string {
 func (x *Opened) GetHeartbeats() bool {
 	if x != nil {
 		return x.Heartbeats
+	}
+	return false
+}
+
+func (x *Opened) GetGroupOffsets() bool {
+	if x != nil {
+		return x.GroupOffsets
 	}
 	return false
 }
@@ -1128,15 +1158,203 @@ func (x *PartitionHeartbeat) GetObservedAt() int64 {
 	return 0
 }
 
+// GroupOffsets is one read of the source's consumer groups (link.groups):
+// per group, the committed offset of each partition of the shard the group
+// has one for. Offsets Ferry itself committed (their metadata carries
+// Ferry's marker, pkg/groupsync) are never sent: in active-active they are
+// another link's copies, not a consumer's position.
+type GroupOffsets struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Epoch repeats the Open's epoch; a message with another is refused.
+	Epoch uint64 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// ReadAt is when the fetcher began the read, in Unix milliseconds of its
+	// clock: every offset in it was committed by then.
+	ReadAt int64 `protobuf:"varint,2,opt,name=read_at,json=readAt,proto3" json:"read_at,omitempty"`
+	// Groups holds one entry per group with at least one offset here.
+	Groups        []*GroupOffset `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupOffsets) Reset() {
+	*x = GroupOffsets{}
+	mi := &file_ferry_v1_replication_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupOffsets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupOffsets) ProtoMessage() {}
+
+func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_replication_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupOffsets.ProtoReflect.Descriptor instead.
+func (*GroupOffsets) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_replication_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GroupOffsets) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *GroupOffsets) GetReadAt() int64 {
+	if x != nil {
+		return x.ReadAt
+	}
+	return 0
+}
+
+func (x *GroupOffsets) GetGroups() []*GroupOffset {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// GroupOffset is one source group's committed offsets on the shard.
+type GroupOffset struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Group is the consumer group's id, the same on the target.
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Partitions holds one entry per partition of the Open the group has
+	// committed an offset for.
+	Partitions    []*GroupPartitionOffset `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupOffset) Reset() {
+	*x = GroupOffset{}
+	mi := &file_ferry_v1_replication_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupOffset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupOffset) ProtoMessage() {}
+
+func (x *GroupOffset) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_replication_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupOffset.ProtoReflect.Descriptor instead.
+func (*GroupOffset) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_replication_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GroupOffset) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupOffset) GetPartitions() []*GroupPartitionOffset {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// GroupPartitionOffset is a group's committed offset on one source
+// partition: the next source offset the group reads.
+type GroupPartitionOffset struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Offset        int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupPartitionOffset) Reset() {
+	*x = GroupPartitionOffset{}
+	mi := &file_ferry_v1_replication_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupPartitionOffset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupPartitionOffset) ProtoMessage() {}
+
+func (x *GroupPartitionOffset) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_replication_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupPartitionOffset.ProtoReflect.Descriptor instead.
+func (*GroupPartitionOffset) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_replication_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GroupPartitionOffset) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *GroupPartitionOffset) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GroupPartitionOffset) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 var File_ferry_v1_replication_proto protoreflect.FileDescriptor
 
 const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\n" +
-	"\x1aferry/v1/replication.proto\x12\bferry.v1\"\x9d\x01\n" +
+	"\x1aferry/v1/replication.proto\x12\bferry.v1\"\xdc\x01\n" +
 	"\x10ReplicateRequest\x12$\n" +
 	"\x04open\x18\x01 \x01(\v2\x0e.ferry.v1.OpenH\x00R\x04open\x12'\n" +
 	"\x05batch\x18\x02 \x01(\v2\x0f.ferry.v1.BatchH\x00R\x05batch\x123\n" +
-	"\theartbeat\x18\x03 \x01(\v2\x13.ferry.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
+	"\theartbeat\x18\x03 \x01(\v2\x13.ferry.v1.HeartbeatH\x00R\theartbeat\x12=\n" +
+	"\rgroup_offsets\x18\x04 \x01(\v2\x16.ferry.v1.GroupOffsetsH\x00R\fgroupOffsetsB\x05\n" +
 	"\x03msg\"i\n" +
 	"\x11ReplicateResponse\x12*\n" +
 	"\x06opened\x18\x01 \x01(\v2\x10.ferry.v1.OpenedH\x00R\x06opened\x12!\n" +
@@ -1162,14 +1380,15 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
 	"\x0eTopicPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\xa1\x01\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\xc6\x01\n" +
 	"\x06Opened\x123\n" +
 	"\x06resume\x18\x01 \x03(\v2\x1b.ferry.v1.PartitionPositionR\x06resume\x12\x16\n" +
 	"\x06writer\x18\x02 \x01(\tR\x06writer\x12*\n" +
 	"\x11target_cluster_id\x18\x03 \x01(\tR\x0ftargetClusterId\x12\x1e\n" +
 	"\n" +
 	"heartbeats\x18\x04 \x01(\bR\n" +
-	"heartbeats\"\xb7\x01\n" +
+	"heartbeats\x12#\n" +
+	"\rgroup_offsets\x18\x05 \x01(\bR\fgroupOffsets\"\xb7\x01\n" +
 	"\x11PartitionPosition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1f\n" +
@@ -1211,7 +1430,20 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\vhead_offset\x18\x06 \x01(\x03R\n" +
 	"headOffset\x12\x1f\n" +
 	"\vobserved_at\x18\a \x01(\x03R\n" +
-	"observedAt*_\n" +
+	"observedAt\"l\n" +
+	"\fGroupOffsets\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x17\n" +
+	"\aread_at\x18\x02 \x01(\x03R\x06readAt\x12-\n" +
+	"\x06groups\x18\x03 \x03(\v2\x15.ferry.v1.GroupOffsetR\x06groups\"c\n" +
+	"\vGroupOffset\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12>\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2\x1e.ferry.v1.GroupPartitionOffsetR\n" +
+	"partitions\"b\n" +
+	"\x14GroupPartitionOffset\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset*_\n" +
 	"\x05Codec\x12\x15\n" +
 	"\x11CODEC_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1240,44 +1472,50 @@ func file_ferry_v1_replication_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1_replication_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ferry_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_ferry_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_ferry_v1_replication_proto_goTypes = []any{
-	(Codec)(0),                 // 0: ferry.v1.Codec
-	(PayloadFormat)(0),         // 1: ferry.v1.PayloadFormat
-	(*ReplicateRequest)(nil),   // 2: ferry.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),  // 3: ferry.v1.ReplicateResponse
-	(*Open)(nil),               // 4: ferry.v1.Open
-	(*TopicSpec)(nil),          // 5: ferry.v1.TopicSpec
-	(*TopicPartition)(nil),     // 6: ferry.v1.TopicPartition
-	(*Opened)(nil),             // 7: ferry.v1.Opened
-	(*PartitionPosition)(nil),  // 8: ferry.v1.PartitionPosition
-	(*Batch)(nil),              // 9: ferry.v1.Batch
-	(*Ack)(nil),                // 10: ferry.v1.Ack
-	(*Heartbeat)(nil),          // 11: ferry.v1.Heartbeat
-	(*PartitionHeartbeat)(nil), // 12: ferry.v1.PartitionHeartbeat
-	nil,                        // 13: ferry.v1.TopicSpec.ConfigsEntry
+	(Codec)(0),                   // 0: ferry.v1.Codec
+	(PayloadFormat)(0),           // 1: ferry.v1.PayloadFormat
+	(*ReplicateRequest)(nil),     // 2: ferry.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),    // 3: ferry.v1.ReplicateResponse
+	(*Open)(nil),                 // 4: ferry.v1.Open
+	(*TopicSpec)(nil),            // 5: ferry.v1.TopicSpec
+	(*TopicPartition)(nil),       // 6: ferry.v1.TopicPartition
+	(*Opened)(nil),               // 7: ferry.v1.Opened
+	(*PartitionPosition)(nil),    // 8: ferry.v1.PartitionPosition
+	(*Batch)(nil),                // 9: ferry.v1.Batch
+	(*Ack)(nil),                  // 10: ferry.v1.Ack
+	(*Heartbeat)(nil),            // 11: ferry.v1.Heartbeat
+	(*PartitionHeartbeat)(nil),   // 12: ferry.v1.PartitionHeartbeat
+	(*GroupOffsets)(nil),         // 13: ferry.v1.GroupOffsets
+	(*GroupOffset)(nil),          // 14: ferry.v1.GroupOffset
+	(*GroupPartitionOffset)(nil), // 15: ferry.v1.GroupPartitionOffset
+	nil,                          // 16: ferry.v1.TopicSpec.ConfigsEntry
 }
 var file_ferry_v1_replication_proto_depIdxs = []int32{
 	4,  // 0: ferry.v1.ReplicateRequest.open:type_name -> ferry.v1.Open
 	9,  // 1: ferry.v1.ReplicateRequest.batch:type_name -> ferry.v1.Batch
 	11, // 2: ferry.v1.ReplicateRequest.heartbeat:type_name -> ferry.v1.Heartbeat
-	7,  // 3: ferry.v1.ReplicateResponse.opened:type_name -> ferry.v1.Opened
-	10, // 4: ferry.v1.ReplicateResponse.ack:type_name -> ferry.v1.Ack
-	5,  // 5: ferry.v1.Open.topics:type_name -> ferry.v1.TopicSpec
-	6,  // 6: ferry.v1.Open.partitions:type_name -> ferry.v1.TopicPartition
-	13, // 7: ferry.v1.TopicSpec.configs:type_name -> ferry.v1.TopicSpec.ConfigsEntry
-	8,  // 8: ferry.v1.Opened.resume:type_name -> ferry.v1.PartitionPosition
-	0,  // 9: ferry.v1.Batch.codec:type_name -> ferry.v1.Codec
-	1,  // 10: ferry.v1.Batch.format:type_name -> ferry.v1.PayloadFormat
-	8,  // 11: ferry.v1.Ack.committed:type_name -> ferry.v1.PartitionPosition
-	12, // 12: ferry.v1.Heartbeat.partitions:type_name -> ferry.v1.PartitionHeartbeat
-	2,  // 13: ferry.v1.ReplicationService.Replicate:input_type -> ferry.v1.ReplicateRequest
-	3,  // 14: ferry.v1.ReplicationService.Replicate:output_type -> ferry.v1.ReplicateResponse
-	14, // [14:15] is the sub-list for method output_type
-	13, // [13:14] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	13, // 3: ferry.v1.ReplicateRequest.group_offsets:type_name -> ferry.v1.GroupOffsets
+	7,  // 4: ferry.v1.ReplicateResponse.opened:type_name -> ferry.v1.Opened
+	10, // 5: ferry.v1.ReplicateResponse.ack:type_name -> ferry.v1.Ack
+	5,  // 6: ferry.v1.Open.topics:type_name -> ferry.v1.TopicSpec
+	6,  // 7: ferry.v1.Open.partitions:type_name -> ferry.v1.TopicPartition
+	16, // 8: ferry.v1.TopicSpec.configs:type_name -> ferry.v1.TopicSpec.ConfigsEntry
+	8,  // 9: ferry.v1.Opened.resume:type_name -> ferry.v1.PartitionPosition
+	0,  // 10: ferry.v1.Batch.codec:type_name -> ferry.v1.Codec
+	1,  // 11: ferry.v1.Batch.format:type_name -> ferry.v1.PayloadFormat
+	8,  // 12: ferry.v1.Ack.committed:type_name -> ferry.v1.PartitionPosition
+	12, // 13: ferry.v1.Heartbeat.partitions:type_name -> ferry.v1.PartitionHeartbeat
+	14, // 14: ferry.v1.GroupOffsets.groups:type_name -> ferry.v1.GroupOffset
+	15, // 15: ferry.v1.GroupOffset.partitions:type_name -> ferry.v1.GroupPartitionOffset
+	2,  // 16: ferry.v1.ReplicationService.Replicate:input_type -> ferry.v1.ReplicateRequest
+	3,  // 17: ferry.v1.ReplicationService.Replicate:output_type -> ferry.v1.ReplicateResponse
+	17, // [17:18] is the sub-list for method output_type
+	16, // [16:17] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1_replication_proto_init() }
@@ -1289,6 +1527,7 @@ func file_ferry_v1_replication_proto_init() {
 		(*ReplicateRequest_Open)(nil),
 		(*ReplicateRequest_Batch)(nil),
 		(*ReplicateRequest_Heartbeat)(nil),
+		(*ReplicateRequest_GroupOffsets)(nil),
 	}
 	file_ferry_v1_replication_proto_msgTypes[1].OneofWrappers = []any{
 		(*ReplicateResponse_Opened)(nil),
@@ -1300,7 +1539,7 @@ func file_ferry_v1_replication_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1_replication_proto_rawDesc), len(file_ferry_v1_replication_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -39,7 +39,8 @@ const (
 // ReplicationService is served by writers.
 type ReplicationServiceClient interface {
 	// Replicate carries one shard. The first request must be an Open; every
-	// later request is a Batch. The first response is an Opened; every later
+	// later request is a Batch (or a Heartbeat or GroupOffsets, to a writer
+	// whose Opened takes them). The first response is an Opened; every later
 	// response is an Ack.
 	//
 	// Errors end the stream with a gRPC status and write nothing of the
@@ -48,7 +49,9 @@ type ReplicationServiceClient interface {
 	//	InvalidArgument    malformed open or batch, unknown codec or format,
 	//	                   decompressed size above the writer's limit, a
 	//	                   heartbeat for a partition the open did not list
-	//	                   or with offsets that make no sense
+	//	                   or with offsets that make no sense, group
+	//	                   offsets naming such a partition, a negative
+	//	                   offset, an invalid group name or too many
 	//	DataLoss           the payload's CRC32C does not match
 	//	FailedPrecondition stale epoch (of a batch or heartbeat), a batch for
 	//	                   a partition the stream did not open, a batch out
@@ -86,7 +89,8 @@ type ReplicationService_ReplicateClient = grpc.BidiStreamingClient[ReplicateRequ
 // ReplicationService is served by writers.
 type ReplicationServiceServer interface {
 	// Replicate carries one shard. The first request must be an Open; every
-	// later request is a Batch. The first response is an Opened; every later
+	// later request is a Batch (or a Heartbeat or GroupOffsets, to a writer
+	// whose Opened takes them). The first response is an Opened; every later
 	// response is an Ack.
 	//
 	// Errors end the stream with a gRPC status and write nothing of the
@@ -95,7 +99,9 @@ type ReplicationServiceServer interface {
 	//	InvalidArgument    malformed open or batch, unknown codec or format,
 	//	                   decompressed size above the writer's limit, a
 	//	                   heartbeat for a partition the open did not list
-	//	                   or with offsets that make no sense
+	//	                   or with offsets that make no sense, group
+	//	                   offsets naming such a partition, a negative
+	//	                   offset, an invalid group name or too many
 	//	DataLoss           the payload's CRC32C does not match
 	//	FailedPrecondition stale epoch (of a batch or heartbeat), a batch for
 	//	                   a partition the stream did not open, a batch out

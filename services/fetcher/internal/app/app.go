@@ -31,6 +31,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/catalog"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/config"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/groups"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/ownership"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
@@ -193,6 +194,18 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		metrics.RegisterRegistryRefused(reg, view.Refused)
 		log.Info("batches Ferry writers produced into the source are not copied (link.skip_replicated)")
 	}
+	var poller *groups.Poller
+	if gc := cfg.Link.Groups; gc.Enabled {
+		// One read of the source's groups for the process, shared by its
+		// shards: each sends the offsets of its own partitions.
+		reader, err := groups.NewReader(lister, groups.Options{Include: gc.Include, Exclude: gc.Exclude, Max: gc.Max})
+		if err != nil {
+			return notStarted(err)
+		}
+		copied := func(p groups.Partition) bool { return sel.Match(p.Topic) }
+		poller = groups.NewPoller(reader, gc.Interval, copied, log.With("component", "groups"))
+		deps.Groups = poller
+	}
 	var owner ownership.Owner = ownership.NewLocal(cfg.Link.OwnedShards)
 	var consul *ownership.Consul
 	balance := cfg.Link.DiscoveryInterval
@@ -217,6 +230,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if certs != nil {
 		g.Go(func() error { certs.Run(gctx); return nil })
 		g.Go(func() error { tlsconfig.ReloadOnHangup(gctx, certs, log); return nil })
+	}
+	if poller != nil {
+		g.Go(func() error { poller.Run(gctx); return nil })
 	}
 	if cfg.Writers.Consul.Address != "" {
 		g.Go(func() error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	"github.com/ferry-replicator/ferry/pkg/config"
+	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
@@ -71,6 +72,11 @@ type Link struct {
 		// the fetcher's lag gauge follows the same reads.
 		Interval time.Duration `yaml:"interval"`
 	} `yaml:"heartbeat"`
+	// Groups syncs the source's consumer groups: their committed offsets
+	// of the copied partitions are read every Interval and sent on the
+	// streams, and the writers commit them, translated, to the same
+	// groups on the target (docs/architecture.md, "Consumer-group sync").
+	Groups Groups `yaml:"groups"`
 	// Codec compresses batches on the wire: zstd, lz4, snappy or none.
 	Codec string `yaml:"codec"`
 	Batch struct {
@@ -108,6 +114,24 @@ type Link struct {
 	// and B→A run without loops. On by default. Off for a link that must
 	// carry on what another link copied in (a chain A→B→C).
 	SkipReplicated bool `yaml:"skip_replicated"`
+}
+
+// Groups selects the consumer groups a link syncs.
+type Groups struct {
+	// Enabled turns group sync on (the default).
+	Enabled bool `yaml:"enabled"`
+	// Include and Exclude select groups by id, regular expressions
+	// anchored at both ends, as for topics; the defaults leave out
+	// Kafka's, Connect's and console consumers' groups
+	// (groupsync.DefaultExclude).
+	Include []string `yaml:"include"`
+	Exclude []string `yaml:"exclude"`
+	// Interval is how often the source's groups are read and sent.
+	Interval time.Duration `yaml:"interval"`
+	// Max bounds the groups read per interval (the rest, in id order,
+	// are skipped and logged): the writers keep state and a metric
+	// series per group.
+	Max int `yaml:"max"`
 }
 
 // Writers lists the writers and how to reach them.
@@ -162,6 +186,7 @@ func Defaults() Config {
 	c.Link.StartFrom = "earliest"
 	c.Link.DiscoveryInterval = 30 * time.Second
 	c.Link.Heartbeat.Interval = time.Second
+	c.Link.Groups = Groups{Enabled: true, Include: groupsync.DefaultInclude, Exclude: groupsync.DefaultExclude, Interval: 10 * time.Second, Max: 1000}
 	// lz4, chosen by the benchmark (docs/benchmark.md, "Wire codec"): in
 	// the 2026-11-30 run it copied at 1.28× zstd's catch-up throughput for
 	// 0.71× its CPU per GB, for 1.49× the bytes on the wire. (It was
@@ -226,6 +251,7 @@ func (c *Config) Validate() error {
 	if l.Heartbeat.Interval < 100*time.Millisecond || l.Heartbeat.Interval > time.Minute {
 		p.Addf("link.heartbeat.interval", "%v: must be between 100ms and 1m", l.Heartbeat.Interval)
 	}
+	l.Groups.validate(&p)
 	if _, err := batch.ParseCodec(l.Codec); err != nil {
 		p.Addf("link.codec", "%v", err)
 	}
@@ -375,3 +401,28 @@ func (c *Config) Deprecations() []string {
 
 // Logging returns the log settings.
 func (c *Config) Logging() telemetry.LogConfig { return c.Log }
+
+func (g *Groups) validate(p *config.Problems) {
+	if !g.Enabled {
+		return
+	}
+	for i, re := range g.Include {
+		if _, err := regexp.Compile(re); err != nil {
+			p.Addf("link.groups.include["+strconv.Itoa(i)+"]", "%q is not a regular expression: %v", re, err)
+		}
+	}
+	for i, re := range g.Exclude {
+		if _, err := regexp.Compile(re); err != nil {
+			p.Addf("link.groups.exclude["+strconv.Itoa(i)+"]", "%q is not a regular expression: %v", re, err)
+		}
+	}
+	// Each read lists the source's groups and fetches each one's offsets:
+	// more often than a second is load on the source's coordinators for
+	// positions consumers commit every few seconds at best.
+	if g.Interval < time.Second {
+		p.Addf("link.groups.interval", "%v: must be at least 1s", g.Interval)
+	}
+	if g.Max < 1 || g.Max > groupsync.MaxGroups {
+		p.Addf("link.groups.max", "%d: must be between 1 and %d", g.Max, groupsync.MaxGroups)
+	}
+}

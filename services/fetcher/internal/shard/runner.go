@@ -90,6 +90,10 @@ type Deps struct {
 	// it) produced, which the fetch loop then leaves out
 	// (link.skip_replicated); nil copies every batch.
 	Provenance *provenance.View
+	// Groups, when set, is the source's consumer-group offsets, which
+	// each stream sends to a writer that takes them (link.groups); nil
+	// sends none.
+	Groups GroupSource
 	// pauseFetch, a test hook, holds the fetch loop before each round
 	// until it is closed; nil never holds.
 	pauseFetch <-chan struct{}

@@ -120,6 +120,11 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	if err != nil {
 		return false, fmt.Errorf("open stream to %s: %w", addr, err)
 	}
+	// The partitions the Open names: group offsets of others are refused.
+	openedParts := map[discovery.Partition]bool{}
+	for _, p := range r.openable() {
+		openedParts[p] = true
+	}
 	resume, opened, err := r.open(stream, hardStop)
 	targetCluster := opened.GetTargetClusterId()
 	if err != nil {
@@ -159,6 +164,9 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	g.Go(func() error { return s.send(gctx) })
 	if opened.GetHeartbeats() { // an older writer ends the stream at a heartbeat
 		g.Go(func() error { return s.heartbeats(gctx) })
+	}
+	if src := r.deps.Groups; src != nil && opened.GetGroupOffsets() { // likewise
+		g.Go(func() error { return s.groupOffsets(gctx, src, openedParts) })
 	}
 	sendDone := make(chan error, 1)
 	go func() { sendDone <- g.Wait() }()

@@ -92,6 +92,26 @@ type Writer struct {
 	takeHeartbeats bool
 	// heartbeats is every heartbeat, in the order received.
 	heartbeats []*ferryv1.Heartbeat
+	// takeGroupOffsets makes each Opened say the writer takes group
+	// offsets; without it the writer is one older than group sync.
+	takeGroupOffsets bool
+	// groupOffsets is every GroupOffsets message, in the order received.
+	groupOffsets []*ferryv1.GroupOffsets
+}
+
+// TakeGroupOffsets makes the writer say in its Opened that it takes group
+// offsets, and keep those it receives (GroupOffsets).
+func (w *Writer) TakeGroupOffsets() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.takeGroupOffsets = true
+}
+
+// GroupOffsets returns every GroupOffsets message received, in order.
+func (w *Writer) GroupOffsets() []*ferryv1.GroupOffsets {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]*ferryv1.GroupOffsets(nil), w.groupOffsets...)
 }
 
 // TakeHeartbeats makes the writer say in its Opened that it takes
@@ -233,7 +253,7 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 		return errors.New("first message is not an open")
 	}
 	w.mu.Lock()
-	opened := &ferryv1.Opened{Writer: w.addr, TargetClusterId: w.targetCluster, Heartbeats: w.takeHeartbeats}
+	opened := &ferryv1.Opened{Writer: w.addr, TargetClusterId: w.targetCluster, Heartbeats: w.takeHeartbeats, GroupOffsets: w.takeGroupOffsets}
 	unverified := w.unverified
 	w.openMsgs = append(w.openMsgs, open)
 	w.mu.Unlock()
@@ -269,6 +289,12 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 		if hb := req.GetHeartbeat(); hb != nil && opened.GetHeartbeats() {
 			w.mu.Lock()
 			w.heartbeats = append(w.heartbeats, hb)
+			w.mu.Unlock()
+			continue
+		}
+		if g := req.GetGroupOffsets(); g != nil && opened.GetGroupOffsets() {
+			w.mu.Lock()
+			w.groupOffsets = append(w.groupOffsets, g)
 			w.mu.Unlock()
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,6 +32,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupcommit"
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
@@ -111,7 +113,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		},
 		Status: func() any {
 			if srv := srvp.Load(); srv != nil {
-				return map[string]any{"writer": cfg.ID, "shards": srv.Status(), "failover": srv.Failover()}
+				return map[string]any{"writer": cfg.ID, "shards": srv.Status(), "failover": srv.Failover(), "groups": srv.Groups()}
 			}
 			return map[string]any{"writer": cfg.ID, "starting": wait.Err().Error()}
 		},
@@ -202,6 +204,21 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// resume, what other links skip, the offset index and what the
 	// failover meter says: whoever else may write them says so.
 	cfg.Target.WarnWritable(gctx, log, store.Topic(), provenance.Topic, index.Name, cfg.Heartbeats.Topic)
+	// Consumer-group offsets the fetchers read are committed to the
+	// target's groups through a client of their own, off the streams'
+	// (package groupcommit, server's group syncer).
+	var groupClient sarama.Client
+	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
+		groupClient, err = sarama.NewClient(cfg.Target.BootstrapServers, base)
+		return cfg.Target.Explain(gctx, "target.tls", err)
+	}); err != nil {
+		return notStarted(fmt.Errorf("group commit client: %w", err))
+	}
+	defer groupClient.Close()
+	groups, err := groupcommit.New(groupClient)
+	if err != nil {
+		return notStarted(err)
+	}
 
 	srv := server.New(server.Options{
 		ID:     cfg.ID,
@@ -221,6 +238,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Index:             index,
 		Heartbeats:        beats.table,
 		HeartbeatsTopic:   cfg.Heartbeats.Topic,
+		Groups:            groups,
 	}, links, ens, store, codecs, m, log)
 
 	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
@@ -309,6 +327,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 	})
 	g.Go(func() error { ready.Run(gctx); return nil })
+	g.Go(func() error { srv.RunGroupSync(gctx); return nil })
 	// The heartbeats are written until the streams have drained (below),
 	// then once more.
 	persistCtx, stopPersist := context.WithCancel(context.Background())

@@ -66,6 +66,12 @@ type Result struct {
 	Moved, Backwards int
 	// Detail names, for Owned, the partition and offset found.
 	Detail string
+	// At is, for Moved and Unchanged, where the group stands on each
+	// partition of the Sync after it, as Ferry's markers say: the new
+	// position of a partition moved, the one found of a partition left
+	// (absent when the group has no offset there yet and none was
+	// committed). Its Source is the source offset the position stands for.
+	At map[TopicPartition]Position
 }
 
 // Committer commits group offsets on one target cluster.
@@ -104,7 +110,7 @@ func (c *Committer) Sync(group string, want map[TopicPartition]Position) (Result
 	case err != nil:
 		return Result{}, fmt.Errorf("target offsets of group %q: %w", group, err)
 	}
-	var res Result
+	res := Result{At: map[TopicPartition]Position{}}
 	req := sarama.NewOffsetCommitRequest(c.client.Config(), group)
 	req.ConsumerGroupGeneration, req.ConsumerID = -1, ""
 	for tp, pos := range want {
@@ -120,15 +126,18 @@ func (c *Committer) Sync(group string, want map[TopicPartition]Position) (Result
 			}
 			if pos.Source < src || pos.Target < b.Offset {
 				res.Backwards++
+				res.At[tp] = Position{Target: b.Offset, Source: src}
 				continue
 			}
 			if pos.Source == src && pos.Target == b.Offset {
+				res.At[tp] = pos
 				continue
 			}
 		}
 		// Committed leader epoch -1: a source epoch means nothing here.
 		req.AddBlockWithLeaderEpoch(tp.Topic, tp.Partition, pos.Target, -1, 0, groupsync.Marker(pos.Source))
 		res.Moved++
+		res.At[tp] = pos
 	}
 	if res.Moved == 0 {
 		res.Outcome = Unchanged

@@ -95,6 +95,11 @@ func TestGroupMovesForwardOnly(t *testing.T) {
 	if o, md := committed(t, adm, "app", p1); o != 7 || md != groupsync.Marker(207) {
 		t.Fatalf("p1 moved backwards to %d %q", o, md)
 	}
+	// Where the group stands after the Sync, as its markers say: p0 at
+	// its new position, p1 where it was, standing for source 207.
+	if res.At[p0] != (Position{Target: 9, Source: 109}) || res.At[p1] != (Position{Target: 7, Source: 207}) {
+		t.Fatalf("positions after the sync %+v, want p0 9 (source 109), p1 7 (source 207)", res.At)
+	}
 }
 
 // A group with members on the target is never moved: the broker refuses

@@ -29,6 +29,11 @@ type Metrics struct {
 	// Failover is the failover meter, read at each scrape from its source
 	// (SetSource): ages grow between heartbeats, so no gauge is set.
 	Failover *FailoverCollector
+	// GroupSyncs counts the group syncer's syncs by link and outcome;
+	// Groups serves each group's sync age and re-read exposure, read at
+	// each scrape (SetSource).
+	GroupSyncs *prometheus.CounterVec
+	Groups     *GroupCollector
 
 	reg prometheus.Registerer
 }
@@ -95,8 +100,13 @@ func New(reg prometheus.Registerer) *Metrics {
 		reg: reg,
 	}
 	m.Failover = newFailoverCollector()
+	m.GroupSyncs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ferry_group_sync_total",
+		Help: "Consumer-group syncs by outcome: moved, unchanged, active (members on the target), owned (committed by someone else), before_index, error, limit.",
+	}, []string{"link", "outcome"})
+	m.Groups = newGroupCollector()
 	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.Latency, m.Rejected, m.StaleEpochs, m.Streams, m.ProduceSeconds, m.Checkpoints,
-		m.BufferedBytes, m.CheckpointsRefused, m.CheckpointsAcceptedUnsigned, m.Failover)
+		m.BufferedBytes, m.CheckpointsRefused, m.CheckpointsAcceptedUnsigned, m.Failover, m.GroupSyncs, m.Groups)
 	return m
 }
 
@@ -165,5 +175,69 @@ func (c *FailoverCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.GaugeValue, e.Seconds, labels...)
 		}
 		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, e.HeartbeatAge, labels...)
+	}
+}
+
+// GroupSync is one consumer group's line of the group sync.
+type GroupSync struct {
+	Link, Group string
+	// Age is the age of the source read the group's target position last
+	// followed, valid when HasAge; Reread the records it would read again
+	// after a failover now, valid when HasReread.
+	Age       float64
+	HasAge    bool
+	Reread    int64
+	HasReread bool
+}
+
+// GroupCollector serves ferry_group_sync_age_seconds and
+// ferry_failover_reread_records by link and group: one series each per
+// group the writer syncs, at most groupsync.MaxGroups per link (and
+// link.groups.max of its fetchers).
+type GroupCollector struct {
+	age, reread *prometheus.Desc
+
+	mu   sync.Mutex
+	read func() []GroupSync
+}
+
+func newGroupCollector() *GroupCollector {
+	labels := []string{"link", "group"}
+	return &GroupCollector{
+		age: prometheus.NewDesc("ferry_group_sync_age_seconds",
+			"Age of the source read a consumer group's target position last followed.", labels, nil),
+		reread: prometheus.NewDesc("ferry_failover_reread_records",
+			"Records a consumer group would read again after a failover now: its source offsets minus those its target position stands for.", labels, nil),
+	}
+}
+
+// SetSource sets where the group lines are read from at each scrape.
+func (c *GroupCollector) SetSource(read func() []GroupSync) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.read = read
+}
+
+// Describe implements prometheus.Collector.
+func (c *GroupCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.age
+	ch <- c.reread
+}
+
+// Collect implements prometheus.Collector.
+func (c *GroupCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	read := c.read
+	c.mu.Unlock()
+	if read == nil {
+		return
+	}
+	for _, g := range read() {
+		if g.HasAge {
+			ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, g.Age, g.Link, g.Group)
+		}
+		if g.HasReread {
+			ch <- prometheus.MustNewConstMetric(c.reread, prometheus.GaugeValue, float64(g.Reread), g.Link, g.Group)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package offsetindex
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -173,4 +174,17 @@ func (x *Index) TranslateBack(t int64) (Position, error) {
 	}
 	r := x.runs[i]
 	return Position{Offset: r.Source + max(t-r.Target, 0)}, nil
+}
+
+// Trim keeps at most n runs, the newest: the index then starts at the
+// first run kept, and older offsets answer ErrBeforeIndex. It bounds an
+// index kept in memory for long (the writer's group sync) at 24 bytes a
+// run.
+func (x *Index) Trim(n int) {
+	drop := len(x.runs) - n
+	if drop <= 0 || n <= 0 {
+		return
+	}
+	x.runs = slices.Clone(x.runs[drop:]) // let the dropped ones go
+	x.from, x.targetFrom = x.runs[0].Source, x.runs[0].Target
 }

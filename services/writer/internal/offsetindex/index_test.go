@@ -193,3 +193,25 @@ func TestRecordsCopiedWithoutIndexStartItAgain(t *testing.T) {
 		t.Errorf("Translate(32), not copied: %+v, %v; want 33", got, err)
 	}
 }
+
+// Trim keeps the newest runs exactly: what they cover translates as
+// before, and an offset before the first kept run is ErrBeforeIndex
+// naming where the index now starts.
+func TestTrimKeepsTheNewestRuns(t *testing.T) {
+	x := NewIndex()
+	x.Add(Entry{From: 0, Next: 10, TargetBefore: -1, Runs: []Run{{0, 0, 3}, {5, 4, 2}}})
+	x.Add(Entry{From: 10, Next: 20, TargetBefore: 6, Runs: []Run{{12, 8, 4}, {18, 13, 2}}})
+	x.Trim(2)
+	if x.Runs() != 2 || x.Start() != 12 || x.TargetStart() != 8 {
+		t.Fatalf("trimmed to %d runs from %d->%d, want 2 from 12->8", x.Runs(), x.Start(), x.TargetStart())
+	}
+	var before *BeforeIndexError
+	if _, err := x.Translate(11); !errors.As(err, &before) || before.Start != 12 {
+		t.Fatalf("Translate(11) after the trim: %v, want before the index at 12", err)
+	}
+	for s, want := range map[int64]Position{12: {Offset: 8}, 16: {Offset: 13}, 19: {Offset: 14}, 20: {Offset: 15, End: true}} {
+		if got, err := x.Translate(s); err != nil || got != want {
+			t.Errorf("Translate(%d) = %+v, %v; want %+v", s, got, err, want)
+		}
+	}
+}

@@ -75,6 +75,7 @@ func (ss *session) serve(ctx context.Context, stream ferryv1.ReplicationService_
 		if len(done.batches) == 0 {
 			continue
 		}
+		ss.progress.committed(done.cps)
 		if err := ss.ack(stream, done.batches, done.cps); err != nil {
 			return err
 		}

@@ -65,6 +65,7 @@ var statusTable = []struct {
 	{errPeerRefused, codes.PermissionDenied, "peer_refused"},
 	{errBeyondSource, codes.InvalidArgument, "beyond_source"},
 	{errBadHeartbeat, codes.InvalidArgument, "bad_heartbeat"},
+	{errBadGroupOffsets, codes.InvalidArgument, "bad_group_offsets"},
 	{errTooManyStreams, codes.ResourceExhausted, "too_many_streams"},
 	{errOutOfOrder, codes.FailedPrecondition, "out_of_order"},
 	{errSuperseded, codes.Aborted, ""},

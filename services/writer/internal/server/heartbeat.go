@@ -20,7 +20,8 @@ import (
 // whether an operator fails over.
 var errBadHeartbeat = errors.New("bad heartbeat")
 
-// other handles a request that is not a batch: a heartbeat, or a message
+// other handles a request that is not a batch: a heartbeat, group offsets
+// (groups.go), or a message
 // of a newer fetcher this writer does not know (a field of the oneof it
 // was built without), which it ignores so that a fetcher may add one
 // without breaking it. handled is false for a batch, and for a request
@@ -28,6 +29,9 @@ var errBadHeartbeat = errors.New("bad heartbeat")
 func (ss *session) other(req *ferryv1.ReplicateRequest) (handled bool, err error) {
 	if hb := req.GetHeartbeat(); hb != nil {
 		return true, ss.heartbeat(hb)
+	}
+	if g := req.GetGroupOffsets(); g != nil {
+		return true, ss.groupOffsets(g)
 	}
 	if req.GetMsg() == nil && len(req.ProtoReflect().GetUnknown()) > 0 {
 		return true, nil

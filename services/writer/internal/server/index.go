@@ -100,6 +100,7 @@ func (p *progress) addIndex(r *round, cps checkpoints) error {
 			continue
 		}
 		delete(p.pending, tp)
+		p.written[tp] = append(p.written[tp], *e)
 		key := p.indexKey(tp)
 		part := p.index.PartitionOf(key)
 		for _, sub := range e.Split() {

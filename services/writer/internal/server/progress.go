@@ -31,13 +31,19 @@ type progress struct {
 	// with their checkpoints (index.go).
 	index   offsetindex.Topic
 	pending map[topicPartition]*offsetindex.Entry
+	// written are the index entries added to rounds whose checkpoints
+	// are not committed yet; committed hands them to tr, the in-memory
+	// index group sync translates with (translate.go).
+	written map[topicPartition][]offsetindex.Entry
+	tr      *translator
 }
 
 // checkpoints are the checkpoints a round's partitions reach.
 type checkpoints = map[topicPartition]checkpoint.Checkpoint
 
 func newProgress(link, writer string, epoch uint64, store *checkpoint.Store, topicIDs map[string][]byte) *progress {
-	return &progress{link: link, writer: writer, epoch: epoch, store: store, topicIDs: topicIDs, target: map[topicPartition]int64{}}
+	return &progress{link: link, writer: writer, epoch: epoch, store: store, topicIDs: topicIDs, target: map[topicPartition]int64{},
+		written: map[topicPartition][]offsetindex.Entry{}, tr: newTranslator()}
 }
 
 func (p *progress) key(tp topicPartition) checkpoint.Key {
@@ -50,10 +56,21 @@ func (p *progress) key(tp topicPartition) checkpoint.Key {
 func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool, error) {
 	cp, ok, err := p.store.Get(p.key(tp))
 	p.target[tp] = -1
+	p.tr.resumed(tp, -1, -1)
 	if ok && err == nil {
 		p.target[tp] = cp.TargetOffset
+		p.tr.resumed(tp, cp.NextSourceOffset, cp.TargetOffset)
 	}
 	return cp, ok, err
+}
+
+// committed is told the checkpoints of a round that committed: the index
+// entries written with them join the in-memory index.
+func (p *progress) committed(cps checkpoints) {
+	for tp, cp := range cps {
+		p.tr.confirm(tp, cp.NextSourceOffset, cp.TargetOffset, p.written[tp])
+		delete(p.written, tp)
+	}
 }
 
 // reached computes the checkpoint each partition of group reaches with

@@ -95,6 +95,10 @@ type Options struct {
 	// HeartbeatsTopic is where Heartbeats is persisted: no link may write
 	// it.
 	HeartbeatsTopic string
+	// Groups commits the consumer-group offsets streams bring (group
+	// sync, groups.go) on the writer's group syncer (RunGroupSync); nil:
+	// the writer syncs no groups and its Opened says it takes none.
+	Groups GroupCommitter
 }
 
 // ProducerSettings tune the shards' target producers.
@@ -133,6 +137,8 @@ type Server struct {
 	builders sync.Pool
 	// beats is the heartbeat table (Options.Heartbeats).
 	beats *heartbeat.Table
+	// groups is the group syncer; nil without Options.Groups.
+	groups *groupSyncer
 
 	mu sync.Mutex
 	// shards holds only shards of the writer's links below their shard
@@ -174,6 +180,10 @@ func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Stor
 		s.beats = heartbeat.NewTable()
 	}
 	m.Failover.SetSource(s.failoverMetrics)
+	if opts.Groups != nil {
+		s.groups = newGroupSyncer(opts.Groups, m, log.With("component", "group-sync"))
+		m.Groups.SetSource(s.groupMetrics)
+	}
 	return s
 }
 

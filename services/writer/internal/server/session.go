@@ -162,6 +162,19 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		return reject(s.metrics, ss.link.Name, err)
 	}
 	opened.Heartbeats = true // this writer takes them (heartbeat.go)
+	// Group offsets only when it syncs groups: a fetcher sends none to a
+	// writer that does not (groups.go).
+	opened.GroupOffsets = s.groups != nil
+	if opened.GroupOffsets {
+		// The shard's offset index is read in memory beside copying; it
+		// ends with the stream (translate.go).
+		loaded := make(chan struct{})
+		go func() {
+			defer close(loaded)
+			ss.progress.tr.load(ss.ctx, s.opts.Target, s.opts.Index, ss.link.Name, log)
+		}()
+		defer func() { ss.cancel(nil); <-loaded }()
+	}
 	if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Opened{Opened: opened}}); err != nil {
 		return fmt.Errorf("send opened: %w", err)
 	}

@@ -1,0 +1,31 @@
+package groupsync
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCheckName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"billing", true},
+		{"orders.consumer-1_é", true},
+		{strings.Repeat("g", MaxNameBytes), true},
+		{"", false},
+		{strings.Repeat("g", MaxNameBytes+1), false},
+		{"bad\xffutf8", false},
+		{"new\nline", false},
+	} {
+		if err := CheckName(tc.name); (err == nil) != tc.ok {
+			t.Errorf("CheckName(%q) = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+func TestMarkerIsFerry(t *testing.T) {
+	if m := Marker(42); m != "ferry:v1:42" || !IsFerry(m) || IsFerry("app metadata") {
+		t.Fatalf("Marker(42) = %q", m)
+	}
+}

@@ -1,0 +1,415 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/groupsync"
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupcommit"
+	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
+)
+
+// Group sync, the writer's half (the fetchers read the source's groups,
+// link.groups): a stream's GroupOffsets is checked whole, each offset is
+// translated at once with the shard's in-memory index (translate.go), and
+// the result is handed to the writer's one group syncer, which commits it
+// to the target group (package groupcommit) on a goroutine of its own, so
+// a slow or unreachable group coordinator never holds up copying. The
+// syncer keeps only the latest translation of each (link, group,
+// partition): a group read again before the syncer reached it is synced
+// once, with the newer offsets.
+
+// errBadGroupOffsets is a GroupOffsets message the writer refuses: for a
+// partition the stream's Open does not list, a negative offset, a group
+// id groupsync.CheckName refuses, a group or partition listed twice, or
+// more than groupsync.MaxEntries offsets.
+var errBadGroupOffsets = errors.New("bad group offsets")
+
+// GroupCommitter commits translated positions to one target group
+// (groupcommit.Committer).
+type GroupCommitter interface {
+	Sync(group string, want map[groupcommit.TopicPartition]groupcommit.Position) (groupcommit.Result, error)
+}
+
+// Outcomes of a group's sync, as /status and ferry_group_sync_total name
+// them: groupcommit's (moved, unchanged, active, owned), and
+// before_index (nothing of the group could be translated: its offsets
+// are older than the offset index), error (the target did not answer;
+// tried again with the next read) and limit (a group beyond
+// groupsync.MaxGroups of the link, not synced).
+const (
+	outcomeBeforeIndex = "before_index"
+	outcomeError       = "error"
+	outcomeLimit       = "limit"
+)
+
+// noteBehind marks a partition whose group stands on the target for a
+// later source offset than the source group now has: the group was
+// rewound on the source, and the target is left where it is (a group
+// never moves backwards).
+const noteBehind = "behind"
+
+// groupOffsets checks m whole against the stream's Open, translates it
+// and hands it to the syncer; nothing of a refused message is kept.
+func (ss *session) groupOffsets(m *ferryv1.GroupOffsets) error {
+	if cur := ss.s.currentEpoch(ss.link.Name, ss.shard); m.GetEpoch() != ss.epoch || m.GetEpoch() < cur {
+		ss.s.metrics.StaleEpochs.WithLabelValues(ss.link.Name).Inc()
+		return fmt.Errorf("%w: group offsets epoch %d on a stream of epoch %d, shard at %d", errStaleEpoch, m.GetEpoch(), ss.epoch, cur)
+	}
+	n := 0
+	for _, g := range m.GetGroups() {
+		n += len(g.GetPartitions())
+	}
+	if n > groupsync.MaxEntries {
+		return fmt.Errorf("%w: %d offsets in one message, above %d", errBadGroupOffsets, n, groupsync.MaxEntries)
+	}
+	seenGroup := make(map[string]bool, len(m.GetGroups()))
+	for i, g := range m.GetGroups() {
+		field := fmt.Sprintf("group_offsets.groups[%d]", i)
+		if err := groupsync.CheckName(g.GetGroup()); err != nil {
+			return fmt.Errorf("%w: %s.group: %v", errBadGroupOffsets, field, err)
+		}
+		if seenGroup[g.GetGroup()] {
+			return fmt.Errorf("%w: %s: group %q listed twice", errBadGroupOffsets, field, g.GetGroup())
+		}
+		seenGroup[g.GetGroup()] = true
+		seen := make(map[topicPartition]bool, len(g.GetPartitions()))
+		for j, p := range g.GetPartitions() {
+			tp := topicPartition{p.GetTopic(), p.GetPartition()}
+			pf := fmt.Sprintf("%s.partitions[%d]", field, j)
+			if _, ok := ss.next[tp]; !ok {
+				return fmt.Errorf("%w: %s: %s/%d is not in shard %d's open", errBadGroupOffsets, pf, clip(tp.topic), tp.partition, ss.shard)
+			}
+			if seen[tp] {
+				return fmt.Errorf("%w: %s: %s/%d listed twice", errBadGroupOffsets, pf, tp.topic, tp.partition)
+			}
+			seen[tp] = true
+			if p.GetOffset() < 0 {
+				return fmt.Errorf("%w: %s.offset %d is negative", errBadGroupOffsets, pf, p.GetOffset())
+			}
+		}
+	}
+	if ss.s.groups == nil {
+		return nil // this writer syncs no groups (its Opened said so)
+	}
+	readAt := time.UnixMilli(m.GetReadAt())
+	for _, g := range m.GetGroups() {
+		parts := make(map[topicPartition]wantPart, len(g.GetPartitions()))
+		for _, p := range g.GetPartitions() {
+			tp := topicPartition{p.GetTopic(), p.GetPartition()}
+			pos, why, ok := ss.progress.tr.translate(tp, p.GetOffset())
+			parts[tp] = wantPart{reported: p.GetOffset(), readAt: readAt, pos: pos, ok: ok, why: why,
+				target: groupcommit.TopicPartition{Topic: ss.link.Naming.Target(tp.topic), Partition: tp.partition}}
+		}
+		ss.s.groups.offer(groupKey{ss.link.Name, g.GetGroup()}, parts)
+	}
+	return nil
+}
+
+type groupKey struct{ link, group string }
+
+// wantPart is one partition of a group as a stream translated it.
+type wantPart struct {
+	reported int64     // the source offset the fetcher read
+	readAt   time.Time // when it read it
+	target   groupcommit.TopicPartition
+	pos      groupcommit.Position // valid when ok
+	ok       bool
+	why      string // when not ok
+}
+
+// groupSyncer commits the latest translation of each group, one group at
+// a time, on its own goroutine (run), and keeps what each sync did.
+type groupSyncer struct {
+	commit  GroupCommitter
+	metrics *metrics.Metrics
+	log     *slog.Logger
+	wake    chan struct{}
+
+	mu sync.Mutex
+	// pending are the translations not synced yet, latest per partition;
+	// order, their groups in the order they came.
+	pending map[groupKey]map[topicPartition]wantPart
+	order   []groupKey
+	// state is what the syncs did, per group; perLink counts its groups,
+	// bounded by groupsync.MaxGroups.
+	state   map[groupKey]*groupState
+	perLink map[string]int
+}
+
+// groupState is what the writer knows of a group's sync.
+type groupState struct {
+	attempted time.Time // last sync
+	synced    time.Time // source read time of the last moved or unchanged sync
+	outcome   string
+	detail    string
+	parts     map[topicPartition]*groupPart
+}
+
+// groupPart is one partition of a group's state.
+type groupPart struct {
+	reported int64 // the source offset the fetcher last read
+	// target and standsFor are where Ferry's marker puts the group on the
+	// target and the source offset that stands for; -1 when unknown (not
+	// synced yet, or the group is someone else's now).
+	target, standsFor int64
+	note              string
+}
+
+func newGroupSyncer(commit GroupCommitter, m *metrics.Metrics, log *slog.Logger) *groupSyncer {
+	return &groupSyncer{commit: commit, metrics: m, log: log, wake: make(chan struct{}, 1),
+		pending: map[groupKey]map[topicPartition]wantPart{}, state: map[groupKey]*groupState{}, perLink: map[string]int{}}
+}
+
+// offer queues a group's translated partitions, replacing what is queued
+// of the same partitions.
+func (g *groupSyncer) offer(k groupKey, parts map[topicPartition]wantPart) {
+	g.mu.Lock()
+	if g.state[k] == nil {
+		if g.perLink[k.link] >= groupsync.MaxGroups {
+			g.mu.Unlock()
+			g.metrics.GroupSyncs.WithLabelValues(k.link, outcomeLimit).Inc()
+			return
+		}
+		g.perLink[k.link]++
+		g.state[k] = &groupState{parts: map[topicPartition]*groupPart{}}
+	}
+	st := g.state[k]
+	for tp, w := range parts {
+		gp := st.parts[tp]
+		if gp == nil {
+			gp = &groupPart{target: -1, standsFor: -1}
+			st.parts[tp] = gp
+		}
+		gp.reported = w.reported
+	}
+	q, queued := g.pending[k]
+	if !queued {
+		q = map[topicPartition]wantPart{}
+		g.pending[k] = q
+		g.order = append(g.order, k)
+	}
+	for tp, w := range parts {
+		q[tp] = w
+	}
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run syncs what is offered until ctx ends.
+func (g *groupSyncer) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.wake:
+		}
+		for ctx.Err() == nil {
+			k, parts, ok := g.next()
+			if !ok {
+				break
+			}
+			g.sync(k, parts)
+		}
+	}
+}
+
+func (g *groupSyncer) next() (groupKey, map[topicPartition]wantPart, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.order) == 0 {
+		return groupKey{}, nil, false
+	}
+	k := g.order[0]
+	g.order = g.order[1:]
+	parts := g.pending[k]
+	delete(g.pending, k)
+	return k, parts, true
+}
+
+// sync commits one group's translation and records what it did.
+func (g *groupSyncer) sync(k groupKey, parts map[topicPartition]wantPart) {
+	want := map[groupcommit.TopicPartition]groupcommit.Position{}
+	var readAt time.Time
+	beforeIndex := false
+	for _, w := range parts {
+		if w.readAt.After(readAt) {
+			readAt = w.readAt
+		}
+		if w.ok {
+			want[w.target] = w.pos
+		}
+		beforeIndex = beforeIndex || w.why == notBeforeIndex
+	}
+	var (
+		res groupcommit.Result
+		err error
+	)
+	if len(want) > 0 {
+		res, err = g.commit.Sync(k.group, want)
+	} else {
+		res.Outcome = groupcommit.Unchanged
+	}
+	outcome := string(res.Outcome)
+	switch {
+	case err != nil:
+		outcome = outcomeError
+	case res.Outcome == groupcommit.Unchanged && beforeIndex:
+		outcome = outcomeBeforeIndex
+	}
+	g.metrics.GroupSyncs.WithLabelValues(k.link, outcome).Inc()
+	g.record(k, parts, res, err, outcome, readAt)
+}
+
+// record keeps what a sync did in the group's state.
+func (g *groupSyncer) record(k groupKey, parts map[topicPartition]wantPart, res groupcommit.Result, err error, outcome string, readAt time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.state[k]
+	prev := st.outcome
+	st.attempted, st.outcome, st.detail = time.Now(), outcome, res.Detail
+	if err != nil {
+		st.detail = err.Error()
+	}
+	// Synced: the group's target position now follows this read (a group
+	// with nothing translated, its index loading or its data not copied,
+	// follows nothing).
+	synced := err == nil && res.At != nil && (res.Outcome == groupcommit.Moved || res.Outcome == groupcommit.Unchanged)
+	if synced {
+		st.synced = readAt
+	}
+	for tp, w := range parts {
+		gp := st.parts[tp]
+		gp.note = w.why
+		switch {
+		case res.Outcome == groupcommit.Active || res.Outcome == groupcommit.Owned:
+			gp.target, gp.standsFor = -1, -1 // the group's position is not Ferry's
+		case synced:
+			if at, ok := res.At[w.target]; ok {
+				gp.target, gp.standsFor = at.Target, at.Source
+				if at.Source > w.reported {
+					gp.note = noteBehind
+				}
+			}
+		}
+	}
+	if outcome != prev && (err != nil || res.Outcome == groupcommit.Owned) {
+		g.log.Warn("group not synced", "link", k.link, "group", k.group, "outcome", outcome, "detail", st.detail)
+	}
+}
+
+// GroupStatus is one group's line in /status.
+type GroupStatus struct {
+	Link  string `json:"link"`
+	Group string `json:"group"`
+	// Outcome is what the last sync did (moved, unchanged, active, owned,
+	// before_index, error), at LastAttempt.
+	Outcome     string    `json:"outcome"`
+	Detail      string    `json:"detail,omitempty"`
+	LastAttempt time.Time `json:"last_attempt"`
+	// SyncAge is the age, in seconds, of the source read the group's
+	// target position last followed (a moved or unchanged sync); absent
+	// when it never did.
+	SyncAge *float64 `json:"sync_age_seconds,omitempty"`
+	// RereadRecords is the re-read exposure: the records the group would
+	// read again after a failover now, the sum over its partitions of the
+	// source offset last read minus the source offset its target position
+	// stands for (0 when caught up). Absent when no partition's target
+	// position is Ferry's.
+	RereadRecords *int64                 `json:"failover_reread_records,omitempty"`
+	Partitions    []GroupPartitionStatus `json:"partitions"`
+}
+
+// GroupPartitionStatus is one partition of a group.
+type GroupPartitionStatus struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// SourceOffset is the group's committed offset on the source, as the
+	// fetcher last read it.
+	SourceOffset int64 `json:"source_offset"`
+	// TargetOffset is where Ferry's commit puts the group on the target
+	// and StandsFor the source offset that position stands for; -1 when
+	// not known (not synced, or the group is not Ferry's to move).
+	TargetOffset int64 `json:"target_offset"`
+	StandsFor    int64 `json:"target_stands_for_source_offset"`
+	// Note says why the partition was not synced (before_index,
+	// index_loading, not_copied) or is behind (the source group was
+	// rewound: the target is left, a group never moves backwards).
+	Note string `json:"note,omitempty"`
+}
+
+// Groups is the group sync's state, by link and group.
+func (s *Server) Groups() []GroupStatus {
+	if s.groups == nil {
+		return nil
+	}
+	return s.groups.status(time.Now())
+}
+
+func (g *groupSyncer) status(now time.Time) []GroupStatus {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]GroupStatus, 0, len(g.state))
+	for k, st := range g.state {
+		gs := GroupStatus{Link: k.link, Group: k.group, Outcome: st.outcome, Detail: st.detail, LastAttempt: st.attempted}
+		if !st.synced.IsZero() {
+			age := max(0, now.Sub(st.synced).Seconds())
+			gs.SyncAge = &age
+		}
+		var reread int64
+		known := false
+		for tp, gp := range st.parts {
+			gs.Partitions = append(gs.Partitions, GroupPartitionStatus{Topic: tp.topic, Partition: tp.partition,
+				SourceOffset: gp.reported, TargetOffset: gp.target, StandsFor: gp.standsFor, Note: gp.note})
+			if gp.standsFor >= 0 {
+				known = true
+				reread += max(0, gp.reported-gp.standsFor)
+			}
+		}
+		if known {
+			gs.RereadRecords = &reread
+		}
+		slices.SortFunc(gs.Partitions, func(a, b GroupPartitionStatus) int {
+			return strings.Compare(a.Topic, b.Topic)*2 + cmpInt(a.Partition, b.Partition)
+		})
+		out = append(out, gs)
+	}
+	slices.SortFunc(out, func(a, b GroupStatus) int {
+		return strings.Compare(a.Link+"\x00"+a.Group, b.Link+"\x00"+b.Group)
+	})
+	return out
+}
+
+// groupMetrics is the group sync's state as the metrics serve it.
+func (s *Server) groupMetrics() []metrics.GroupSync {
+	var out []metrics.GroupSync
+	for _, gs := range s.Groups() {
+		m := metrics.GroupSync{Link: gs.Link, Group: gs.Group}
+		if gs.SyncAge != nil {
+			m.Age, m.HasAge = *gs.SyncAge, true
+		}
+		if gs.RereadRecords != nil {
+			m.Reread, m.HasReread = *gs.RereadRecords, true
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// RunGroupSync runs the writer's group syncer until ctx ends; it returns
+// at once when the writer syncs no groups (Options.Groups nil).
+func (s *Server) RunGroupSync(ctx context.Context) {
+	if s.groups != nil {
+		s.groups.run(ctx)
+	}
+}

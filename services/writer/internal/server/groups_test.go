@@ -1,0 +1,390 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/groupsync"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupcommit"
+)
+
+// startGroupWriter is a writer over a kfake target that syncs groups:
+// its group syncer runs until the test ends.
+func startGroupWriter(t *testing.T, exactlyOnce bool) *testWriter {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V3_6_0_0
+	sc, err := sarama.NewClient(cluster.ListenAddrs(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sc.Close() })
+	gc, err := groupcommit.New(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWriterOn(t, cluster, passthroughLinks(t, exactlyOnce), func(o *Options) { o.Groups = gc }, nil, nil, insecure.NewCredentials())
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.srv.RunGroupSync(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return w
+}
+
+// groupOffsets is a GroupOffsets of orders/0, epoch 1: offset per group.
+func groupOffsets(offsets map[string]int64) *ferryv1.ReplicateRequest {
+	m := &ferryv1.GroupOffsets{Epoch: 1, ReadAt: time.Now().UnixMilli()}
+	for g, o := range offsets {
+		m.Groups = append(m.Groups, &ferryv1.GroupOffset{Group: g, Partitions: []*ferryv1.GroupPartitionOffset{{Topic: "orders", Partition: 0, Offset: o}}})
+	}
+	return &ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_GroupOffsets{GroupOffsets: m}}
+}
+
+// groupOf is the group's line in the writer's /status, if any.
+func groupOf(w *testWriter, group string) (GroupStatus, bool) {
+	for _, g := range w.srv.Groups() {
+		if g.Link == "east" && g.Group == group {
+			return g, true
+		}
+	}
+	return GroupStatus{}, false
+}
+
+// syncUntil sends offsets, as a fetcher does each interval, until every
+// group's status satisfies ok (a first read can find the shard's index
+// still loading).
+func syncUntil(t *testing.T, w *testWriter, stream ferryv1.ReplicationService_ReplicateClient, offsets map[string]int64, what string, ok func(GroupStatus) bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if err := stream.Send(groupOffsets(offsets)); err != nil {
+			t.Fatalf("send group offsets: %v", err)
+		}
+		done := true
+		for g := range offsets {
+			st, found := groupOf(w, g)
+			done = done && found && ok(st)
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 15s: %s; groups %+v", what, w.srv.Groups())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// targetGroup is the group's committed offset and metadata on the
+// target's orders/0, -1 when none.
+func (w *testWriter) targetGroup(t *testing.T, group string) (int64, string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	os, err := kadm.NewClient(cl).FetchOffsets(context.Background(), group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, ok := os.Lookup("orders", 0)
+	if !ok || o.At < 0 {
+		return -1, ""
+	}
+	return o.At, o.Metadata
+}
+
+// copyWithGaps copies orders/0's source offsets 0..29: a committed
+// transaction 0..4 and its marker 5, an aborted one 6..9 and its marker
+// 10 (neither copied), 11..15 plain, compaction's survivors 16, 18, 19
+// and 23, and 24..29, in three rounds (exactly-once: a marker on the
+// target between each).
+func copyWithGaps(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient) {
+	t.Helper()
+	mustSend(t, stream, 1, 0, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, transactional), sourceBatch(t, 11, 5, nil, recordbatch.LZ4, 0))
+	mustSend(t, stream, 2, 0, 16, sourceBatch(t, 16, 0, []int32{0, 2, 3, 7}, recordbatch.None, 0))
+	mustSend(t, stream, 3, 0, 24, sourceBatch(t, 24, 6, nil, recordbatch.None, 0))
+}
+
+func bothModes(t *testing.T, f func(t *testing.T, exactlyOnce bool)) {
+	for _, exactlyOnce := range []bool{false, true} {
+		t.Run(map[bool]string{false: "at-least-once", true: "exactly-once"}[exactlyOnce], func(t *testing.T) { f(t, exactlyOnce) })
+	}
+}
+
+// A source group's committed offset lands on the target group translated
+// exactly: the target record at the committed target offset is the copy
+// of the first source record at or after the source offset (checked by
+// value), across transaction markers, aborted records and compaction
+// gaps on the source and the writer's own markers on the target, with
+// Ferry's marker naming the source offset. Both modes.
+func TestGroupOffsetsTranslateExactly(t *testing.T) {
+	bothModes(t, func(t *testing.T, exactlyOnce bool) {
+		w := startGroupWriter(t, exactlyOnce)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		stream, opened := w.openOrdersFrom(ctx, t, "east", "")
+		if !opened.GetGroupOffsets() {
+			t.Fatal("the writer's Opened does not say it takes group offsets")
+		}
+		copyWithGaps(t, stream)
+		offsets := map[string]int64{}
+		for _, s := range []int64{0, 3, 5, 7, 10, 12, 16, 17, 20, 23, 24, 29} {
+			offsets[fmt.Sprintf("g%d", s)] = s
+		}
+		syncUntil(t, w, stream, offsets, "every group moved", func(g GroupStatus) bool { return g.Outcome == "moved" })
+		copied := copiedRecords(ctx, t, w, 0)
+		for g, s := range offsets {
+			var want copiedRecord
+			for _, c := range copied {
+				if c.source >= s {
+					want = c
+					break
+				}
+			}
+			at, md := w.targetGroup(t, g)
+			if at != want.target || md != groupsync.Marker(s) {
+				t.Errorf("group %s (source %d) on the target at %d %q; want %d (the copy of source %d) %q", g, s, at, md, want.target, want.source, groupsync.Marker(s))
+			}
+			st, _ := groupOf(w, g)
+			if st.RereadRecords == nil || *st.RereadRecords != 0 || st.SyncAge == nil || st.Partitions[0].StandsFor != s {
+				t.Errorf("group %s status %+v: want nothing to re-read, standing for %d", g, st, s)
+			}
+		}
+		if got := w.groupMetric(t, "ferry_failover_reread_records", "g12"); got != 0 {
+			t.Errorf("ferry_failover_reread_records of g12 %v, want 0", got)
+		}
+		if got := w.groupMetric(t, "ferry_group_sync_age_seconds", "g12"); got < 0 {
+			t.Error("no ferry_group_sync_age_seconds of g12")
+		}
+	})
+}
+
+// A group ahead of the copy lands at the copied end, standing for the
+// committed next source offset, with what it would read again reported;
+// once the copy passes it, it moves on to its exact position.
+func TestGroupAheadOfTheCopyLandsAtTheEnd(t *testing.T) {
+	bothModes(t, func(t *testing.T, exactlyOnce bool) {
+		w := startGroupWriter(t, exactlyOnce)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+		copyWithGaps(t, stream) // committed up to source 30
+		ahead := map[string]int64{"ahead": 35}
+		syncUntil(t, w, stream, ahead, "moved", func(g GroupStatus) bool { return g.Outcome == "moved" })
+		copied := copiedRecords(ctx, t, w, 0)
+		end := copied[len(copied)-1].target + 1
+		if at, md := w.targetGroup(t, "ahead"); at != end || md != groupsync.Marker(30) {
+			t.Fatalf("group ahead of the copy at %d %q, want the copied end %d %q", at, md, end, groupsync.Marker(30))
+		}
+		if st, _ := groupOf(w, "ahead"); st.RereadRecords == nil || *st.RereadRecords != 5 {
+			t.Fatalf("status %+v: want 5 records to re-read (35 read on the source, the target stands for 30)", st)
+		}
+		if got := w.groupMetric(t, "ferry_failover_reread_records", "ahead"); got != 5 {
+			t.Errorf("ferry_failover_reread_records %v, want 5", got)
+		}
+		mustSend(t, stream, 4, 0, 30, sourceBatch(t, 30, 10, nil, recordbatch.None, 0))
+		syncUntil(t, w, stream, ahead, "caught up", func(g GroupStatus) bool { return g.RereadRecords != nil && *g.RereadRecords == 0 })
+		var want int64 = -1
+		for _, c := range copiedRecords(ctx, t, w, 0) {
+			if c.source == 35 {
+				want = c.target
+			}
+		}
+		if at, md := w.targetGroup(t, "ahead"); at != want || md != groupsync.Marker(35) {
+			t.Fatalf("group at %d %q after the copy passed it, want %d (the copy of source 35)", at, md, want)
+		}
+	})
+}
+
+// A group with a live member on the target is never moved: the broker
+// refuses Ferry's commit, and /status says active.
+func TestActiveGroupIsNotMoved(t *testing.T) {
+	w := startGroupWriter(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+	copyWithGaps(t, stream)
+	member, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...), kgo.ConsumerGroup("live"), kgo.ConsumeTopics("orders"),
+		kgo.DisableAutoCommit(), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Close()
+	// Polled until it has joined and been assigned orders/0: a member.
+	for len(member.PollRecords(ctx, 1).Records()) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the member read nothing")
+		}
+	}
+	syncUntil(t, w, stream, map[string]int64{"live": 12}, "active", func(g GroupStatus) bool { return g.Outcome == "active" })
+	if at, _ := w.targetGroup(t, "live"); at != -1 {
+		t.Fatalf("active group moved to %d", at)
+	}
+}
+
+// A group someone else committed on the target is left alone: owned.
+func TestGroupCommittedOnTheTargetIsOwned(t *testing.T) {
+	w := startGroupWriter(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+	copyWithGaps(t, stream)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var os kadm.Offsets
+	os.Add(kadm.Offset{Topic: "orders", Partition: 0, At: 2, LeaderEpoch: -1, Metadata: "mine"})
+	if _, err := kadm.NewClient(cl).CommitOffsets(ctx, "theirs", os); err != nil {
+		t.Fatal(err)
+	}
+	syncUntil(t, w, stream, map[string]int64{"theirs": 24}, "owned", func(g GroupStatus) bool { return g.Outcome == "owned" })
+	if at, md := w.targetGroup(t, "theirs"); at != 2 || md != "mine" {
+		t.Fatalf("group committed by another client moved to %d %q", at, md)
+	}
+}
+
+// A group never moves backwards: rewound on the source, it stays where it
+// was on the target, and /status shows the partition behind.
+func TestRewoundGroupStays(t *testing.T) {
+	w := startGroupWriter(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+	copyWithGaps(t, stream)
+	syncUntil(t, w, stream, map[string]int64{"app": 24}, "moved", func(g GroupStatus) bool { return g.Outcome == "moved" })
+	at, md := w.targetGroup(t, "app")
+	syncUntil(t, w, stream, map[string]int64{"app": 12}, "left behind", func(g GroupStatus) bool {
+		return g.Outcome == "unchanged" && g.Partitions[0].Note == noteBehind && g.Partitions[0].SourceOffset == 12 && g.Partitions[0].StandsFor == 24
+	})
+	if at2, md2 := w.targetGroup(t, "app"); at2 != at || md2 != md {
+		t.Fatalf("rewound group moved from %d %q to %d %q", at, md, at2, md2)
+	}
+}
+
+// A new stream of the shard reads the offset index at open: a group
+// committed on what an earlier stream copied translates exactly.
+func TestIndexLoadedAtOpenTranslates(t *testing.T) {
+	w := startGroupWriter(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+	copyWithGaps(t, stream)
+	closeStream(t, stream)
+	stream, _ = w.openOrdersFrom(ctx, t, "east", "")
+	syncUntil(t, w, stream, map[string]int64{"old": 17}, "moved", func(g GroupStatus) bool { return g.Outcome == "moved" })
+	var want int64 = -1
+	for _, c := range copiedRecords(ctx, t, w, 0) {
+		if c.source == 18 { // 17 was compacted away
+			want = c.target
+		}
+	}
+	if at, _ := w.targetGroup(t, "old"); at != want {
+		t.Fatalf("group at %d, want %d (the copy of source 18)", at, want)
+	}
+}
+
+// A GroupOffsets message is checked whole; a bad one ends the stream
+// naming the field, and nothing of it is synced.
+func TestInvalidGroupOffsetsAreRefused(t *testing.T) {
+	one := func(g string, topic string, p int32, o int64) []*ferryv1.GroupOffset {
+		return []*ferryv1.GroupOffset{{Group: g, Partitions: []*ferryv1.GroupPartitionOffset{{Topic: topic, Partition: p, Offset: o}}}}
+	}
+	many := make([]*ferryv1.GroupOffset, 0, groupsync.MaxEntries+1)
+	for i := range groupsync.MaxEntries + 1 {
+		many = append(many, one(fmt.Sprintf("g%d", i), "orders", 0, 1)...)
+	}
+	twice := append(one("a", "orders", 0, 1), one("a", "orders", 0, 2)...)
+	for _, tc := range []struct {
+		name   string
+		epoch  uint64
+		groups []*ferryv1.GroupOffset
+		code   codes.Code
+		says   string
+	}{
+		{"partition not in the open", 1, one("a", "orders", 1, 5), codes.InvalidArgument, "group_offsets.groups[0].partitions[0]: orders/1 is not in shard 1"},
+		{"negative offset", 1, one("a", "orders", 0, -1), codes.InvalidArgument, "group_offsets.groups[0].partitions[0].offset -1 is negative"},
+		{"empty group id", 1, one("", "orders", 0, 1), codes.InvalidArgument, "group_offsets.groups[0].group: empty group id"},
+		{"control character", 1, one("a\nb", "orders", 0, 1), codes.InvalidArgument, "control character"},
+		{"group twice", 1, twice, codes.InvalidArgument, `group_offsets.groups[1]: group "a" listed twice`},
+		{"too many", 1, many, codes.InvalidArgument, "10001 offsets in one message"},
+		{"another epoch", 2, one("a", "orders", 0, 1), codes.FailedPrecondition, "group offsets epoch 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := startGroupWriter(t, false)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+			m := &ferryv1.GroupOffsets{Epoch: tc.epoch, ReadAt: time.Now().UnixMilli(), Groups: tc.groups}
+			if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_GroupOffsets{GroupOffsets: m}}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := stream.Recv()
+			wantRefusal(t, err, tc.code, tc.says)
+			if got := w.srv.Groups(); len(got) != 0 {
+				t.Errorf("a refused message was kept: %+v", got)
+			}
+			if tc.code == codes.InvalidArgument && w.rejected(t, "east", "bad_group_offsets") != 1 {
+				t.Error("refusal not counted as bad_group_offsets")
+			}
+		})
+	}
+}
+
+// A writer without a group committer says so in its Opened, so fetchers
+// send it no group offsets.
+func TestWriterWithoutGroupSyncSaysSo(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, false))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, opened := w.openOrdersFrom(ctx, t, "east", "")
+	if opened.GetGroupOffsets() {
+		t.Fatal("a writer that syncs no groups says it takes group offsets")
+	}
+}
+
+// groupMetric is the writer's gauge name for link east and group, -1 when
+// absent.
+func (w *testWriter) groupMetric(t *testing.T, name, group string) float64 {
+	t.Helper()
+	mfs, err := w.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["link"] == "east" && labels["group"] == group {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}

@@ -1,0 +1,194 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupcommit"
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
+)
+
+// The translator part of progress: where a source offset of one of the
+// shard's partitions lands on the target, for group sync. Each partition
+// has an offset index in memory, read from the index topic once when the
+// shard opens (load) and extended by each round whose checkpoints commit
+// (confirm): a translation is a search in memory, so the stream's
+// receiver answers it as a message arrives, and only committed data is
+// ever pointed at.
+
+// groupIndexRuns bounds each partition's index in memory (24 bytes a run:
+// some 1.5 MB at most). A plain partition copied at-least-once merges its
+// rounds into few runs; each exactly-once round, or each compaction gap,
+// adds one. Beyond it the oldest runs are dropped: a group committed
+// before the first kept run is left where it is, reported before_index,
+// until it reaches what the index holds.
+const groupIndexRuns = 1 << 16
+
+// Why a partition of a group was not translated.
+const (
+	// notBeforeIndex: the offset is older than what the index holds (its
+	// retention, groupIndexRuns, or data copied before the index).
+	notBeforeIndex = "before_index"
+	// notLoading: the shard's index is still being read; the next read of
+	// the group translates it.
+	notLoading = "index_loading"
+	// notCopied: nothing of the partition is committed on the target yet.
+	notCopied = "not_copied"
+)
+
+// translator is the in-memory index of a shard's partitions, shared by
+// the stream's receiver (translate), its committer (confirm) and the
+// shard's index load (load).
+type translator struct {
+	mu    sync.Mutex
+	parts map[topicPartition]*partIndex
+	// loaded is set once load has read the index topic (or given up).
+	loaded bool
+}
+
+// partIndex is one partition's index and committed position.
+type partIndex struct {
+	// next and target are the committed checkpoint's next source offset
+	// and target offset after the last copied record; -1 while unknown.
+	next, target int64
+	// idx is the index, nil until loaded; tail are the entries committed
+	// before that, added after what the load read.
+	idx  *offsetindex.Index
+	tail []offsetindex.Entry
+}
+
+func newTranslator() *translator { return &translator{parts: map[topicPartition]*partIndex{}} }
+
+// resumed sets tp's committed position from its checkpoint at open (next
+// -1: none).
+func (t *translator) resumed(tp topicPartition, next, target int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.parts[tp] = &partIndex{next: next, target: target}
+}
+
+// confirm adds the index entries of a committed round of tp and its new
+// checkpoint.
+func (t *translator) confirm(tp topicPartition, next, target int64, entries []offsetindex.Entry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.parts[tp]
+	if p == nil {
+		p = &partIndex{}
+		t.parts[tp] = p
+	}
+	p.next, p.target = next, target
+	if p.idx == nil {
+		p.tail = append(p.tail, entries...)
+		// The load replays these; a tail longer than an index holds
+		// would be trimmed then anyway.
+		if over := len(p.tail) - groupIndexRuns; over > 0 {
+			p.tail = p.tail[over:]
+		}
+		return
+	}
+	for _, e := range entries {
+		p.idx.Add(e)
+	}
+	p.idx.Trim(groupIndexRuns)
+}
+
+// load reads each partition's index from the index topic, then adds what
+// rounds committed meanwhile. A partition whose read fails keeps only
+// those (older offsets answer before_index), logged: the shard copies on
+// whatever happens here.
+func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex.Topic, link string, log *slog.Logger) {
+	defer func() {
+		t.mu.Lock()
+		t.loaded = true
+		for _, p := range t.parts {
+			if p.idx == nil {
+				p.idx = fromTail(offsetindex.NewIndex(), p.tail)
+				p.tail = nil
+			}
+		}
+		t.mu.Unlock()
+	}()
+	if index.Name == "" {
+		return
+	}
+	r, err := offsetindex.NewReader(opts, index.Name)
+	if err != nil {
+		log.Warn("offset index not read: groups translate from what this stream commits only", "err", err)
+		return
+	}
+	defer r.Close()
+	t.mu.Lock()
+	tps := make([]topicPartition, 0, len(t.parts))
+	for tp := range t.parts {
+		tps = append(tps, tp)
+	}
+	t.mu.Unlock()
+	for _, tp := range tps {
+		x, err := r.Load(ctx, offsetindex.Key{Link: link, Topic: tp.topic, Partition: tp.partition})
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			log.Warn("offset index of a partition not read: its groups translate from what this stream commits only",
+				"topic", tp.topic, "partition", tp.partition, "err", err)
+			x = offsetindex.NewIndex()
+		}
+		x.Trim(groupIndexRuns)
+		t.mu.Lock()
+		p := t.parts[tp]
+		p.idx = fromTail(x, p.tail)
+		p.tail = nil
+		t.mu.Unlock()
+	}
+}
+
+// fromTail adds tail to x: entries the load may have read too are added
+// again, which Index.Add takes as the same copy described again.
+func fromTail(x *offsetindex.Index, tail []offsetindex.Entry) *offsetindex.Index {
+	for _, e := range tail {
+		x.Add(e)
+	}
+	x.Trim(groupIndexRuns)
+	return x
+}
+
+// translate answers where a group whose committed source offset on tp is
+// s resumes on the target, and the source offset that position stands
+// for; why names, when ok is false, why it cannot say.
+//
+// At or beyond the committed checkpoint, the group lands at the committed
+// target end, standing for the checkpoint's next source offset: it reads
+// on from there as data arrives (re-reading what it had read on the
+// source, which the re-read exposure counts). Below it, the exact index
+// translation: the first copied record at or after s, standing for s
+// itself (the source records between were not copied). Never a position
+// ahead of committed data.
+func (t *translator) translate(tp topicPartition, s int64) (pos groupcommit.Position, why string, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.parts[tp]
+	switch {
+	case p == nil || p.next < 0 || p.target < 0:
+		return pos, notCopied, false
+	case s >= p.next:
+		return groupcommit.Position{Target: p.target, Source: p.next}, "", true
+	case p.idx == nil:
+		return pos, notLoading, false
+	}
+	got, err := p.idx.Translate(s)
+	switch {
+	case errors.Is(err, offsetindex.ErrBeforeIndex), errors.Is(err, offsetindex.ErrNotIndexed):
+		return pos, notBeforeIndex, false
+	case err != nil:
+		return pos, fmt.Sprintf("translate: %v", err), false
+	case got.Offset < 0:
+		return pos, notCopied, false
+	}
+	return groupcommit.Position{Target: min(got.Offset, p.target), Source: s}, "", true
+}
