@@ -120,6 +120,11 @@ type Store struct {
 	// foreign rate-limits the log of records with foreign keys, refused
 	// that of records refused (unreadable, unverified, replayed).
 	foreign, refused sampledLog
+	// controls holds each link's latest verified control record
+	// (control.go), and ctlChanged is closed at its next change (nil
+	// until someone waits).
+	controls   map[string]Control
+	ctlChanged chan struct{}
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -305,6 +310,10 @@ func (s *Store) apply(p int32, m *sarama.ConsumerMessage) {
 	if strings.HasPrefix(key, barrierPrefix) {
 		return
 	}
+	if link, ok := parseControlKey(key); ok {
+		s.applyControl(link, p, m)
+		return
+	}
 	k, ok := parseKey(key)
 	if !ok {
 		if n, ok := s.foreign.allow(); ok {
@@ -468,9 +477,12 @@ func (s *Store) Record(k Key, cp Checkpoint) (Record, error) {
 }
 
 // PartitionOf is the checkpoint partition of k's records.
-func (s *Store) PartitionOf(k Key) int32 {
+func (s *Store) PartitionOf(k Key) int32 { return s.partitionOfKey(k.String()) }
+
+// partitionOfKey is the checkpoint partition of the records of a key.
+func (s *Store) partitionOfKey(key string) int32 {
 	h := fnv.New32a()
-	h.Write([]byte(k.String()))
+	h.Write([]byte(key))
 	return int32(h.Sum32() % uint32(s.partitions))
 }
 
