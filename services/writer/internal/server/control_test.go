@@ -32,7 +32,7 @@ var (
 // writer's admits fetchers and operators at its port, as the app wires it
 // (grpcTLS); the fetcher's and the operator's dial it.
 type controlPKI struct {
-	dir                        string
+	dir                       string
 	writer, fetcher, operator *tlsconfig.Source
 }
 
@@ -56,7 +56,9 @@ func newControlPKI(t *testing.T) controlPKI {
 	return controlPKI{dir: dir, writer: src("writer", fetcherID, operatorID), fetcher: src("fetcher", writerID), operator: src("ferryctl", writerID)}
 }
 
-func creds(s *tlsconfig.Source) credentials.TransportCredentials { return credentials.NewTLS(s.ClientTLS()) }
+func creds(s *tlsconfig.Source) credentials.TransportCredentials {
+	return credentials.NewTLS(s.ClientTLS())
+}
 
 // controlWriter is a writer of link east with its ControlService: TLS as
 // the app wires it, Replicate for the fetcher only, control for the
