@@ -15,8 +15,11 @@ version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo de
 commit=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 pkg=github.com/ferry-replicator/ferry/pkg/service
 mkdir -p "$out"
-for svc in fetcher writer; do
+# ferryctl, the operators' tool, is built the same way (static, stamped).
+for svc in fetcher writer ferryctl; do
+  name=ferry-$svc
+  [ "$svc" = ferryctl ] && name=ferryctl
   CGO_ENABLED=0 ${GO:-go} build -trimpath \
     -ldflags "-s -w -X $pkg.version=$version -X $pkg.commit=$commit" \
-    -o "$out/ferry-$svc" "./services/$svc"
+    -o "$out/$name" "./services/$svc"
 done

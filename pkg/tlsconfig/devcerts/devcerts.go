@@ -170,7 +170,8 @@ func WriteDir(dir string, o Options) ([]string, error) {
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
-	tiers := []string{"fetcher", "writer"}
+	// ferryctl is the operators' tool (control.allowed_ids).
+	tiers := []string{"fetcher", "writer", "ferryctl"}
 	names := []string{"ca.pem", "ca-key.pem"}
 	for _, t := range tiers {
 		names = append(names, t+".pem", t+"-key.pem")

@@ -16,7 +16,7 @@ func TestWriteDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != 6 {
+	if len(files) != 8 {
 		t.Fatalf("wrote %v", files)
 	}
 	for _, f := range files {
@@ -41,7 +41,7 @@ func TestWriteDir(t *testing.T) {
 	if !pool.AppendCertsFromPEM(caPEM) {
 		t.Fatal("ca.pem holds no certificate")
 	}
-	for _, tier := range []string{"fetcher", "writer"} {
+	for _, tier := range []string{"fetcher", "writer", "ferryctl"} {
 		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, tier+".pem"), filepath.Join(dir, tier+"-key.pem"))
 		if err != nil {
 			t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	"github.com/ferry-replicator/ferry/pkg/budget"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
@@ -64,7 +65,16 @@ type Settings struct {
 	// SourceCluster is the source's Kafka cluster id, sent in each Open:
 	// the writer records it with its producer id (pkg/provenance).
 	SourceCluster string
+	// LinkRetry is how often a shard whose link an operator paused or
+	// failed over opens again to see whether it runs (DefaultLinkRetry
+	// when zero).
+	LinkRetry time.Duration
 }
+
+// DefaultLinkRetry is Settings.LinkRetry's default: a resumed link copies
+// again within a few seconds, and a paused one costs a refused open per
+// shard that often.
+const DefaultLinkRetry = 3 * time.Second
 
 // Deps are the shared clients a shard uses.
 type Deps struct {
@@ -112,6 +122,8 @@ type Runner struct {
 	// warnUnattributed logs once that registry entries without a source
 	// cluster are copied (withoutReplicated); a metric counts each.
 	warnUnattributed sync.Once
+	// linkLog logs once that the link is not running (waitLink).
+	linkLog sync.Once
 
 	mu     sync.Mutex
 	status Status
@@ -149,7 +161,11 @@ type Status struct {
 	// LeaseLost is set from the moment the shard's lease is lost: the
 	// runner sends nothing more and is stopping, and another fetcher may
 	// own the shard already.
-	LeaseLost  bool                       `json:"lease_lost,omitempty"`
+	LeaseLost bool `json:"lease_lost,omitempty"`
+	// LinkState is set while the writers refuse the shard because an
+	// operator paused the link (paused) or failed it over (failed_over):
+	// the shard keeps its lease and opens again every LinkRetry.
+	LinkState  string                     `json:"link_state,omitempty"`
 	Partitions map[string]PartitionStatus `json:"partitions"`
 }
 
@@ -256,6 +272,19 @@ func (r *Runner) Run(ctx context.Context) {
 			attempt, backoff = 0, r.set.MinBackoff
 			continue
 		}
+		// A link an operator paused or failed over: every writer refuses
+		// it alike, so this is no writer's failure. The shard keeps its
+		// lease, tries no other writer and backs off no further: it
+		// waits and opens again, until the link runs (pkg/linkstate).
+		if ref, ok := linkstate.From(err); ok {
+			r.deps.Metrics.StreamRestarts.WithLabelValues(r.set.Link, "link_"+string(ref.State)).Inc()
+			r.update(func(s *Status) { s.LinkState, s.LastError = string(ref.State), errString(err) })
+			attempt, backoff = 0, r.set.MinBackoff
+			if !r.waitLink(ctx, ref) {
+				return
+			}
+			continue
+		}
 		// A record the target can never take (too large, or refused by
 		// its brokers for good) stops its partition; the shard's other
 		// partitions go on at once (the writer is fine).
@@ -283,6 +312,27 @@ func (r *Runner) Run(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
+	}
+}
+
+// waitLink waits LinkRetry before the next open of a link the writers
+// refuse as ref says (logged at the runner's first wait only: /status and
+// the restarts metric show every one); false when the runner must stop.
+func (r *Runner) waitLink(ctx context.Context, ref linkstate.Refusal) bool {
+	wait := r.set.LinkRetry
+	if wait <= 0 {
+		wait = DefaultLinkRetry
+	}
+	r.linkLog.Do(func() {
+		r.log.Warn("link not running: the shard keeps its lease and waits", "state", ref.State, "reason", ref.Why, "retry_every", wait)
+	})
+	select {
+	case <-ctx.Done():
+		return false
+	case <-r.lost:
+		return false
+	case <-time.After(wait):
+		return true
 	}
 }
 

@@ -136,7 +136,7 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 		// all of them loops. The session retries until a writer names it.
 		return false, fmt.Errorf("open shard on %s: %w", addr, errNoTargetCluster)
 	}
-	r.update(func(s *Status) { s.Connected, s.LastError = true, "" })
+	r.update(func(s *Status) { s.Connected, s.LastError, s.LinkState = true, "", "" })
 	r.log.Info("shard stream open", "writer", addr)
 
 	s := &session{

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
 )
 
@@ -97,6 +98,9 @@ type Writer struct {
 	takeGroupOffsets bool
 	// groupOffsets is every GroupOffsets message, in the order received.
 	groupOffsets []*ferryv1.GroupOffsets
+	// link is the link's state as an operator set it: not running, every
+	// open is refused and a stream ends at its next message.
+	link linkstate.State
 }
 
 // TakeGroupOffsets makes the writer say in its Opened that it takes group
@@ -112,6 +116,26 @@ func (w *Writer) GroupOffsets() []*ferryv1.GroupOffsets {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]*ferryv1.GroupOffsets(nil), w.groupOffsets...)
+}
+
+// SetLinkState makes the writer act as a real one does on a link an
+// operator set to state: paused or failed_over refuse every open, and end
+// each stream at its next message, with the link's refusal; running
+// serves again.
+func (w *Writer) SetLinkState(state linkstate.State) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.link = state
+}
+
+// linkRefusal is the refusal of a stream while the link does not run.
+func (w *Writer) linkRefusal(link string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.link == "" || w.link == linkstate.Running {
+		return nil
+	}
+	return linkstate.Refusal{Link: link, State: w.link, Why: "set by the test"}.Status()
 }
 
 // TakeHeartbeats makes the writer say in its Opened that it takes
@@ -257,6 +281,9 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	unverified := w.unverified
 	w.openMsgs = append(w.openMsgs, open)
 	w.mu.Unlock()
+	if err := w.linkRefusal(open.GetLink()); err != nil {
+		return err
+	}
 	for _, tp := range open.GetPartitions() {
 		if unverified != nil && tp.GetTopic() == unverified.GetTopic() && tp.GetPartition() == unverified.GetPartition() {
 			return refusal.Refusal{Reason: refusal.CheckpointUnverified, Topic: tp.GetTopic(), Partition: tp.GetPartition(),
@@ -284,6 +311,9 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 			return nil
 		}
 		if err != nil {
+			return err
+		}
+		if err := w.linkRefusal(open.GetLink()); err != nil {
 			return err
 		}
 		if hb := req.GetHeartbeat(); hb != nil && opened.GetHeartbeats() {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -85,7 +86,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// checkpoints must not start.
 	var certs *tlsconfig.Source
 	if !cfg.TLS.Insecure {
-		if certs, err = tlsconfig.NewSource(cfg.TLS, log.With("component", "tls")); err != nil {
+		if certs, err = tlsconfig.NewSource(grpcTLS(cfg), log.With("component", "tls")); err != nil {
 			return err
 		}
 		certs.RegisterMetrics(promReg)
@@ -113,7 +114,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		},
 		Status: func() any {
 			if srv := srvp.Load(); srv != nil {
-				return map[string]any{"writer": cfg.ID, "shards": srv.Status(), "failover": srv.Failover(), "groups": srv.Groups()}
+				return map[string]any{"writer": cfg.ID, "links": srv.LinkStates(), "shards": srv.Status(), "failover": srv.Failover(), "groups": srv.Groups()}
 			}
 			return map[string]any{"writer": cfg.ID, "starting": wait.Err().Error()}
 		},
@@ -239,6 +240,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Heartbeats:        beats.table,
 		HeartbeatsTopic:   cfg.Heartbeats.Topic,
 		Groups:            groups,
+		ReplicateIDs:      replicateIDs(cfg),
 	}, links, ens, store, codecs, m, log)
 
 	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
@@ -268,6 +270,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	ferryv1.RegisterReplicationServiceServer(gs, srv)
+	// Operators' calls (ferryctl); refused unless control.allowed_ids
+	// names the caller.
+	ferryv1.RegisterControlServiceServer(gs, server.NewControl(srv, tlsconfig.NewIDs(cfg.Control.AllowedIDs)))
 	// One readiness answer for /readyz (Consul, Kubernetes) and gRPC health.
 	var ready *readiness.Checker
 	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
@@ -389,6 +394,25 @@ func checkpointTrust(cfg *config.Config, certs *tlsconfig.Source, log *slog.Logg
 		log.Warn("checkpoints.accept_unsigned is on: unsigned checkpoints (of writers older than signing) are taken; turn it off once upgraded (docs/operations.md)")
 	}
 	return certs, verifier, nil
+}
+
+// grpcTLS is the gRPC port's TLS: its handshake and interceptors admit the
+// fetchers of tls.allowed_ids and the operators of control.allowed_ids;
+// each service then admits only its own (replicateIDs, server.Control).
+func grpcTLS(cfg *config.Config) tlsconfig.Config {
+	t := cfg.TLS
+	t.AllowedIDs = append(slices.Clone(t.AllowedIDs), cfg.Control.AllowedIDs...)
+	return t
+}
+
+// replicateIDs are the only peers that may call Replicate: tls.allowed_ids,
+// checked only when operators are admitted too (with none, the
+// interceptors admit no one else).
+func replicateIDs(cfg *config.Config) tlsconfig.IDs {
+	if cfg.TLS.Insecure || len(cfg.Control.AllowedIDs) == 0 {
+		return tlsconfig.IDs{}
+	}
+	return tlsconfig.NewIDs(cfg.TLS.AllowedIDs)
 }
 
 // heartbeats are the heartbeat table and its store.

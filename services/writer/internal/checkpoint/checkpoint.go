@@ -90,6 +90,11 @@ type Store struct {
 	// foreign rate-limits the log of records with foreign keys, refused
 	// that of records refused (unreadable, unverified, replayed).
 	foreign, refused sampledLog
+	// controls holds each link's latest verified control record
+	// (control.go), and ctlChanged is closed at its next change (nil
+	// until someone waits).
+	controls   map[string]Control
+	ctlChanged chan struct{}
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -275,6 +280,10 @@ func (s *Store) apply(p int32, m *sarama.ConsumerMessage) {
 	if strings.HasPrefix(key, barrierPrefix) {
 		return
 	}
+	if link, ok := parseControlKey(key); ok {
+		s.applyControl(link, p, m)
+		return
+	}
 	k, ok := partkey.Parse(key)
 	if !ok {
 		if n, ok := s.foreign.allow(); ok {
@@ -438,8 +447,11 @@ func (s *Store) Record(k Key, cp Checkpoint) (Record, error) {
 }
 
 // PartitionOf is the checkpoint partition of k's records.
-func (s *Store) PartitionOf(k Key) int32 {
-	return partkey.PartitionOf(k, s.partitions)
+func (s *Store) PartitionOf(k Key) int32 { return s.partitionOfKey(k.String()) }
+
+// partitionOfKey is the checkpoint partition of the records of a key.
+func (s *Store) partitionOfKey(key string) int32 {
+	return partkey.Place(key, s.partitions)
 }
 
 // Failed is closed when the store has failed for good (Err says why).

@@ -91,6 +91,20 @@ type Config struct {
 	Tracing tracing.Config `yaml:"tracing"`
 	// Links lists the replication flows this writer accepts.
 	Links []Link `yaml:"links"`
+	// Control is the link control plane the gRPC port serves to
+	// operators (ferryctl): off until control.allowed_ids names one.
+	Control Control `yaml:"control"`
+}
+
+// Control configures the writer's ControlService (docs/operations.md,
+// "ferryctl").
+type Control struct {
+	// AllowedIDs are the operator identities (SPIFFE IDs or DNS names of
+	// ferryctl's client certificates) that may read and change the state
+	// of the writer's links. The TLS handshake admits them beside
+	// tls.allowed_ids; they may call nothing but the ControlService, and
+	// fetchers (tls.allowed_ids) may not call it. Empty: control refused.
+	AllowedIDs []string `yaml:"allowed_ids"`
 }
 
 // Checkpoints configures the compacted checkpoint topic.
@@ -416,6 +430,13 @@ func (c *Config) Validate() error {
 		p.Addf("registration.service", "required with registration.address")
 	}
 	c.refuseInert(&p)
+	if !c.TLS.Insecure {
+		for _, id := range c.Control.AllowedIDs {
+			if err := tlsconfig.CheckID(id); err != nil {
+				p.Addf("control.allowed_ids", "%q: %v", id, err)
+			}
+		}
+	}
 	if len(c.Links) == 0 {
 		p.Addf("links", "required: at least one link")
 	}
@@ -543,6 +564,9 @@ func (c *Config) refuseInert(p *config.Problems) {
 			config.Setting{Key: "checkpoints.signers.ca_file", Set: c.Checkpoints.Signers.CAFile != ""},
 			config.Setting{Key: "checkpoints.signers.allowed_ids", Set: len(c.Checkpoints.Signers.AllowedIDs) > 0},
 			config.Setting{Key: "checkpoints.accept_unsigned", Set: c.Checkpoints.AcceptUnsigned})
+		// The control plane admits operators by their certificate.
+		p.RefuseInert("has no effect with tls.insecure (plaintext callers have no identity, so the control plane stays off); remove it, or turn insecure off",
+			config.Setting{Key: "control.allowed_ids", Set: len(c.Control.AllowedIDs) > 0})
 	}
 	if t, dt := c.Tracing, d.Tracing; !t.Enabled() {
 		p.RefuseInert("has no effect without tracing.endpoint (tracing is off); set the endpoint or remove this",

@@ -92,6 +92,10 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		{"offset index without a topic", base + "offset_index: {topic: ''}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.topic: required"},
 		{"offset index in the checkpoint topic", base + "offset_index: {topic: __ferry_checkpoints}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.topic: must differ from checkpoints.topic"},
 		{"offset index partitions", base + "offset_index: {partitions: -1}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.partitions: -1"},
+		// Issue 23 item 5: the control plane admits operators by identity.
+		{"control allowed ids with insecure", base + "control: {allowed_ids: ['spiffe://x/op']}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "control.allowed_ids: has no effect with tls.insecure"},
+		{"control allowed id not an identity", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\ncontrol: {allowed_ids: ['*.ops']}\nlinks: [{name: a, topics: {include: ['.*']}}]\n",
+			`control.allowed_ids: "*.ops"`},
 		{"sampling without tracing", base + "tracing: {sampling_ratio: 0.5}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "tracing.sampling_ratio: has no effect without tracing.endpoint"},
 	}
 	for _, tt := range tests {

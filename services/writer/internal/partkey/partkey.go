@@ -44,9 +44,14 @@ func Parse(s string) (Key, bool) {
 }
 
 // PartitionOf is the partition, of a topic with partitions partitions,
-// that k's records go to: FNV-1a of the key.
-func PartitionOf(k Key, partitions int32) int32 {
+// that k's records go to.
+func PartitionOf(k Key, partitions int32) int32 { return Place(k.String(), partitions) }
+
+// Place is the partition of the records of a record key: FNV-1a of the
+// key. The checkpoint topic's other records (link control records) are
+// placed by it too.
+func Place(key string, partitions int32) int32 {
 	h := fnv.New32a()
-	h.Write([]byte(k.String()))
+	h.Write([]byte(key))
 	return int32(h.Sum32() % uint32(partitions))
 }

@@ -50,16 +50,23 @@ type committed struct {
 func (ss *session) serve(ctx context.Context, stream ferryv1.ReplicationService_ReplicateServer, c committer, in <-chan work) error {
 	closed := false
 	for {
-		group, more := ss.take(ctx, in, !c.idle())
+		// A link paused or failed over ends its streams as a drain does
+		// (control.go), with the refusal the fetcher waits on.
+		ss.ctlChanged = ss.s.store.ControlChanged()
+		stopped := ss.s.linkRefusal(ss.link.Name)
+		group, more := ss.take(ctx, in, !c.idle() || stopped != nil)
 		closed = closed || !more
 		if ctx.Err() != nil {
 			return nil
 		}
-		draining := ss.draining()
+		draining := ss.draining() || stopped != nil
 		if draining {
 			group = nil // not produced, not acknowledged: the fetcher resends them
 		}
 		if len(group) == 0 && c.idle() {
+			if stopped != nil {
+				return stopped
+			}
 			if draining {
 				return errDraining
 			}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 )
@@ -37,6 +38,11 @@ var (
 	// errBadOpen is a bad request in an Open: it reads and maps as
 	// errBadRequest, and is counted apart from a bad batch.
 	errBadOpen error = badOpen{}
+	// errLinkPaused and errLinkFailedOver refuse, or end, a stream of a
+	// link an operator has paused or failed over (control.go); the
+	// error also wraps the linkstate.Refusal the fetcher reads.
+	errLinkPaused     = errors.New("link paused")
+	errLinkFailedOver = errors.New("link failed over")
 )
 
 type badOpen struct{}
@@ -67,6 +73,8 @@ var statusTable = []struct {
 	{errBadHeartbeat, codes.InvalidArgument, "bad_heartbeat"},
 	{errBadGroupOffsets, codes.InvalidArgument, "bad_group_offsets"},
 	{errTooManyStreams, codes.ResourceExhausted, "too_many_streams"},
+	{errLinkPaused, codes.FailedPrecondition, "link_paused"},
+	{errLinkFailedOver, codes.FailedPrecondition, "link_failed_over"},
 	{errOutOfOrder, codes.FailedPrecondition, "out_of_order"},
 	{errSuperseded, codes.Aborted, ""},
 	{errDraining, codes.Unavailable, ""},
@@ -122,6 +130,11 @@ func toStatus(err error) error {
 	// A record the target can never take stops its partition at the
 	// fetcher; the refusal names it (package refusal).
 	if r, ok := refusal.From(err); ok {
+		return r.Status()
+	}
+	// A link not running: the fetcher waits and retries, keeping its
+	// leases (package linkstate).
+	if r, ok := linkstate.From(err); ok {
 		return r.Status()
 	}
 	for _, e := range statusTable {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
 )
 
@@ -33,6 +34,8 @@ func TestRejectReasons(t *testing.T) {
 		{fmt.Errorf("produce: %w", refusal.Refusal{Reason: refusal.RecordTooLarge, Topic: "t"}), "record_too_large"},
 		{refusal.Refusal{Reason: refusal.BatchTooLarge, Topic: "t"}, "batch_too_large"},
 		{refusal.Refusal{Reason: refusal.TargetRefused, Topic: "t"}, "target_refused"},
+		{fmt.Errorf("%w: %w", errLinkPaused, linkstate.Refusal{Link: "east", State: linkstate.Paused}), "link_paused"},
+		{fmt.Errorf("%w: %w", errLinkFailedOver, linkstate.Refusal{Link: "east", State: linkstate.FailedOver}), "link_failed_over"},
 		{fmt.Errorf("something else"), "malformed"},
 	} {
 		if got := reasonOf(tc.err); got != tc.want {
@@ -46,6 +49,10 @@ func TestRejectReasons(t *testing.T) {
 	}
 	if got := toStatus(err); got.Error() != toStatus(fmt.Errorf("%w: open of shard 1", errBadRequest)).Error() {
 		t.Errorf("bad open maps to %v", got)
+	}
+	// A link not running reaches the fetcher as its refusal.
+	if r, ok := linkstate.From(toStatus(fmt.Errorf("%w: %w", errLinkPaused, linkstate.Refusal{Link: "east", State: linkstate.Paused, Why: "x"}))); !ok || r.State != linkstate.Paused || r.Why != "x" {
+		t.Errorf("link_paused maps to %v, %v", r, ok)
 	}
 	if got := toStatus(context.Canceled); got == nil {
 		t.Error("canceled maps to nil")

@@ -99,6 +99,10 @@ type Options struct {
 	// sync, groups.go) on the writer's group syncer (RunGroupSync); nil:
 	// the writer syncs no groups and its Opened says it takes none.
 	Groups GroupCommitter
+	// ReplicateIDs, when not empty, are the only peers that may call
+	// Replicate (tls.allowed_ids): the TLS interceptors also admit the
+	// operators of control.allowed_ids, who may not write a link.
+	ReplicateIDs tlsconfig.IDs
 }
 
 // ProducerSettings tune the shards' target producers.
@@ -197,6 +201,11 @@ func (s *Server) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 }
 
 func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) error {
+	if !s.opts.ReplicateIDs.Empty() {
+		if err := s.opts.ReplicateIDs.AdmitPeer(stream.Context()); err != nil {
+			return reject(s.metrics, unknownLink, fmt.Errorf("%w: Replicate admits only tls.allowed_ids: %v", errPeerRefused, err))
+		}
+	}
 	req, err := stream.Recv()
 	if err != nil {
 		return fmt.Errorf("receive open: %w", err)
@@ -251,6 +260,11 @@ func (s *Server) admit(ctx context.Context, open *ferryv1.Open) (Link, error) {
 	if open.GetShard() >= link.Shards {
 		return Link{}, reject(s.metrics, link.Name, fmt.Errorf("%w: open of shard %d, but link %q has links[].shards %d (shards 0..%d)",
 			errBadOpen, open.GetShard(), link.Name, link.Shards, link.Shards-1))
+	}
+	// Before the epoch is looked at: a zombie of a failed-over link
+	// neither writes nor fences anything (control.go).
+	if err := s.linkRefusal(link.Name); err != nil {
+		return Link{}, reject(s.metrics, link.Name, err)
 	}
 	return link, nil
 }

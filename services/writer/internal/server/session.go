@@ -63,6 +63,9 @@ type session struct {
 	// builder rebuilds the round's batches that cannot pass as they are
 	// (build.go): one of the server's, taken for the build only.
 	builder *recordbatch.Builder
+	// ctlChanged is closed at the next change of a link's state: serve
+	// takes it before it reads the link's state, take wakes on it.
+	ctlChanged <-chan struct{}
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -156,6 +159,11 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	prod, targetCluster, err := ss.prepare(log, cl)
 	if err != nil {
 		return err
+	}
+	// Checked again after prepare's checkpoint sync: a writer started
+	// since the link's state changed has read it only now.
+	if err := s.linkRefusal(ss.link.Name); err != nil {
+		return reject(s.metrics, ss.link.Name, err)
 	}
 	opened, err := ss.resume(log, targetCluster)
 	if err != nil {
@@ -346,6 +354,8 @@ func (ss *session) take(ctx context.Context, in <-chan work, nonBlocking bool) (
 			ss.queued.Release(ss.weight(w))
 			group, size = append(group, w), size+int(w.b.GetUncompressedSize())
 		case <-ss.s.drain:
+			return group, true
+		case <-ss.ctlChanged:
 			return group, true
 		case <-ctx.Done():
 			return nil, true

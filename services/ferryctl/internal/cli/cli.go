@@ -1,0 +1,207 @@
+// Package cli is ferryctl: one verb per operator action on a link, each
+// talking to the writers' ControlService over mutual TLS. Every writer of
+// a target shares a link's state (a signed record in the checkpoint
+// topic), so a change goes to one writer and is then awaited on all the
+// writers named; status asks every writer and merges what they know.
+//
+// Exit codes: 0 done and healthy, 1 the action failed (a writer refused
+// it or none answered), 2 a usage error, 3 done but a link is unhealthy
+// (unhealthy: a running link with a shard no writer serves a stream of,
+// or a partition whose last heartbeat is older than --stale-after, or a
+// writer that did not answer).
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/ferry-replicator/ferry/pkg/service"
+)
+
+// Exit codes.
+const (
+	exitOK        = 0
+	exitFailed    = 1
+	exitUsage     = 2
+	exitUnhealthy = 3
+)
+
+// errUsage is a command line ferryctl cannot run; the verb's usage is
+// printed with it.
+var errUsage = errors.New("usage")
+
+// errUnhealthy is a verb that did what it was asked and found a link
+// unhealthy.
+var errUnhealthy = errors.New("unhealthy")
+
+// verb is one subcommand.
+type verb struct {
+	name, args, summary string
+	// flags adds the verb's own flags; run runs it.
+	flags func(fs *flag.FlagSet, o *verbOpts)
+	run   func(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error
+}
+
+// verbOpts are the verbs' own flags.
+type verbOpts struct {
+	watch      bool
+	interval   time.Duration
+	staleAfter time.Duration
+	reason     string
+	dryRun     bool
+}
+
+var verbs = []verb{
+	{name: "status", args: "[LINK]", summary: "show links, shards, owners, epochs, committed offsets, lag and the failover meter",
+		flags: func(fs *flag.FlagSet, o *verbOpts) {
+			fs.BoolVar(&o.watch, "watch", false, "show the status again every --interval until interrupted")
+			fs.DurationVar(&o.interval, "interval", 2*time.Second, "the refresh interval of --watch")
+			fs.DurationVar(&o.staleAfter, "stale-after", 10*time.Second, "a heartbeat older than this makes its link unhealthy (ten heartbeat intervals by default)")
+		}, run: runStatus},
+	{name: "pause", args: "LINK", summary: "stop every fetcher of LINK copying; they keep their leases",
+		flags: reasonFlag, run: stateVerb("paused")},
+	{name: "resume", args: "LINK", summary: "let the fetchers of LINK copy again, from the committed checkpoints",
+		flags: reasonFlag, run: stateVerb("running")},
+	{name: "failover", args: "LINK", summary: "refuse every stream of LINK for good (the target takes over) and print what the source held that the target lacks",
+		flags: func(fs *flag.FlagSet, o *verbOpts) {
+			reasonFlag(fs, o)
+			fs.BoolVar(&o.dryRun, "dry-run", false, "print the records and seconds at risk per partition and change nothing")
+		}, run: runFailover},
+}
+
+func reasonFlag(fs *flag.FlagSet, o *verbOpts) {
+	fs.StringVar(&o.reason, "reason", "", "why, for the record (shown by status)")
+}
+
+// Run runs ferryctl with args (without the program name) and returns its
+// exit code.
+func Run(args []string, stdout, stderr io.Writer) int {
+	return RunContext(context.Background(), args, nil, stdout, stderr)
+}
+
+// RunContext is Run with a context (--watch runs until it ends) and the
+// environment (FERRY_CTL_*).
+func RunContext(ctx context.Context, args, env []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	if args[0] == "--version" || args[0] == "version" {
+		fmt.Fprintln(stdout, service.Version("ferryctl"))
+		return exitOK
+	}
+	for _, v := range verbs {
+		if v.name == args[0] {
+			return runVerb(ctx, v, args[1:], env, stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "ferryctl: unknown verb %q\n\n", args[0])
+	usage(stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: ferryctl VERB [flags] [args]\n\nVerbs:")
+	for _, v := range verbs {
+		fmt.Fprintf(w, "  %-9s %-7s %s\n", v.name, v.args, v.summary)
+	}
+	fmt.Fprintln(w, "\nEvery verb takes --writer, --writer-id, --cert, --key, --ca, --config and -o; 'ferryctl VERB --help' lists them.")
+	fmt.Fprintln(w, "Exit codes: 0 done and healthy, 1 failed, 2 usage, 3 a link is unhealthy.")
+}
+
+func runVerb(ctx context.Context, v verb, args, env []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ferryctl "+v.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		conn conn
+		o    verbOpts
+	)
+	conn.flags(fs)
+	v.flags(fs, &o)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: ferryctl %s [flags] %s\n\n%s.\n\nFlags:\n", v.name, v.args, capitalize(v.summary))
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(interleave(fs, args)); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	c, err := conn.dial(env)
+	if err != nil {
+		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
+		return exitUsage
+	}
+	defer c.close()
+	err = v.run(ctx, c, &o, fs.Args(), stdout)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
+		fs.Usage()
+		return exitUsage
+	case errors.Is(err, errUnhealthy):
+		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
+		return exitUnhealthy
+	}
+	fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
+	return exitFailed
+}
+
+// interleave moves the positional arguments after the flags, so that
+// "pause east --reason x" parses as "pause --reason x east" (package flag
+// stops at the first positional argument).
+func interleave(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil && !isBool(f) && i+1 < len(args) {
+			flags = append(flags, args[i+1])
+			i++
+		}
+	}
+	return append(flags, pos...)
+}
+
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// oneLink is the single LINK argument of a verb.
+func oneLink(args []string) (string, error) {
+	if len(args) != 1 || args[0] == "" {
+		return "", fmt.Errorf("%w: want exactly one LINK, got %d arguments", errUsage, len(args))
+	}
+	return args[0], nil
+}

@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
+)
+
+// Change is what pause, resume and failover print.
+type Change struct {
+	Link       string          `json:"link"`
+	State      linkstate.State `json:"state"`
+	Generation uint64          `json:"generation"`
+	// Writers are those that read the change back within the timeout.
+	Writers []string `json:"writers"`
+	// Pending are those that did not (yet): the change is recorded, and
+	// they act on it once their view reads it.
+	Pending []string `json:"pending,omitempty"`
+	// AtRisk is, for a failover, the failover meter as the change was
+	// made: what the source held that the target lacks.
+	AtRisk []PartitionReport `json:"at_risk,omitempty"`
+	// DryRun is set when nothing was changed.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// stateVerb sets a link's state (pause, resume).
+func stateVerb(name string) func(context.Context, *client, *verbOpts, []string, io.Writer) error {
+	state := linkstate.State(name)
+	return func(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
+		link, err := oneLink(args)
+		if err != nil {
+			return err
+		}
+		ch, err := c.setState(ctx, link, state, o.reason)
+		if err != nil {
+			return err
+		}
+		return c.print(stdout, ch, printChange)
+	}
+}
+
+// runFailover fails a link over: the unplanned case's first part (the
+// writers refuse every stream of the link), then prints the meter as the
+// loss report. --dry-run prints the meter and changes nothing.
+func runFailover(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
+	link, err := oneLink(args)
+	if err != nil {
+		return err
+	}
+	if o.dryRun {
+		rep, err := c.report(ctx, link, time.Hour)
+		if err != nil {
+			return err
+		}
+		ch := Change{Link: link, DryRun: true}
+		if len(rep.Links) == 1 {
+			ch.State, ch.Generation, ch.AtRisk = rep.Links[0].State, rep.Links[0].Generation, rep.Links[0].Partitions
+		}
+		return c.print(stdout, ch, printChange)
+	}
+	ch, err := c.setState(ctx, link, linkstate.FailedOver, o.reason)
+	if err != nil {
+		return err
+	}
+	// Taken after the change: no stream writes any more, so the meter is
+	// what the target lacks of what the source held at its last heartbeat.
+	if rep, err := c.report(ctx, link, time.Hour); err == nil && len(rep.Links) == 1 {
+		ch.AtRisk = rep.Links[0].Partitions
+	}
+	return c.print(stdout, ch, printChange)
+}
+
+// setState records the change through the first writer that takes it,
+// then waits (up to the call timeout) until every writer reads it back.
+func (c *client) setState(ctx context.Context, link string, state linkstate.State, reason string) (Change, error) {
+	var (
+		got     *ferryv1.LinkControl
+		lastErr error
+	)
+	for _, w := range c.writers {
+		err := c.call(ctx, func(ctx context.Context) error {
+			resp, err := w.ctl.SetLinkState(ctx, &ferryv1.SetLinkStateRequest{Link: link, State: state.Proto(), Reason: reason})
+			got = resp.GetControl()
+			return err
+		})
+		if err == nil {
+			lastErr = nil
+			break
+		}
+		lastErr = fmt.Errorf("writer %s: %s", w.addr, describe(err))
+	}
+	if lastErr != nil {
+		return Change{}, lastErr
+	}
+	ch := Change{Link: link, State: state, Generation: got.GetGeneration()}
+	ch.Writers, ch.Pending = c.await(ctx, link, got.GetGeneration())
+	return ch, nil
+}
+
+// await polls every writer until it reports generation gen of link, up
+// to the call timeout, and returns those that do and those that do not.
+func (c *client) await(ctx context.Context, link string, gen uint64) (done, pending []string) {
+	deadline := time.Now().Add(c.timeout)
+	seen := map[string]bool{}
+	for {
+		pending = pending[:0]
+		for _, w := range c.writers {
+			if seen[w.addr] {
+				continue
+			}
+			var resp *ferryv1.StatusResponse
+			err := c.call(ctx, func(ctx context.Context) (err error) {
+				resp, err = w.ctl.Status(ctx, &ferryv1.StatusRequest{Link: link})
+				return err
+			})
+			if err == nil && len(resp.GetLinks()) == 1 && resp.GetLinks()[0].GetControl().GetGeneration() >= gen {
+				seen[w.addr] = true
+				done = append(done, w.addr)
+				continue
+			}
+			pending = append(pending, w.addr)
+		}
+		if len(pending) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return done, pending
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func printChange(w io.Writer, v any) {
+	ch := v.(Change)
+	if ch.DryRun {
+		fmt.Fprintf(w, "DRY RUN: link %s stays %s (generation %d); a failover now would lose:\n", ch.Link, ch.State, ch.Generation)
+	} else {
+		fmt.Fprintf(w, "link %s is %s (generation %d); read back by %d writer(s)\n", ch.Link, ch.State, ch.Generation, len(ch.Writers))
+		for _, p := range ch.Pending {
+			fmt.Fprintf(w, "  writer %s has not read it yet (it acts on it once it does)\n", p)
+		}
+		if ch.State == linkstate.FailedOver {
+			fmt.Fprintln(w, "records the target lacks of what the source held at its last heartbeat:")
+		}
+	}
+	if ch.DryRun || ch.State == linkstate.FailedOver {
+		printMeter(w, ch.AtRisk)
+	}
+}

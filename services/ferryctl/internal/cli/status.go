@@ -1,0 +1,327 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
+)
+
+// Report is what status prints (-o json prints it as it is).
+type Report struct {
+	Links []LinkReport `json:"links"`
+	// Unreachable are the writers that did not answer, with why.
+	Unreachable []WriterError `json:"unreachable,omitempty"`
+	Healthy     bool          `json:"healthy"`
+}
+
+// WriterError is a writer that did not answer.
+type WriterError struct {
+	Writer string `json:"writer"`
+	Error  string `json:"error"`
+}
+
+// LinkReport is one link, merged from every writer's answer.
+type LinkReport struct {
+	Name       string          `json:"name"`
+	State      linkstate.State `json:"state"`
+	Reason     string          `json:"reason,omitempty"`
+	By         string          `json:"by,omitempty"`
+	Time       *time.Time      `json:"time,omitempty"`
+	Generation uint64          `json:"generation"`
+	// Writers are those that serve the link, with the generation each
+	// has read: a change is in force everywhere once all show it.
+	Writers    map[string]uint64 `json:"writers"`
+	Shards     []ShardReport     `json:"shards"`
+	Partitions []PartitionReport `json:"partitions"`
+	// Problems say why the link is unhealthy; empty when it is not.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// ShardReport is a shard: its highest epoch on any writer, and the stream
+// serving it, if any.
+type ShardReport struct {
+	Shard   uint32 `json:"shard"`
+	Epoch   uint64 `json:"epoch"`
+	Active  bool   `json:"active"`
+	Fetcher string `json:"fetcher,omitempty"`
+	Writer  string `json:"writer,omitempty"`
+}
+
+// PartitionReport is a partition's line of the failover meter: what the
+// source held at its last heartbeat, what the target has committed, and
+// the difference (what a failover now would lose).
+type PartitionReport struct {
+	Topic               string   `json:"topic"`
+	Partition           int32    `json:"partition"`
+	Committed           int64    `json:"committed_next_offset"`
+	SourceHighWatermark int64    `json:"source_high_watermark"`
+	SourceLogStart      int64    `json:"source_log_start_offset"`
+	LagRecords          int64    `json:"lag_records"`
+	LagSeconds          *float64 `json:"lag_seconds,omitempty"`
+	HeartbeatAge        float64  `json:"heartbeat_age_seconds"`
+}
+
+func runStatus(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
+	if len(args) > 1 {
+		return fmt.Errorf("%w: at most one LINK", errUsage)
+	}
+	link := ""
+	if len(args) == 1 {
+		link = args[0]
+	}
+	for {
+		rep, err := c.report(ctx, link, o.staleAfter)
+		if err != nil {
+			return err
+		}
+		if o.watch && !c.json {
+			fmt.Fprintf(stdout, "--- %s\n", time.Now().Format(time.RFC3339))
+		}
+		if err := c.print(stdout, rep, printStatus); err != nil {
+			return err
+		}
+		if !o.watch {
+			return healthOf(rep)
+		}
+		select {
+		case <-ctx.Done():
+			return healthOf(rep)
+		case <-time.After(o.interval):
+		}
+	}
+}
+
+func healthOf(rep Report) error {
+	if rep.Healthy {
+		return nil
+	}
+	var why []string
+	for _, l := range rep.Links {
+		for _, p := range l.Problems {
+			why = append(why, l.Name+": "+p)
+		}
+	}
+	for _, u := range rep.Unreachable {
+		why = append(why, "writer "+u.Writer+" did not answer")
+	}
+	return fmt.Errorf("%w: %s", errUnhealthy, strings.Join(why, "; "))
+}
+
+// report asks every writer and merges their answers; it fails only when
+// none answers.
+func (c *client) report(ctx context.Context, link string, staleAfter time.Duration) (Report, error) {
+	var (
+		rep     Report
+		answers []*ferryv1.StatusResponse
+		addrs   []string
+		lastErr error
+	)
+	for _, w := range c.writers {
+		var resp *ferryv1.StatusResponse
+		err := c.call(ctx, func(ctx context.Context) (err error) {
+			resp, err = w.ctl.Status(ctx, &ferryv1.StatusRequest{Link: link})
+			return err
+		})
+		if err != nil {
+			lastErr = fmt.Errorf("writer %s: %s", w.addr, describe(err))
+			rep.Unreachable = append(rep.Unreachable, WriterError{Writer: w.addr, Error: describe(err)})
+			continue
+		}
+		answers, addrs = append(answers, resp), append(addrs, w.addr)
+	}
+	if len(answers) == 0 {
+		return Report{}, lastErr
+	}
+	rep.Links = merge(answers, addrs)
+	rep.Healthy = len(rep.Unreachable) == 0
+	for i := range rep.Links {
+		l := &rep.Links[i]
+		l.Problems = problems(*l, staleAfter)
+		rep.Healthy = rep.Healthy && len(l.Problems) == 0
+	}
+	return rep, nil
+}
+
+// describe is a call's error without gRPC's "rpc error: code = ..." noise
+// where a status says it in its own words.
+func describe(err error) string {
+	if st, ok := status.FromError(err); ok {
+		return st.Code().String() + ": " + st.Message()
+	}
+	return err.Error()
+}
+
+// merge joins the writers' views: a link's state is the one of the
+// highest generation; a shard's epoch the highest; a partition's committed
+// offset the highest and its heartbeat the freshest.
+func merge(answers []*ferryv1.StatusResponse, addrs []string) []LinkReport {
+	byName := map[string]*LinkReport{}
+	var order []string
+	for i, resp := range answers {
+		for _, ls := range resp.GetLinks() {
+			l := byName[ls.GetName()]
+			if l == nil {
+				l = &LinkReport{Name: ls.GetName(), State: linkstate.Running, Writers: map[string]uint64{}}
+				for s := range ls.GetShards() {
+					l.Shards = append(l.Shards, ShardReport{Shard: s})
+				}
+				byName[ls.GetName()] = l
+				order = append(order, ls.GetName())
+			}
+			mergeLink(l, ls, addrs[i])
+		}
+	}
+	out := make([]LinkReport, 0, len(order))
+	slices.Sort(order)
+	for _, name := range order {
+		out = append(out, *byName[name])
+	}
+	return out
+}
+
+func mergeLink(l *LinkReport, ls *ferryv1.LinkStatus, addr string) {
+	ctl := ls.GetControl()
+	l.Writers[addr] = ctl.GetGeneration()
+	if ctl.GetGeneration() >= l.Generation {
+		l.Generation, l.Reason, l.By = ctl.GetGeneration(), ctl.GetReason(), ctl.GetBy()
+		if st, ok := linkstate.FromProto(ctl.GetState()); ok {
+			l.State = st
+		}
+		l.Time = nil
+		if ms := ctl.GetTimeUnixMs(); ms > 0 {
+			t := time.UnixMilli(ms).UTC()
+			l.Time = &t
+		}
+	}
+	for _, sh := range ls.GetShardStates() {
+		i := slices.IndexFunc(l.Shards, func(s ShardReport) bool { return s.Shard == sh.GetShard() })
+		if i < 0 {
+			l.Shards = append(l.Shards, ShardReport{Shard: sh.GetShard()})
+			i = len(l.Shards) - 1
+		}
+		s := &l.Shards[i]
+		s.Epoch = max(s.Epoch, sh.GetEpoch())
+		if sh.GetActive() && sh.GetEpoch() >= s.Epoch {
+			s.Active, s.Fetcher, s.Writer = true, sh.GetFetcher(), addr
+		}
+	}
+	for _, p := range ls.GetPartitions() {
+		mergePartition(l, p)
+	}
+	slices.SortFunc(l.Partitions, func(a, b PartitionReport) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.Partition - b.Partition)
+	})
+}
+
+func mergePartition(l *LinkReport, p *ferryv1.LinkPartition) {
+	i := slices.IndexFunc(l.Partitions, func(r PartitionReport) bool { return r.Topic == p.GetTopic() && r.Partition == p.GetPartition() })
+	next := PartitionReport{
+		Topic: p.GetTopic(), Partition: p.GetPartition(), Committed: p.GetCommittedNextOffset(),
+		SourceHighWatermark: p.GetSourceHighWatermark(), SourceLogStart: p.GetSourceLogStartOffset(),
+		LagRecords: p.GetLagRecords(), HeartbeatAge: p.GetHeartbeatAgeSeconds(),
+	}
+	if p.GetHasLagSeconds() {
+		v := p.GetLagSeconds()
+		next.LagSeconds = &v
+	}
+	if i < 0 {
+		l.Partitions = append(l.Partitions, next)
+		return
+	}
+	cur := &l.Partitions[i]
+	if next.HeartbeatAge < cur.HeartbeatAge {
+		next.Committed = max(next.Committed, cur.Committed)
+		*cur = next
+	} else {
+		cur.Committed = max(cur.Committed, next.Committed)
+	}
+	cur.LagRecords = max(0, cur.SourceHighWatermark-max(cur.Committed, cur.SourceLogStart))
+}
+
+// problems says why a running link is unhealthy. A link an operator
+// paused or failed over is not: its shards are idle on purpose.
+func problems(l LinkReport, staleAfter time.Duration) []string {
+	if l.State != linkstate.Running {
+		return nil
+	}
+	var out []string
+	for _, s := range l.Shards {
+		if !s.Active {
+			out = append(out, fmt.Sprintf("shard %d has no active stream on any writer", s.Shard))
+		}
+	}
+	for _, p := range l.Partitions {
+		if age := time.Duration(p.HeartbeatAge * float64(time.Second)); age > staleAfter {
+			out = append(out, fmt.Sprintf("%s/%d: last heartbeat %s old, above %s", p.Topic, p.Partition, age.Round(time.Second), staleAfter))
+		}
+	}
+	return out
+}
+
+// print writes v as JSON, or as text with text.
+func (c *client) print(w io.Writer, v any, text func(io.Writer, any)) error {
+	if c.json {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	text(w, v)
+	return nil
+}
+
+func printStatus(w io.Writer, v any) {
+	rep := v.(Report)
+	for _, l := range rep.Links {
+		fmt.Fprintf(w, "LINK %s  state %s  generation %d", l.Name, l.State, l.Generation)
+		if l.By != "" {
+			fmt.Fprintf(w, "  set by %s", l.By)
+		}
+		if l.Reason != "" {
+			fmt.Fprintf(w, "  reason %q", l.Reason)
+		}
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  SHARD\tEPOCH\tACTIVE\tFETCHER\tWRITER")
+		for _, s := range l.Shards {
+			fmt.Fprintf(tw, "  %d\t%d\t%v\t%s\t%s\n", s.Shard, s.Epoch, s.Active, s.Fetcher, s.Writer)
+		}
+		tw.Flush()
+		printMeter(w, l.Partitions)
+		for _, p := range l.Problems {
+			fmt.Fprintf(w, "  UNHEALTHY: %s\n", p)
+		}
+	}
+	for _, u := range rep.Unreachable {
+		fmt.Fprintf(w, "UNREACHABLE writer %s: %s\n", u.Writer, u.Error)
+	}
+}
+
+func printMeter(w io.Writer, ps []PartitionReport) {
+	if len(ps) == 0 {
+		fmt.Fprintln(w, "  (no heartbeats yet: no partition to meter)")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  PARTITION\tCOMMITTED\tSOURCE_HW\tLAG_RECORDS\tLAG_SECONDS\tHEARTBEAT_AGE")
+	for _, p := range ps {
+		secs := "?"
+		if p.LagSeconds != nil {
+			secs = fmt.Sprintf("%.1f", *p.LagSeconds)
+		}
+		fmt.Fprintf(tw, "  %s/%d\t%d\t%d\t%d\t%s\t%.1fs\n", p.Topic, p.Partition, p.Committed, p.SourceHighWatermark, p.LagRecords, secs, p.HeartbeatAge)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,181 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+)
+
+// The link control plane (docs/architecture.md, "Control"). A link's state
+// is a signed record in the checkpoint topic (checkpoint.Control), so every
+// writer of the target acts on a change any of them records: a link that
+// is not running has its Opens refused (admit, and again after the open's
+// checkpoint sync, which a writer started later needs) and its open
+// streams ended after they commit what they hold (serve), like a drain.
+// The fetcher reads the refusal (package linkstate) and waits, keeping
+// its leases.
+
+// maxReason bounds an operator's reason, which every writer keeps.
+const maxReason = 1024
+
+// linkRefusal is nil while link runs, else the error that refuses (or
+// ends) its streams.
+func (s *Server) linkRefusal(link string) error {
+	c := s.store.Control(link)
+	switch c.State {
+	case linkstate.Paused:
+		return fmt.Errorf("%w: %w", errLinkPaused, linkstate.Refusal{Link: link, State: c.State, Why: c.Reason})
+	case linkstate.FailedOver:
+		return fmt.Errorf("%w: %w", errLinkFailedOver, linkstate.Refusal{Link: link, State: c.State, Why: c.Reason})
+	}
+	return nil
+}
+
+// LinkState is a link's line in /status.
+type LinkState struct {
+	Link       string          `json:"link"`
+	State      linkstate.State `json:"state"`
+	Reason     string          `json:"reason,omitempty"`
+	By         string          `json:"by,omitempty"`
+	Time       *time.Time      `json:"time,omitempty"`
+	Generation uint64          `json:"generation"`
+}
+
+// LinkStates lists the state of each of the writer's links.
+func (s *Server) LinkStates() []LinkState {
+	out := make([]LinkState, 0, len(s.links))
+	for name := range s.links {
+		c := s.store.Control(name)
+		ls := LinkState{Link: name, State: c.State, Reason: c.Reason, By: c.By, Generation: c.Generation}
+		if !c.Time.IsZero() {
+			ls.Time = &c.Time
+		}
+		out = append(out, ls)
+	}
+	slices.SortFunc(out, func(a, b LinkState) int { return strings.Compare(a.Link, b.Link) })
+	return out
+}
+
+// Control serves ferry.v1.ControlService for a Server.
+type Control struct {
+	ferryv1.UnimplementedControlServiceServer
+	s *Server
+	// ids are control.allowed_ids: the only callers admitted. Empty
+	// refuses every call.
+	ids tlsconfig.IDs
+}
+
+// NewControl serves s's control plane to the callers ids names.
+func NewControl(s *Server, ids tlsconfig.IDs) *Control {
+	return &Control{s: s, ids: ids}
+}
+
+// admit returns the caller's identity if control.allowed_ids names it.
+// The writer's TLS interceptors admit tls.allowed_ids too (fetchers),
+// which must not change a link's state.
+func (c *Control) admit(ctx context.Context) (string, error) {
+	if c.ids.Empty() {
+		return "", status.Error(codes.PermissionDenied, "control refused: control.allowed_ids is empty on this writer, so it admits no operator")
+	}
+	if err := c.ids.AdmitPeer(ctx); err != nil {
+		return "", status.Errorf(codes.PermissionDenied, "control refused: %v (control.allowed_ids)", err)
+	}
+	return tlsconfig.PeerIdentity(ctx), nil
+}
+
+// Status answers the writer's view of its links (or of the one named).
+func (c *Control) Status(ctx context.Context, req *ferryv1.StatusRequest) (*ferryv1.StatusResponse, error) {
+	if _, err := c.admit(ctx); err != nil {
+		return nil, err
+	}
+	s := c.s
+	if name := req.GetLink(); name != "" {
+		if _, ok := s.links[name]; !ok {
+			return nil, status.Errorf(codes.NotFound, "link %q: this writer does not serve it", clip(name))
+		}
+	}
+	resp := &ferryv1.StatusResponse{Writer: s.opts.ID}
+	shards, meter := s.Status(), s.Failover()
+	for _, ls := range s.LinkStates() {
+		if req.GetLink() != "" && ls.Link != req.GetLink() {
+			continue
+		}
+		resp.Links = append(resp.Links, c.linkStatus(ls, shards, meter))
+	}
+	return resp, nil
+}
+
+func (c *Control) linkStatus(ls LinkState, shards []ShardStatus, meter []Exposure) *ferryv1.LinkStatus {
+	out := &ferryv1.LinkStatus{Name: ls.Link, Control: controlProto(c.s.store.Control(ls.Link)), Shards: c.s.links[ls.Link].Shards}
+	for _, sh := range shards {
+		if sh.Link == ls.Link {
+			out.ShardStates = append(out.ShardStates, &ferryv1.LinkShard{Shard: sh.Shard, Epoch: sh.Epoch, Active: sh.Active, Fetcher: sh.Fetcher})
+		}
+	}
+	slices.SortFunc(out.ShardStates, func(a, b *ferryv1.LinkShard) int { return int(a.Shard) - int(b.Shard) })
+	for _, e := range meter {
+		if e.Link != ls.Link {
+			continue
+		}
+		p := &ferryv1.LinkPartition{
+			Topic: e.Topic, Partition: e.Partition, CommittedNextOffset: e.Committed,
+			SourceHighWatermark: e.SourceHighWatermark, SourceLogStartOffset: e.SourceLogStart,
+			LagRecords: e.Records, HeartbeatAgeSeconds: e.HeartbeatAge,
+		}
+		if e.Seconds != nil {
+			p.LagSeconds, p.HasLagSeconds = *e.Seconds, true
+		}
+		out.Partitions = append(out.Partitions, p)
+	}
+	return out
+}
+
+func controlProto(c checkpoint.Control) *ferryv1.LinkControl {
+	out := &ferryv1.LinkControl{State: c.State.Proto(), Reason: c.Reason, By: c.By, Generation: c.Generation}
+	if !c.Time.IsZero() {
+		out.TimeUnixMs = c.Time.UnixMilli()
+	}
+	return out
+}
+
+// SetLinkState records a link's new state for every writer of the target.
+func (c *Control) SetLinkState(ctx context.Context, req *ferryv1.SetLinkStateRequest) (*ferryv1.SetLinkStateResponse, error) {
+	by, err := c.admit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := c.s
+	link := req.GetLink()
+	if _, ok := s.links[link]; !ok {
+		return nil, status.Errorf(codes.NotFound, "link %q: this writer does not serve it", clip(link))
+	}
+	state, ok := linkstate.FromProto(req.GetState())
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "state %v: want running, paused or failed_over", req.GetState())
+	}
+	if len(req.GetReason()) > maxReason {
+		return nil, status.Errorf(codes.InvalidArgument, "reason of %d bytes, above %d", len(req.GetReason()), maxReason)
+	}
+	got, err := s.store.SetControl(ctx, link, checkpoint.Control{
+		State: state, Reason: req.GetReason(), By: by, Time: time.Now().UTC(),
+	}, req.GetExpectedGeneration())
+	switch {
+	case errors.Is(err, checkpoint.ErrGeneration):
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case err != nil:
+		return nil, status.Errorf(codes.Unavailable, "record the state of link %s: %v", link, err)
+	}
+	s.log.Warn("link state set", "link", link, "state", state, "reason", req.GetReason(), "by", by, "generation", got.Generation)
+	return &ferryv1.SetLinkStateResponse{Control: controlProto(got)}, nil
+}
