@@ -780,11 +780,14 @@ const maxTimestamp = -3
 // cannot give leaves it at -1.
 func (f *Fetcher) Offsets(ctx context.Context, parts []Partition) (map[Partition]Offsets, error) {
 	starts, err := f.listAt(ctx, parts, -2)
-	ends, endErr := f.listAt(ctx, parts, -1)
-	err = cmp.Or(err, endErr)
 	// A broker before Kafka 3.0 refuses -3 (or kgo sends it below v7,
 	// where it means nothing): the head is then unknown, not an error.
+	// The head is read before the high watermark, which only grows, so
+	// records appended between the two reads cannot put the head at or
+	// past it.
 	heads, _ := f.listAt(ctx, parts, maxTimestamp)
+	ends, endErr := f.listAt(ctx, parts, -1)
+	err = cmp.Or(err, endErr)
 	out := make(map[Partition]Offsets, len(parts))
 	for _, p := range parts {
 		start, ok1 := starts[p]
@@ -793,7 +796,10 @@ func (f *Fetcher) Offsets(ctx context.Context, parts []Partition) (map[Partition
 			continue
 		}
 		o := Offsets{LogStart: start.offset, HighWatermark: end.offset, HeadOffset: -1, HeadTimestamp: -1}
-		if h, ok := heads[p]; ok && h.offset >= 0 && h.timestamp >= 0 {
+		// The leader answers -3 from its whole log, records not yet
+		// replicated (past the high watermark) included: such a head is
+		// not what consumers can read, and is left unknown this time.
+		if h, ok := heads[p]; ok && h.offset >= 0 && h.timestamp >= 0 && h.offset < end.offset {
 			o.HeadOffset, o.HeadTimestamp = h.offset, h.timestamp
 		}
 		out[p] = o

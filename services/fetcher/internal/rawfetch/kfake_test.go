@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -768,5 +769,54 @@ func TestNoTopicID(t *testing.T) {
 				t.Fatalf("Err %v, %d batches", r.Err, len(r.Batches))
 			}
 		})
+	}
+}
+
+// The head (ListOffsets -3) is read before the high watermark, and a head
+// at or past the high watermark (the leader answers -3 from its whole log,
+// records not yet replicated included) is left unknown: a writer refuses
+// a heartbeat whose head is not below its high watermark, ending the
+// stream (an e2e run saw "head_offset 1243 is at or above high_watermark
+// 1208").
+func TestOffsetsHeadBelowHighWatermark(t *testing.T) {
+	const topic = "head"
+	c := newCluster(t, kfake.SeedTopics(1, topic))
+	ctx := timeout(t, time.Minute)
+	cl := newClient(t, c.ListenAddrs())
+	produce(t, ctx, cl, valueRecords(topic, 0, numbered("r", 5)...)...)
+	var mu sync.Mutex
+	var order []int64
+	c.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.ListOffsetsRequest)
+		ts := r.Topics[0].Partitions[0].Timestamp
+		mu.Lock()
+		order = append(order, ts)
+		mu.Unlock()
+		if ts != maxTimestamp {
+			return nil, nil, false
+		}
+		// A leader that appended records past the high watermark.
+		resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
+		rt := kmsg.NewListOffsetsResponseTopic()
+		rt.Topic = topic
+		rp := kmsg.NewListOffsetsResponseTopicPartition()
+		rp.Offset, rp.Timestamp, rp.LeaderEpoch = 9, time.Now().UnixMilli(), 0
+		rt.Partitions = append(rt.Partitions, rp)
+		resp.Topics = append(resp.Topics, rt)
+		return resp, nil, true
+	})
+	p := Partition{topic, 0}
+	got, err := New(cl, Options{}).Offsets(ctx, []Partition{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := got[p]; o.HighWatermark != 5 || o.HeadOffset != -1 || o.HeadTimestamp != -1 {
+		t.Fatalf("offsets %+v; want high watermark 5 and the head past it left unknown", o)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if i3, i1 := slices.Index(order, maxTimestamp), slices.Index(order, -1); i3 < 0 || i1 < i3 {
+		t.Fatalf("ListOffsets asked %v: want the head (-3) read before the high watermark (-1)", order)
 	}
 }
