@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"time"
 	"strings"
 	"sync"
 
@@ -224,11 +225,24 @@ func (e *Ensurer) EnsureOwn(spec Spec) (int32, error) {
 		return 0, fmt.Errorf("create topic %s: %w", spec.Name, err)
 	}
 	e.log.Info("created topic", "topic", spec.Name, "partitions", spec.Partitions, "configs", spec.Configs)
-	if have, err = e.partitions(spec.Name); err == nil && have == 0 {
-		err = fmt.Errorf("topic %s not described after its creation", spec.Name)
+	// A topic just created is known to the controller before every
+	// broker's metadata has it: Apache Kafka answers that it does not
+	// exist for a moment (e2e on real Kafka, 2026-12-03).
+	deadline := time.Now().Add(ownTopicWait)
+	for {
+		if have, err = e.partitions(spec.Name); err != nil || have > 0 {
+			return have, err
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("topic %s not described within %v of its creation", spec.Name, ownTopicWait)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
-	return have, err
 }
+
+// ownTopicWait bounds the wait for a topic EnsureOwn created to be
+// described.
+const ownTopicWait = 30 * time.Second
 
 // partitions is the topic's partition count, 0 when it does not exist.
 func (e *Ensurer) partitions(topic string) (int32, error) {
