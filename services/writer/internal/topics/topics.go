@@ -10,9 +10,9 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"time"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/IBM/sarama"
 )
