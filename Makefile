@@ -41,7 +41,7 @@ kafka:
 consul:
 	bash tools/consul-dev/build.sh
 
-# Jaeger v2 (v1.76.0) built from its Go module, for the tracing tests.
+# Jaeger v2 (v1.75.0, the newest approved release) built from its Go module, for the tracing tests.
 jaeger:
 	bash tools/jaeger/build.sh
 

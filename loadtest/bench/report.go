@@ -73,7 +73,7 @@ func systemSettings(sys System, partitions int) string {
 		v := ferryVariants[sys]
 		tr := "tracing off"
 		if v.sampling >= 0 {
-			tr = fmt.Sprintf("tracing on, OTLP to a local Jaeger v1.76.0 (its CPU not counted), sampling_ratio %g", v.sampling)
+			tr = fmt.Sprintf("tracing on, OTLP to a local Jaeger v1.75.0 (its CPU not counted), sampling_ratio %g", v.sampling)
 		}
 		codec := ""
 		if v.codec != "" {
