@@ -93,7 +93,11 @@ scenarios: build kafka consul jaeger
 # SOAK_SEED=0 picks a seed; SOAK_OUT appends each report as a JSON line.
 # SOAK_SYSTEM=mm2-eos runs the same schedule against MirrorMaker 2
 # exactly-once instead of Ferry; SOAK_SYSTEM=ferry-aa adds Ferry's link back
-# (active-active: writes on both sides, no record may come back).
+# (active-active: writes on both sides, no record may come back);
+# SOAK_SYSTEM=ferry-dr then loses the source region (broker, fetchers and
+# Consul killed), fails over with ferryctl, moves an application's group to
+# the target and accounts for every record (docs/reliability.md). A run
+# whose longest recovery after a fault exceeds 60 s fails.
 SOAK_SYSTEM   ?= ferry
 SOAK_MINUTES  ?= 5
 SOAK_SEED     ?= 0

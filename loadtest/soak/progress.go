@@ -278,14 +278,21 @@ func startProducers(ctx context.Context, addr string, opts Options, headers []kg
 			}
 		}
 	}
+	// A lost region (ferry-dr) never comes back for them: a record fails
+	// after a bounded time instead of waiting for the source for good.
+	var lossOpts []kgo.Opt
+	if opts.System == SystemFerryDR {
+		lossOpts = []kgo.Opt{kgo.RecordDeliveryTimeout(90 * time.Second)}
+	}
 	p.wg.Add(2)
-	go run(workload.Options{Topic: topicIdem, Partitions: partsIdem, ValueBytes: 300, Rate: opts.Rate, NullValueEvery: 37, Headers: headers})
+	go run(workload.Options{Topic: topicIdem, Partitions: partsIdem, ValueBytes: 300, Rate: opts.Rate, NullValueEvery: 37, Headers: headers,
+		ClientOpts: lossOpts})
 	// The transactional producer's batches are uncompressed: passed through,
 	// they travel in the link codec, while the idempotent producer's lz4
 	// batches travel as they are; both paths run under the faults.
 	go run(workload.Options{Topic: topicTxn, Partitions: partsTxn, ValueBytes: 300, Rate: max(1, opts.Rate/4),
 		Transactional: true, TxnRecords: 20, AbortEvery: 4, NullValueEvery: 41, Headers: headers,
-		ClientOpts: []kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression())}})
+		ClientOpts: append([]kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression())}, lossOpts...)})
 	p.stop = func() {
 		stopping.Store(true)
 		done := make(chan struct{})

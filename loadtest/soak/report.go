@@ -45,15 +45,36 @@ type Report struct {
 	ProducerErrors int64 `json:"producer_errors"`
 	// Processes holds crashes of Ferry's processes (race reports, panics).
 	Processes []string `json:"processes,omitempty"`
+	// DR is the region loss of a ferry-dr run, nil otherwise.
+	DR *DR `json:"dr,omitempty"`
+	// RecoveryBound fails a run whose LongestRecovery exceeds it (0: no
+	// bound).
+	RecoveryBound time.Duration `json:"recovery_bound,omitempty"`
 }
 
 // OK applies the delivery's promise: exactly once, nothing missing,
 // duplicated, reordered or corrupt; at least once, duplicates allowed.
 // mm2-eos is held to exactly once like Ferry: its failing run is a finding
 // about MM2.
+//
+// A ferry-dr run has lost the source region: what is missing on the
+// target must be exactly what the region loss took (DR: the records
+// ferryctl reported and those the source accepted after its last
+// heartbeat), and the drill's own checks must hold.
 func (r *Report) OK() bool {
 	res := r.Result
-	if !r.CaughtUp || len(r.Processes) > 0 || res.Missing != 0 || res.Reordered != 0 || res.Corrupt != 0 {
+	if len(r.Processes) > 0 || res.Reordered != 0 || res.Corrupt != 0 {
+		return false
+	}
+	if r.RecoveryBound > 0 && r.LongestRecovery > r.RecoveryBound {
+		return false
+	}
+	switch {
+	case r.DR != nil:
+		if !r.DR.OK() || res.Missing != r.DR.LostInReport+r.DR.LostUnobserved {
+			return false
+		}
+	case !r.CaughtUp || res.Missing != 0:
 		return false
 	}
 	return r.Delivery == "at_least_once" || res.Duplicates == 0
@@ -70,7 +91,7 @@ func newReport(opts Options, sched []Fault, done []Done, prog *progress, warmFro
 	r := &Report{
 		Seed: opts.Seed, System: opts.System, Delivery: opts.Delivery, Codec: opts.Codec, Duration: opts.Duration,
 		Faults: done, ByKind: map[string]int{}, Dip: map[string]float64{}, Result: res,
-		ProducerErrors: prod.errors.Load(),
+		ProducerErrors: prod.errors.Load(), RecoveryBound: opts.RecoveryBound,
 	}
 	switch {
 	case opts.System == SystemMM2EOS:
@@ -254,6 +275,18 @@ func (r *Report) Summary() string {
 	}
 	for _, p := range r.Processes {
 		fmt.Fprintf(&b, "  %s\n", p)
+	}
+	if r.RecoveryBound > 0 && r.LongestRecovery > r.RecoveryBound {
+		fmt.Fprintf(&b, "  longest recovery %s over the bound %s\n", r.LongestRecovery.Round(time.Second), r.RecoveryBound)
+	}
+	if d := r.DR; d != nil {
+		fmt.Fprintf(&b, "region lost %s after the faults healed; ferryctl reported %d offsets lost: %d records missing in those ranges, %d accepted after the last heartbeat (unobservable), %d misreported\n",
+			d.LossAfter.Round(time.Second), d.ReportedLost, d.LostInReport, d.LostUnobserved, d.Misreported)
+		fmt.Fprintf(&b, "application: %d records skipped, %d read again (meter said %d), RTO %s (failover to first record read on the target)\n",
+			d.AppMissing, d.AppReread, d.RereadReported, d.RTO.Round(100*time.Millisecond))
+		for _, e := range d.Errors {
+			fmt.Fprintf(&b, "  drill: %s\n", e)
+		}
 	}
 	if len(r.Result.FirstDuplicates) > 0 {
 		fmt.Fprintf(&b, "  first duplicates: %+v\n", r.Result.FirstDuplicates)

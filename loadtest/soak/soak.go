@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -42,6 +43,7 @@ import (
 	"github.com/ferry-replicator/ferry/loadtest/kafkabroker"
 	"github.com/ferry-replicator/ferry/loadtest/ports"
 	"github.com/ferry-replicator/ferry/loadtest/verify"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 )
 
 // The systems a run can put under faults.
@@ -81,6 +83,9 @@ type Options struct {
 	Rate int
 	// Log receives progress: faults as they start and end.
 	Log *slog.Logger
+	// RecoveryBound fails a run whose longest recovery after a fault
+	// (Report.LongestRecovery) exceeds it; 0 reports it only.
+	RecoveryBound time.Duration
 }
 
 func (o *Options) defaults() {
@@ -104,7 +109,7 @@ func (o Options) Validate() error {
 	o.defaults()
 	var errs []error
 	switch o.System {
-	case SystemFerry, SystemFerryActiveActive:
+	case SystemFerry, SystemFerryActiveActive, SystemFerryDR:
 		if o.Delivery != "exactly_once" && o.Delivery != "at_least_once" {
 			errs = append(errs, fmt.Errorf("delivery %q: want exactly_once or at_least_once", o.Delivery))
 		}
@@ -116,7 +121,7 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("codec %q: a Ferry link setting, not %s's", o.Codec, o.System))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("system %q: want %s, %s or %s", o.System, SystemFerry, SystemFerryActiveActive, SystemMM2EOS))
+		errs = append(errs, fmt.Errorf("system %q: want %s, %s, %s or %s", o.System, SystemFerry, SystemFerryActiveActive, SystemFerryDR, SystemMM2EOS))
 	}
 	return errors.Join(errs...)
 }
@@ -214,6 +219,23 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	done := e.inject(ctx, sched, warmFrom.Add(warmUp))
 	e.heal()
+	if opts.System == SystemFerryDR {
+		if err := brokenEnvironment(done); err != nil {
+			return nil, err
+		}
+		dr := e.regionLoss(ctx, func() { stopRun(); prod.stop() })
+		wg.Wait()
+		vctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		res, err := verify.Compare(vctx, []string{e.src.Addr()}, []string{e.dst.Addr()}, e.pairs())
+		if err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+		rep := newReport(opts, sched, done, prog, warmFrom, res, prod)
+		rep.DR = dr
+		rep.Processes = e.processErrors()
+		return rep, nil
+	}
 	prod.stop()
 	backProd.stop()
 	if err := brokenEnvironment(done); err != nil {
@@ -273,6 +295,11 @@ func (e *env) start(ctx context.Context) error {
 	}
 	if e.opts.System == SystemMM2EOS {
 		return e.startMM2(startCtx)
+	}
+	if e.opts.System == SystemFerryDR {
+		if _, err := os.Stat(filepath.Join(e.opts.BinDir, "ferryctl")); err != nil {
+			return fmt.Errorf("%s fails over with ferryctl, not in %s (make build): %w", SystemFerryDR, e.opts.BinDir, err)
+		}
 	}
 	for i := range slots {
 		if err := e.prepareWriter(i); err != nil {
@@ -460,6 +487,10 @@ func (e *env) prepareWriter(i int) error {
 	l := map[string]any{"name": link, "naming": "prefix", "prefix": targetPrefix, "delivery": e.opts.Delivery}
 	cfg := harness.WriterConfig(name, listen, admin, []string{e.dstProxy}, l)
 	cfg["registration"] = map[string]any{"address": e.consulProxy, "advertise": proxied}
+	if e.opts.System == SystemFerryDR {
+		// ferryctl, the operator in the target region, fails the link over.
+		cfg["control"] = map[string]any{"allowed_ids": []string{devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "ferryctl")}}
+	}
 	e.writers[i] = &member{name: name, admin: admin, cfg: cfg}
 	return nil
 }
@@ -477,6 +508,10 @@ func (e *env) prepareFetcher(i int) {
 	}
 	if e.opts.Codec != "" {
 		cfg["link"].(map[string]any)["codec"] = e.opts.Codec
+	}
+	if e.opts.System == SystemFerryDR {
+		// Several syncs of the application's group before the loss.
+		cfg["link"].(map[string]any)["groups"] = map[string]any{"interval": "2s"}
 	}
 	e.fetchers[i] = &member{name: name, admin: admin, cfg: cfg}
 }
@@ -592,7 +627,7 @@ func (e *env) heal() {
 // come back: it would count as corrupt), and the link back's copy, the
 // source's records from the target, with the target's own records.
 func (e *env) verify(ctx context.Context) (verify.Result, error) {
-	pairs := []verify.Pair{{Source: topicIdem, Target: targetPrefix + topicIdem}, {Source: topicTxn, Target: targetPrefix + topicTxn}}
+	pairs := e.pairs()
 	var back []verify.Pair
 	if e.opts.System == SystemFerryActiveActive {
 		own := func(r *kgo.Record) bool { return !fromTarget(r) }
@@ -623,6 +658,11 @@ func (e *env) verify(ctx context.Context) (verify.Result, error) {
 			return res, err
 		}
 	}
+}
+
+// pairs are the soak topics and their copies.
+func (e *env) pairs() []verify.Pair {
+	return []verify.Pair{{Source: topicIdem, Target: targetPrefix + topicIdem}, {Source: topicTxn, Target: targetPrefix + topicTxn}}
 }
 
 // processErrors lists the race reports, panics and fatal runtime errors

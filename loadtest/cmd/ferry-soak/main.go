@@ -32,7 +32,7 @@ func main() {
 }
 
 func run() error {
-	system := flag.String("system", soak.SystemFerry, "what copies: "+soak.SystemFerry+", "+soak.SystemFerryActiveActive+" (Ferry with the link back, active-active) or "+soak.SystemMM2EOS+" (MirrorMaker 2 exactly-once)")
+	system := flag.String("system", soak.SystemFerry, "what copies: "+soak.SystemFerry+", "+soak.SystemFerryActiveActive+" (Ferry with the link back, active-active), "+soak.SystemFerryDR+" (Ferry, then the source region lost and failed over with ferryctl) or "+soak.SystemMM2EOS+" (MirrorMaker 2 exactly-once)")
 	minutes := flag.Float64("minutes", 5, "minutes of faults (after a 20 s warm-up)")
 	seed := flag.Uint64("seed", 0, "schedule seed; 0 picks one (printed)")
 	delivery := flag.String("delivery", "exactly_once", "exactly_once or at_least_once")
@@ -42,6 +42,7 @@ func run() error {
 	work := flag.String("work", "", "working folder (default: a new one in the temporary folder, kept when the run fails)")
 	out := flag.String("out", "", "append the report as a JSON line to this file")
 	commit := flag.String("commit", "", "the Ferry build tested (git describe), recorded in the report")
+	maxRecovery := flag.Duration("max-recovery", 60*time.Second, "fail the run when the longest recovery after a fault exceeds this (0: report it only)")
 	table := flag.String("table", "", "run nothing: print the soak table of the reports in this file (written by -out)")
 	flag.Parse()
 	if *table != "" {
@@ -58,7 +59,7 @@ func run() error {
 		System:   *system,
 		Duration: time.Duration(*minutes * float64(time.Minute)),
 		Seed:     *seed, Delivery: *delivery, Codec: *codec,
-		BinDir: absBin, Rate: *rate,
+		BinDir: absBin, Rate: *rate, RecoveryBound: *maxRecovery,
 	}
 	if err := opts.Validate(); err != nil {
 		return err

@@ -1,0 +1,438 @@
+package soak
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/maphash"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-replicator/ferry/loadtest/harness"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
+)
+
+// SystemFerryDR is SystemFerry that, after the faults, loses the source
+// region while producers write and an application consumes on the source:
+// the source broker, every fetcher and Consul are killed at a seeded
+// moment; ferryctl fails the link over from the target side alone; the
+// application carries on on the target with the same consumer group; then
+// the source broker is started again only to read what it held, and the
+// run accounts for every record (regionloss.go).
+const SystemFerryDR = "ferry-dr"
+
+// appGroup is the application's consumer group: on the source before the
+// loss, on the target after the failover (synced by Ferry meanwhile).
+const appGroup = "soak-app"
+
+// DR is what a ferry-dr run found about the region loss. Offsets are
+// source offsets; records are the data records a read_committed consumer
+// sees (transaction markers and aborted records take offsets, not records).
+type DR struct {
+	// LossAfter is when, after the faults healed, the region was lost.
+	LossAfter time.Duration `json:"loss_after"`
+	// ReportedLost is the sum over partitions of what ferryctl failover
+	// printed as lost: the last heartbeat's high watermark minus what the
+	// target committed, in offsets.
+	ReportedLost int64 `json:"reported_lost_offsets"`
+	// LostInReport counts the source records missing on the target inside
+	// the reported ranges [committed, heartbeat high watermark).
+	LostInReport int64 `json:"lost_in_report"`
+	// LostUnobserved counts the source records missing on the target that
+	// the source accepted after its last heartbeat reached the target
+	// (offset at or past the heartbeat's high watermark): no one in the
+	// target region can know them (docs/disaster-recovery.md).
+	LostUnobserved int64 `json:"lost_unobserved"`
+	// Misreported counts records that contradict the report: below the
+	// reported committed offset yet missing on the target, or at or past
+	// it yet present. It must be 0.
+	Misreported int64 `json:"misreported"`
+	// AppMissing counts copied records the application read neither on
+	// the source nor, after the failover, on the target. It must be 0.
+	AppMissing int64 `json:"app_missing"`
+	// AppReread counts records the application read on the source and
+	// again on the target; RereadReported is what Ferry's failover meter
+	// (ferry_failover_reread_records) said before the loss. The meter
+	// cannot know what the application consumed after the group's last
+	// sync: AppReread - RereadReported of them at most one sync interval.
+	AppReread      int64 `json:"app_reread"`
+	RereadReported int64 `json:"reread_reported"`
+	// RTO is from ferryctl failover's start to the application's first
+	// record read on the target.
+	RTO time.Duration `json:"rto"`
+	// Errors says what went wrong in the drill itself.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// OK is the region loss accounted for: no misreported record, nothing the
+// application skipped, no step failing.
+func (d *DR) OK() bool {
+	return d.Misreported == 0 && d.AppMissing == 0 && len(d.Errors) == 0 && d.RereadReported <= d.AppReread
+}
+
+// tp names a partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// reads are an application's committed reads: per source partition, the
+// source offsets (or, on the target, target offsets) it read.
+type reads struct {
+	mu    sync.Mutex
+	by    map[tp][]int64
+	first time.Time
+}
+
+func (r *reads) add(recs []*kgo.Record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.by == nil {
+		r.by = map[tp][]int64{}
+	}
+	if r.first.IsZero() && len(recs) > 0 {
+		r.first = time.Now()
+	}
+	for _, rec := range recs {
+		k := tp{rec.Topic, rec.Partition}
+		r.by[k] = append(r.by[k], rec.Offset)
+	}
+}
+
+// consume runs an application on addr: a group member reading topics
+// read_committed and committing after every poll; a record counts as read
+// once a commit covering it succeeded (what a crash would not re-read).
+// It runs until ctx ends, or, with untilIdle, until it has read up to the
+// end of every partition and nothing came for untilIdle.
+func consume(ctx context.Context, addr string, topics []string, untilIdle time.Duration) (*reads, func(), error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup(appGroup), kgo.ConsumeTopics(topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &reads{}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var pending []*kgo.Record
+		lastRead := time.Now()
+		for ctx.Err() == nil {
+			pctx, pcancel := context.WithTimeout(ctx, time.Second)
+			fs := cl.PollFetches(pctx)
+			pcancel()
+			recs := fs.Records()
+			pending = append(pending, recs...)
+			if len(recs) > 0 {
+				lastRead = time.Now()
+			}
+			if len(pending) > 0 && cl.CommitRecords(ctx, pending...) == nil {
+				r.add(pending)
+				pending = nil
+			}
+			if untilIdle > 0 && len(pending) == 0 && time.Since(lastRead) > untilIdle {
+				return
+			}
+		}
+	}()
+	stop := func() {
+		cancel()
+		<-done
+		cl.Close()
+	}
+	return r, stop, nil
+}
+
+// loseRegion kills what lives in the source region: every fetcher, the
+// source broker and Consul, at once (SIGKILL).
+func (e *env) loseRegion() {
+	var wg sync.WaitGroup
+	for _, m := range e.fetchers {
+		if m != nil && running(m) {
+			wg.Go(m.proc.Kill)
+		}
+	}
+	wg.Go(e.src.Kill)
+	wg.Go(e.consul.Kill)
+	wg.Wait()
+}
+
+// ctlChange is the part of `ferryctl failover -o json` the drill reads.
+type ctlChange struct {
+	State  string `json:"state"`
+	AtRisk []struct {
+		Topic     string `json:"topic"`
+		Partition int32  `json:"partition"`
+		Committed int64  `json:"committed_next_offset"`
+		HW        int64  `json:"source_high_watermark"`
+		Lag       int64  `json:"lag_records"`
+	} `json:"at_risk"`
+}
+
+// failover runs ferryctl failover against the running writers, as an
+// operator in the target region would.
+func (e *env) failover(ctx context.Context) (ctlChange, error) {
+	certDir, err := harness.Certs(e.opts.Dir)
+	if err != nil {
+		return ctlChange{}, err
+	}
+	args := []string{"failover", link, "--reason", "soak: source region lost", "-o", "json",
+		"--cert", filepath.Join(certDir, "ferryctl.pem"), "--key", filepath.Join(certDir, "ferryctl-key.pem"),
+		"--ca", filepath.Join(certDir, "ca.pem"),
+		"--writer-id", devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "writer"), "--timeout", "30s"}
+	for _, m := range e.writers {
+		if m != nil && running(m) {
+			args = append(args, "--writer", m.cfg["listen"].(string))
+		}
+	}
+	var out, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, filepath.Join(e.opts.BinDir, "ferryctl"), args...)
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return ctlChange{}, fmt.Errorf("ferryctl %s: %w: %s%s", strings.Join(args[:2], " "), err, stderr.String(), out.String())
+	}
+	var ch ctlChange
+	if err := json.Unmarshal(out.Bytes(), &ch); err != nil {
+		return ch, fmt.Errorf("ferryctl failover output %q: %w", out.String(), err)
+	}
+	return ch, nil
+}
+
+// rereadReported is the failover meter's re-read count, summed over the
+// writers that report it (the application's is the source's only group).
+func (e *env) rereadReported(ctx context.Context) int64 {
+	var n int64
+	for _, m := range e.writers {
+		if m == nil || !running(m) {
+			continue
+		}
+		if v, err := harness.Metric(ctx, m.admin, "ferry_failover_reread_records"); err == nil {
+			n += int64(v)
+		}
+	}
+	return n
+}
+
+// regionLoss is ferry-dr's ending, once the faults have healed: load and
+// the application run a seeded while, the region is lost, the link is
+// failed over, the application carries on on the target, and every record
+// is accounted for.
+func (e *env) regionLoss(ctx context.Context, stopLoad func()) *DR {
+	dr := &DR{}
+	fail := func(format string, a ...any) *DR {
+		dr.Errors = append(dr.Errors, fmt.Sprintf(format, a...))
+		return dr
+	}
+	srcApp, stopSrcApp, err := consume(ctx, e.src.Addr(), []string{topicIdem, topicTxn}, 0)
+	if err != nil {
+		stopLoad()
+		return fail("source application: %v", err)
+	}
+	// Long enough for several group syncs (interval 2 s here), seeded.
+	dr.LossAfter = 10*time.Second + time.Duration(e.opts.Seed%20)*time.Second
+	if err := sleep(ctx, dr.LossAfter); err != nil {
+		stopSrcApp()
+		stopLoad()
+		return fail("%v", err)
+	}
+	e.log.Info("region loss: killing the source broker, the fetchers and Consul")
+	e.loseRegion()
+	stopSrcApp()
+	// The producers give up on the dead source in their own time; the
+	// failover does not wait for them.
+	loadStopped := make(chan struct{})
+	go func() { defer close(loadStopped); stopLoad() }()
+	// Read after the loss: no sync can move the group any more.
+	dr.RereadReported = e.rereadReported(ctx)
+	// The writers commit what they hold as the streams break; the report
+	// is read once they have.
+	if err := sleep(ctx, 3*time.Second); err != nil {
+		return fail("%v", err)
+	}
+	failStart := time.Now()
+	ch, err := e.failover(ctx)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if ch.State != "failed_over" {
+		return fail("ferryctl failover left the link %q", ch.State)
+	}
+	dstApp, stopDstApp, err := consume(ctx, e.dst.Addr(), []string{targetPrefix + topicIdem, targetPrefix + topicTxn}, 15*time.Second)
+	if err != nil {
+		return fail("target application: %v", err)
+	}
+	stopDstApp()
+	if !dstApp.first.IsZero() {
+		dr.RTO = dstApp.first.Sub(failStart)
+	}
+	// The source comes back only to be read; nothing writes to it again:
+	// the producers' records fail by their delivery timeout first
+	// (startProducers).
+	select {
+	case <-loadStopped:
+	case <-time.After(3 * time.Minute):
+		return fail("the producers did not give up on the lost source within 3 minutes")
+	}
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := e.src.Restart(rctx); err != nil {
+		return fail("restart the source to read what it held: %v", err)
+	}
+	if err := e.account(rctx, dr, ch, srcApp, dstApp); err != nil {
+		return fail("%v", err)
+	}
+	return dr
+}
+
+// logRecord is one data record of a log: its offset and content digest.
+type logRecord struct {
+	offset int64
+	digest uint64
+}
+
+// readLog reads every data record of topics read_committed, once the
+// last stable offset has reached the high watermark everywhere (a
+// transaction the loss left open is aborted by its timeout first), until
+// nothing more comes for a few seconds.
+func readLog(ctx context.Context, addr string, topics []string, seed maphash.Seed) (map[tp][]logRecord, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for {
+		hw, err := adm.ListEndOffsets(ctx, topics...)
+		if err == nil {
+			var lso kadm.ListedOffsets
+			if lso, err = adm.ListCommittedOffsets(ctx, topics...); err == nil && sameEnds(hw, lso) {
+				break
+			}
+		}
+		if err := sleep(ctx, 2*time.Second); err != nil {
+			return nil, fmt.Errorf("%v: the last stable offset never reached the end: %w", topics, err)
+		}
+	}
+	out := map[tp][]logRecord{}
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("read %v: %w", topics, ctx.Err())
+		}
+		recs := fs.Records()
+		if len(recs) == 0 {
+			return out, nil
+		}
+		for _, r := range recs {
+			k := tp{r.Topic, r.Partition}
+			out[k] = append(out[k], logRecord{r.Offset, digest(seed, r)})
+		}
+	}
+}
+
+func sameEnds(a, b kadm.ListedOffsets) bool {
+	same := true
+	a.Each(func(o kadm.ListedOffset) {
+		if x, ok := b.Lookup(o.Topic, o.Partition); !ok || o.Err != nil || x.Offset != o.Offset {
+			same = false
+		}
+	})
+	return same
+}
+
+// digest identifies a record by content: key, value and headers (the
+// workload's records are unique by key).
+func digest(seed maphash.Seed, r *kgo.Record) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	h.Write(r.Key)
+	h.WriteByte(0)
+	h.Write(r.Value)
+	for _, hd := range r.Headers {
+		h.WriteString(hd.Key)
+		h.Write(hd.Value)
+	}
+	return h.Sum64()
+}
+
+// account checks the report and the application's reads against what the
+// source held and the target has.
+func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp *reads) error {
+	seed := maphash.MakeSeed()
+	src, err := readLog(ctx, e.src.Addr(), []string{topicIdem, topicTxn}, seed)
+	if err != nil {
+		return fmt.Errorf("read the source: %w", err)
+	}
+	dst, err := readLog(ctx, e.dst.Addr(), []string{targetPrefix + topicIdem, targetPrefix + topicTxn}, seed)
+	if err != nil {
+		return fmt.Errorf("read the target: %w", err)
+	}
+	report := map[tp]int{}
+	for i, p := range ch.AtRisk {
+		report[tp{p.Topic, p.Partition}] = i
+		dr.ReportedLost += max(0, p.HW-p.Committed)
+	}
+	for k, recs := range src {
+		i, ok := report[k]
+		if !ok {
+			return fmt.Errorf("ferryctl reported nothing of %s/%d", k.topic, k.partition)
+		}
+		rep := ch.AtRisk[i]
+		// The target's copies of this partition: digest → target offset.
+		onTarget := map[uint64]int64{}
+		for _, r := range dst[tp{targetPrefix + k.topic, k.partition}] {
+			onTarget[r.digest] = r.offset
+		}
+		// Source offset of each target offset, for the target reads.
+		sourceOf := map[int64]int64{}
+		for _, r := range recs {
+			to, copied := onTarget[r.digest]
+			switch {
+			case copied:
+				sourceOf[to] = r.offset
+				if r.offset >= rep.Committed {
+					dr.Misreported++
+				}
+			case r.offset < rep.Committed:
+				dr.Misreported++
+			case r.offset < rep.HW:
+				dr.LostInReport++
+			default:
+				dr.LostUnobserved++
+			}
+		}
+		readSrc := map[int64]bool{}
+		for _, o := range srcApp.by[k] {
+			readSrc[o] = true
+		}
+		readDst := map[int64]bool{}
+		for _, to := range dstApp.by[tp{targetPrefix + k.topic, k.partition}] {
+			if so, ok := sourceOf[to]; ok {
+				readDst[so] = true
+			}
+		}
+		for _, r := range recs {
+			if r.offset >= rep.Committed {
+				continue
+			}
+			switch {
+			case readSrc[r.offset] && readDst[r.offset]:
+				dr.AppReread++
+			case !readSrc[r.offset] && !readDst[r.offset]:
+				dr.AppMissing++
+			}
+		}
+	}
+	return nil
+}
