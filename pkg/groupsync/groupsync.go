@@ -33,6 +33,20 @@ func Marker(sourceOffset int64) string {
 // IsFerry reports whether commit metadata is Ferry's marker.
 func IsFerry(metadata string) bool { return strings.HasPrefix(metadata, MarkerPrefix) }
 
+// ParseMarker reads the source offset Ferry's marker names; ok is false
+// for any other metadata, a marker Ferry never writes included.
+func ParseMarker(metadata string) (sourceOffset int64, ok bool) {
+	rest, found := strings.CutPrefix(metadata, MarkerPrefix)
+	if !found {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || v < 0 {
+		return 0, false
+	}
+	return v, true
+}
+
 // DefaultInclude syncs every group the excludes leave.
 var DefaultInclude = []string{`.*`}
 

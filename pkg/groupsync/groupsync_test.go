@@ -29,3 +29,23 @@ func TestMarkerIsFerry(t *testing.T) {
 		t.Fatalf("Marker(42) = %q", m)
 	}
 }
+
+func TestParseMarker(t *testing.T) {
+	for _, tc := range []struct {
+		metadata string
+		want     int64
+		ok       bool
+	}{
+		{Marker(0), 0, true},
+		{Marker(1 << 40), 1 << 40, true},
+		{"", 0, false},
+		{"app metadata", 0, false},
+		{MarkerPrefix, 0, false},
+		{MarkerPrefix + "-3", 0, false},
+		{MarkerPrefix + "12x", 0, false},
+	} {
+		if got, ok := ParseMarker(tc.metadata); got != tc.want || ok != tc.ok {
+			t.Errorf("ParseMarker(%q) = %d, %v; want %d, %v", tc.metadata, got, ok, tc.want, tc.ok)
+		}
+	}
+}

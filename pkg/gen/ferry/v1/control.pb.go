@@ -85,6 +85,71 @@ func (LinkState) EnumDescriptor() ([]byte, []int) {
 	return file_ferry_v1_control_proto_rawDescGZIP(), []int{0}
 }
 
+// TranslateOutcome says what a translation's offset is.
+type TranslateOutcome int32
+
+const (
+	TranslateOutcome_TRANSLATE_OUTCOME_UNSPECIFIED TranslateOutcome = 0
+	// Exact: the offset, on the other side, of the first copied record at
+	// or after the one asked (where a consumer positioned there reads on).
+	TranslateOutcome_TRANSLATE_OUTCOME_EXACT TranslateOutcome = 1
+	// BeyondCopied: no copied record is at or after the offset asked (yet);
+	// the answer is the copied end, the offset after the last copied record
+	// (-1 on the target when nothing was ever copied).
+	TranslateOutcome_TRANSLATE_OUTCOME_BEYOND_COPIED TranslateOutcome = 2
+	// BeforeIndex: the offset is older than the index's first record
+	// (pruned with offset_index.retention, or copied before the index
+	// existed); index_start says where the index starts.
+	TranslateOutcome_TRANSLATE_OUTCOME_BEFORE_INDEX TranslateOutcome = 3
+	// NoIndex: the partition has no index record at all.
+	TranslateOutcome_TRANSLATE_OUTCOME_NO_INDEX TranslateOutcome = 4
+)
+
+// Enum value maps for TranslateOutcome.
+var (
+	TranslateOutcome_name = map[int32]string{
+		0: "TRANSLATE_OUTCOME_UNSPECIFIED",
+		1: "TRANSLATE_OUTCOME_EXACT",
+		2: "TRANSLATE_OUTCOME_BEYOND_COPIED",
+		3: "TRANSLATE_OUTCOME_BEFORE_INDEX",
+		4: "TRANSLATE_OUTCOME_NO_INDEX",
+	}
+	TranslateOutcome_value = map[string]int32{
+		"TRANSLATE_OUTCOME_UNSPECIFIED":   0,
+		"TRANSLATE_OUTCOME_EXACT":         1,
+		"TRANSLATE_OUTCOME_BEYOND_COPIED": 2,
+		"TRANSLATE_OUTCOME_BEFORE_INDEX":  3,
+		"TRANSLATE_OUTCOME_NO_INDEX":      4,
+	}
+)
+
+func (x TranslateOutcome) Enum() *TranslateOutcome {
+	p := new(TranslateOutcome)
+	*p = x
+	return p
+}
+
+func (x TranslateOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TranslateOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_ferry_v1_control_proto_enumTypes[1].Descriptor()
+}
+
+func (TranslateOutcome) Type() protoreflect.EnumType {
+	return &file_ferry_v1_control_proto_enumTypes[1]
+}
+
+func (x TranslateOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TranslateOutcome.Descriptor instead.
+func (TranslateOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
 // StatusRequest names the link to report; empty reports every link.
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -650,6 +715,513 @@ func (x *SetLinkStateResponse) GetControl() *LinkControl {
 	return nil
 }
 
+// TranslateRequest asks one translation of a link.
+type TranslateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Link  string                 `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
+	// Types that are valid to be assigned to Query:
+	//
+	//	*TranslateRequest_Offset
+	//	*TranslateRequest_Group
+	Query         isTranslateRequest_Query `protobuf_oneof:"query"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TranslateRequest) Reset() {
+	*x = TranslateRequest{}
+	mi := &file_ferry_v1_control_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TranslateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TranslateRequest) ProtoMessage() {}
+
+func (x *TranslateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TranslateRequest.ProtoReflect.Descriptor instead.
+func (*TranslateRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TranslateRequest) GetLink() string {
+	if x != nil {
+		return x.Link
+	}
+	return ""
+}
+
+func (x *TranslateRequest) GetQuery() isTranslateRequest_Query {
+	if x != nil {
+		return x.Query
+	}
+	return nil
+}
+
+func (x *TranslateRequest) GetOffset() *OffsetQuery {
+	if x != nil {
+		if x, ok := x.Query.(*TranslateRequest_Offset); ok {
+			return x.Offset
+		}
+	}
+	return nil
+}
+
+func (x *TranslateRequest) GetGroup() string {
+	if x != nil {
+		if x, ok := x.Query.(*TranslateRequest_Group); ok {
+			return x.Group
+		}
+	}
+	return ""
+}
+
+type isTranslateRequest_Query interface {
+	isTranslateRequest_Query()
+}
+
+type TranslateRequest_Offset struct {
+	// Offset translates one offset of one partition.
+	Offset *OffsetQuery `protobuf:"bytes,2,opt,name=offset,proto3,oneof"`
+}
+
+type TranslateRequest_Group struct {
+	// Group reads the group's committed offsets on the target.
+	Group string `protobuf:"bytes,3,opt,name=group,proto3,oneof"`
+}
+
+func (*TranslateRequest_Offset) isTranslateRequest_Query() {}
+
+func (*TranslateRequest_Group) isTranslateRequest_Query() {}
+
+// OffsetQuery names an offset of a source partition of the link.
+type OffsetQuery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Topic is the source topic (as the link's fetchers read it), in both
+	// directions; the answer names its target topic.
+	Topic     string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Offset is a source offset, or a target offset when reverse is set.
+	Offset        int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Reverse       bool  `protobuf:"varint,4,opt,name=reverse,proto3" json:"reverse,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OffsetQuery) Reset() {
+	*x = OffsetQuery{}
+	mi := &file_ferry_v1_control_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetQuery) ProtoMessage() {}
+
+func (x *OffsetQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetQuery.ProtoReflect.Descriptor instead.
+func (*OffsetQuery) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *OffsetQuery) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *OffsetQuery) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *OffsetQuery) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *OffsetQuery) GetReverse() bool {
+	if x != nil {
+		return x.Reverse
+	}
+	return false
+}
+
+// OffsetTranslation is one offset's answer.
+type OffsetTranslation struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// TargetTopic is the topic's name on the target (the link's naming).
+	TargetTopic string `protobuf:"bytes,3,opt,name=target_topic,json=targetTopic,proto3" json:"target_topic,omitempty"`
+	// Offset and reverse are as asked.
+	Offset  int64            `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Reverse bool             `protobuf:"varint,5,opt,name=reverse,proto3" json:"reverse,omitempty"`
+	Outcome TranslateOutcome `protobuf:"varint,6,opt,name=outcome,proto3,enum=ferry.v1.TranslateOutcome" json:"outcome,omitempty"`
+	// Translated is the answer, on the other side (exact, beyond_copied).
+	Translated int64 `protobuf:"varint,7,opt,name=translated,proto3" json:"translated,omitempty"`
+	// IndexStart is the first offset the index answers for, on the side
+	// asked (before_index).
+	IndexStart int64 `protobuf:"varint,8,opt,name=index_start,json=indexStart,proto3" json:"index_start,omitempty"`
+	// RefusedRecords counts the partition's index records that did not
+	// decode (someone other than the writers wrote the index topic).
+	RefusedRecords int64 `protobuf:"varint,9,opt,name=refused_records,json=refusedRecords,proto3" json:"refused_records,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *OffsetTranslation) Reset() {
+	*x = OffsetTranslation{}
+	mi := &file_ferry_v1_control_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetTranslation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetTranslation) ProtoMessage() {}
+
+func (x *OffsetTranslation) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetTranslation.ProtoReflect.Descriptor instead.
+func (*OffsetTranslation) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *OffsetTranslation) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *OffsetTranslation) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *OffsetTranslation) GetTargetTopic() string {
+	if x != nil {
+		return x.TargetTopic
+	}
+	return ""
+}
+
+func (x *OffsetTranslation) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *OffsetTranslation) GetReverse() bool {
+	if x != nil {
+		return x.Reverse
+	}
+	return false
+}
+
+func (x *OffsetTranslation) GetOutcome() TranslateOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return TranslateOutcome_TRANSLATE_OUTCOME_UNSPECIFIED
+}
+
+func (x *OffsetTranslation) GetTranslated() int64 {
+	if x != nil {
+		return x.Translated
+	}
+	return 0
+}
+
+func (x *OffsetTranslation) GetIndexStart() int64 {
+	if x != nil {
+		return x.IndexStart
+	}
+	return 0
+}
+
+func (x *OffsetTranslation) GetRefusedRecords() int64 {
+	if x != nil {
+		return x.RefusedRecords
+	}
+	return 0
+}
+
+// GroupTranslation is a group's committed offsets on the target, on the
+// link's target topics.
+type GroupTranslation struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Group         string                       `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Partitions    []*GroupPartitionTranslation `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupTranslation) Reset() {
+	*x = GroupTranslation{}
+	mi := &file_ferry_v1_control_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupTranslation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupTranslation) ProtoMessage() {}
+
+func (x *GroupTranslation) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupTranslation.ProtoReflect.Descriptor instead.
+func (*GroupTranslation) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GroupTranslation) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupTranslation) GetPartitions() []*GroupPartitionTranslation {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// GroupPartitionTranslation is one partition of a group on the target.
+type GroupPartitionTranslation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Topic is the source topic, TargetTopic its name on the target.
+	Topic       string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	TargetTopic string `protobuf:"bytes,2,opt,name=target_topic,json=targetTopic,proto3" json:"target_topic,omitempty"`
+	Partition   int32  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	// TargetOffset is the group's committed offset on the target.
+	TargetOffset int64 `protobuf:"varint,4,opt,name=target_offset,json=targetOffset,proto3" json:"target_offset,omitempty"`
+	// Ferry is set when Ferry's group sync committed it: its metadata is
+	// Ferry's marker, which names the source offset it stands for. Else
+	// someone else committed it (a consumer on the target) and source_offset
+	// is its reverse translation through the index.
+	Ferry bool `protobuf:"varint,5,opt,name=ferry,proto3" json:"ferry,omitempty"`
+	// SourceOffset is the source offset the target offset stands for
+	// (outcome exact or beyond_copied).
+	SourceOffset int64            `protobuf:"varint,6,opt,name=source_offset,json=sourceOffset,proto3" json:"source_offset,omitempty"`
+	Outcome      TranslateOutcome `protobuf:"varint,7,opt,name=outcome,proto3,enum=ferry.v1.TranslateOutcome" json:"outcome,omitempty"`
+	// Metadata is the commit's metadata (clipped), for an offset not Ferry's.
+	Metadata      string `protobuf:"bytes,8,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupPartitionTranslation) Reset() {
+	*x = GroupPartitionTranslation{}
+	mi := &file_ferry_v1_control_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupPartitionTranslation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupPartitionTranslation) ProtoMessage() {}
+
+func (x *GroupPartitionTranslation) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupPartitionTranslation.ProtoReflect.Descriptor instead.
+func (*GroupPartitionTranslation) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GroupPartitionTranslation) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *GroupPartitionTranslation) GetTargetTopic() string {
+	if x != nil {
+		return x.TargetTopic
+	}
+	return ""
+}
+
+func (x *GroupPartitionTranslation) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GroupPartitionTranslation) GetTargetOffset() int64 {
+	if x != nil {
+		return x.TargetOffset
+	}
+	return 0
+}
+
+func (x *GroupPartitionTranslation) GetFerry() bool {
+	if x != nil {
+		return x.Ferry
+	}
+	return false
+}
+
+func (x *GroupPartitionTranslation) GetSourceOffset() int64 {
+	if x != nil {
+		return x.SourceOffset
+	}
+	return 0
+}
+
+func (x *GroupPartitionTranslation) GetOutcome() TranslateOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return TranslateOutcome_TRANSLATE_OUTCOME_UNSPECIFIED
+}
+
+func (x *GroupPartitionTranslation) GetMetadata() string {
+	if x != nil {
+		return x.Metadata
+	}
+	return ""
+}
+
+// TranslateResponse answers the query asked: offset or group.
+type TranslateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Writer is the answering writer's id.
+	Writer        string             `protobuf:"bytes,1,opt,name=writer,proto3" json:"writer,omitempty"`
+	Offset        *OffsetTranslation `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Group         *GroupTranslation  `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TranslateResponse) Reset() {
+	*x = TranslateResponse{}
+	mi := &file_ferry_v1_control_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TranslateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TranslateResponse) ProtoMessage() {}
+
+func (x *TranslateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TranslateResponse.ProtoReflect.Descriptor instead.
+func (*TranslateResponse) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TranslateResponse) GetWriter() string {
+	if x != nil {
+		return x.Writer
+	}
+	return ""
+}
+
+func (x *TranslateResponse) GetOffset() *OffsetTranslation {
+	if x != nil {
+		return x.Offset
+	}
+	return nil
+}
+
+func (x *TranslateResponse) GetGroup() *GroupTranslation {
+	if x != nil {
+		return x.Group
+	}
+	return nil
+}
+
 var File_ferry_v1_control_proto protoreflect.FileDescriptor
 
 const file_ferry_v1_control_proto_rawDesc = "" +
@@ -701,15 +1273,63 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12/\n" +
 	"\x13expected_generation\x18\x04 \x01(\x04R\x12expectedGeneration\"G\n" +
 	"\x14SetLinkStateResponse\x12/\n" +
-	"\acontrol\x18\x01 \x01(\v2\x15.ferry.v1.LinkControlR\acontrol*r\n" +
+	"\acontrol\x18\x01 \x01(\v2\x15.ferry.v1.LinkControlR\acontrol\"x\n" +
+	"\x10TranslateRequest\x12\x12\n" +
+	"\x04link\x18\x01 \x01(\tR\x04link\x12/\n" +
+	"\x06offset\x18\x02 \x01(\v2\x15.ferry.v1.OffsetQueryH\x00R\x06offset\x12\x16\n" +
+	"\x05group\x18\x03 \x01(\tH\x00R\x05groupB\a\n" +
+	"\x05query\"s\n" +
+	"\vOffsetQuery\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x18\n" +
+	"\areverse\x18\x04 \x01(\bR\areverse\"\xbc\x02\n" +
+	"\x11OffsetTranslation\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12!\n" +
+	"\ftarget_topic\x18\x03 \x01(\tR\vtargetTopic\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x18\n" +
+	"\areverse\x18\x05 \x01(\bR\areverse\x124\n" +
+	"\aoutcome\x18\x06 \x01(\x0e2\x1a.ferry.v1.TranslateOutcomeR\aoutcome\x12\x1e\n" +
+	"\n" +
+	"translated\x18\a \x01(\x03R\n" +
+	"translated\x12\x1f\n" +
+	"\vindex_start\x18\b \x01(\x03R\n" +
+	"indexStart\x12'\n" +
+	"\x0frefused_records\x18\t \x01(\x03R\x0erefusedRecords\"m\n" +
+	"\x10GroupTranslation\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12C\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2#.ferry.v1.GroupPartitionTranslationR\n" +
+	"partitions\"\xa4\x02\n" +
+	"\x19GroupPartitionTranslation\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
+	"\ftarget_topic\x18\x02 \x01(\tR\vtargetTopic\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12#\n" +
+	"\rtarget_offset\x18\x04 \x01(\x03R\ftargetOffset\x12\x14\n" +
+	"\x05ferry\x18\x05 \x01(\bR\x05ferry\x12#\n" +
+	"\rsource_offset\x18\x06 \x01(\x03R\fsourceOffset\x124\n" +
+	"\aoutcome\x18\a \x01(\x0e2\x1a.ferry.v1.TranslateOutcomeR\aoutcome\x12\x1a\n" +
+	"\bmetadata\x18\b \x01(\tR\bmetadata\"\x92\x01\n" +
+	"\x11TranslateResponse\x12\x16\n" +
+	"\x06writer\x18\x01 \x01(\tR\x06writer\x123\n" +
+	"\x06offset\x18\x02 \x01(\v2\x1b.ferry.v1.OffsetTranslationR\x06offset\x120\n" +
+	"\x05group\x18\x03 \x01(\v2\x1a.ferry.v1.GroupTranslationR\x05group*r\n" +
 	"\tLinkState\x12\x1a\n" +
 	"\x16LINK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12LINK_STATE_RUNNING\x10\x01\x12\x15\n" +
 	"\x11LINK_STATE_PAUSED\x10\x02\x12\x1a\n" +
-	"\x16LINK_STATE_FAILED_OVER\x10\x032\x9c\x01\n" +
+	"\x16LINK_STATE_FAILED_OVER\x10\x03*\xbb\x01\n" +
+	"\x10TranslateOutcome\x12!\n" +
+	"\x1dTRANSLATE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17TRANSLATE_OUTCOME_EXACT\x10\x01\x12#\n" +
+	"\x1fTRANSLATE_OUTCOME_BEYOND_COPIED\x10\x02\x12\"\n" +
+	"\x1eTRANSLATE_OUTCOME_BEFORE_INDEX\x10\x03\x12\x1e\n" +
+	"\x1aTRANSLATE_OUTCOME_NO_INDEX\x10\x042\xe2\x01\n" +
 	"\x0eControlService\x12;\n" +
 	"\x06Status\x12\x17.ferry.v1.StatusRequest\x1a\x18.ferry.v1.StatusResponse\x12M\n" +
-	"\fSetLinkState\x12\x1d.ferry.v1.SetLinkStateRequest\x1a\x1e.ferry.v1.SetLinkStateResponseB<Z:github.com/ferry-replicator/ferry/pkg/gen/ferry/v1;ferryv1b\x06proto3"
+	"\fSetLinkState\x12\x1d.ferry.v1.SetLinkStateRequest\x1a\x1e.ferry.v1.SetLinkStateResponse\x12D\n" +
+	"\tTranslate\x12\x1a.ferry.v1.TranslateRequest\x1a\x1b.ferry.v1.TranslateResponseB<Z:github.com/ferry-replicator/ferry/pkg/gen/ferry/v1;ferryv1b\x06proto3"
 
 var (
 	file_ferry_v1_control_proto_rawDescOnce sync.Once
@@ -723,36 +1343,51 @@ func file_ferry_v1_control_proto_rawDescGZIP() []byte {
 	return file_ferry_v1_control_proto_rawDescData
 }
 
-var file_ferry_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ferry_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_ferry_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_ferry_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_ferry_v1_control_proto_goTypes = []any{
-	(LinkState)(0),               // 0: ferry.v1.LinkState
-	(*StatusRequest)(nil),        // 1: ferry.v1.StatusRequest
-	(*StatusResponse)(nil),       // 2: ferry.v1.StatusResponse
-	(*LinkStatus)(nil),           // 3: ferry.v1.LinkStatus
-	(*LinkControl)(nil),          // 4: ferry.v1.LinkControl
-	(*LinkShard)(nil),            // 5: ferry.v1.LinkShard
-	(*LinkPartition)(nil),        // 6: ferry.v1.LinkPartition
-	(*SetLinkStateRequest)(nil),  // 7: ferry.v1.SetLinkStateRequest
-	(*SetLinkStateResponse)(nil), // 8: ferry.v1.SetLinkStateResponse
+	(LinkState)(0),                    // 0: ferry.v1.LinkState
+	(TranslateOutcome)(0),             // 1: ferry.v1.TranslateOutcome
+	(*StatusRequest)(nil),             // 2: ferry.v1.StatusRequest
+	(*StatusResponse)(nil),            // 3: ferry.v1.StatusResponse
+	(*LinkStatus)(nil),                // 4: ferry.v1.LinkStatus
+	(*LinkControl)(nil),               // 5: ferry.v1.LinkControl
+	(*LinkShard)(nil),                 // 6: ferry.v1.LinkShard
+	(*LinkPartition)(nil),             // 7: ferry.v1.LinkPartition
+	(*SetLinkStateRequest)(nil),       // 8: ferry.v1.SetLinkStateRequest
+	(*SetLinkStateResponse)(nil),      // 9: ferry.v1.SetLinkStateResponse
+	(*TranslateRequest)(nil),          // 10: ferry.v1.TranslateRequest
+	(*OffsetQuery)(nil),               // 11: ferry.v1.OffsetQuery
+	(*OffsetTranslation)(nil),         // 12: ferry.v1.OffsetTranslation
+	(*GroupTranslation)(nil),          // 13: ferry.v1.GroupTranslation
+	(*GroupPartitionTranslation)(nil), // 14: ferry.v1.GroupPartitionTranslation
+	(*TranslateResponse)(nil),         // 15: ferry.v1.TranslateResponse
 }
 var file_ferry_v1_control_proto_depIdxs = []int32{
-	3, // 0: ferry.v1.StatusResponse.links:type_name -> ferry.v1.LinkStatus
-	4, // 1: ferry.v1.LinkStatus.control:type_name -> ferry.v1.LinkControl
-	5, // 2: ferry.v1.LinkStatus.shard_states:type_name -> ferry.v1.LinkShard
-	6, // 3: ferry.v1.LinkStatus.partitions:type_name -> ferry.v1.LinkPartition
-	0, // 4: ferry.v1.LinkControl.state:type_name -> ferry.v1.LinkState
-	0, // 5: ferry.v1.SetLinkStateRequest.state:type_name -> ferry.v1.LinkState
-	4, // 6: ferry.v1.SetLinkStateResponse.control:type_name -> ferry.v1.LinkControl
-	1, // 7: ferry.v1.ControlService.Status:input_type -> ferry.v1.StatusRequest
-	7, // 8: ferry.v1.ControlService.SetLinkState:input_type -> ferry.v1.SetLinkStateRequest
-	2, // 9: ferry.v1.ControlService.Status:output_type -> ferry.v1.StatusResponse
-	8, // 10: ferry.v1.ControlService.SetLinkState:output_type -> ferry.v1.SetLinkStateResponse
-	9, // [9:11] is the sub-list for method output_type
-	7, // [7:9] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	4,  // 0: ferry.v1.StatusResponse.links:type_name -> ferry.v1.LinkStatus
+	5,  // 1: ferry.v1.LinkStatus.control:type_name -> ferry.v1.LinkControl
+	6,  // 2: ferry.v1.LinkStatus.shard_states:type_name -> ferry.v1.LinkShard
+	7,  // 3: ferry.v1.LinkStatus.partitions:type_name -> ferry.v1.LinkPartition
+	0,  // 4: ferry.v1.LinkControl.state:type_name -> ferry.v1.LinkState
+	0,  // 5: ferry.v1.SetLinkStateRequest.state:type_name -> ferry.v1.LinkState
+	5,  // 6: ferry.v1.SetLinkStateResponse.control:type_name -> ferry.v1.LinkControl
+	11, // 7: ferry.v1.TranslateRequest.offset:type_name -> ferry.v1.OffsetQuery
+	1,  // 8: ferry.v1.OffsetTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
+	14, // 9: ferry.v1.GroupTranslation.partitions:type_name -> ferry.v1.GroupPartitionTranslation
+	1,  // 10: ferry.v1.GroupPartitionTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
+	12, // 11: ferry.v1.TranslateResponse.offset:type_name -> ferry.v1.OffsetTranslation
+	13, // 12: ferry.v1.TranslateResponse.group:type_name -> ferry.v1.GroupTranslation
+	2,  // 13: ferry.v1.ControlService.Status:input_type -> ferry.v1.StatusRequest
+	8,  // 14: ferry.v1.ControlService.SetLinkState:input_type -> ferry.v1.SetLinkStateRequest
+	10, // 15: ferry.v1.ControlService.Translate:input_type -> ferry.v1.TranslateRequest
+	3,  // 16: ferry.v1.ControlService.Status:output_type -> ferry.v1.StatusResponse
+	9,  // 17: ferry.v1.ControlService.SetLinkState:output_type -> ferry.v1.SetLinkStateResponse
+	15, // 18: ferry.v1.ControlService.Translate:output_type -> ferry.v1.TranslateResponse
+	16, // [16:19] is the sub-list for method output_type
+	13, // [13:16] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1_control_proto_init() }
@@ -760,13 +1395,17 @@ func file_ferry_v1_control_proto_init() {
 	if File_ferry_v1_control_proto != nil {
 		return
 	}
+	file_ferry_v1_control_proto_msgTypes[8].OneofWrappers = []any{
+		(*TranslateRequest_Offset)(nil),
+		(*TranslateRequest_Group)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1_control_proto_rawDesc), len(file_ferry_v1_control_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   8,
+			NumEnums:      2,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	ControlService_Status_FullMethodName       = "/ferry.v1.ControlService/Status"
 	ControlService_SetLinkState_FullMethodName = "/ferry.v1.ControlService/SetLinkState"
+	ControlService_Translate_FullMethodName    = "/ferry.v1.ControlService/Translate"
 )
 
 // ControlServiceClient is the client API for ControlService service.
@@ -58,6 +59,22 @@ type ControlServiceClient interface {
 	//	                   link's current generation
 	//	Unavailable        the target cluster could not be reached; retry
 	SetLinkState(ctx context.Context, in *SetLinkStateRequest, opts ...grpc.CallOption) (*SetLinkStateResponse, error)
+	// Translate answers where a source offset of a link's partition stands
+	// on the target (or, reverse, the source offset a target offset stands
+	// for), from the offset index; or where a group stands on the target,
+	// per partition, and the source offset each position stands for. Any
+	// writer of the target answers, the shard's owner or not: it reads the
+	// partition's index records from the index topic itself, so it answers
+	// with the fetchers and the source region gone.
+	//
+	// Errors:
+	//
+	//	PermissionDenied  the caller is not in control.allowed_ids
+	//	NotFound          the writer does not serve the link
+	//	InvalidArgument   no query, an empty or over-long topic, a negative
+	//	                  partition or offset, a group id groupsync refuses
+	//	Unavailable       the target cluster could not be read; retry
+	Translate(ctx context.Context, in *TranslateRequest, opts ...grpc.CallOption) (*TranslateResponse, error)
 }
 
 type controlServiceClient struct {
@@ -82,6 +99,16 @@ func (c *controlServiceClient) SetLinkState(ctx context.Context, in *SetLinkStat
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetLinkStateResponse)
 	err := c.cc.Invoke(ctx, ControlService_SetLinkState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) Translate(ctx context.Context, in *TranslateRequest, opts ...grpc.CallOption) (*TranslateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TranslateResponse)
+	err := c.cc.Invoke(ctx, ControlService_Translate_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +145,22 @@ type ControlServiceServer interface {
 	//	                   link's current generation
 	//	Unavailable        the target cluster could not be reached; retry
 	SetLinkState(context.Context, *SetLinkStateRequest) (*SetLinkStateResponse, error)
+	// Translate answers where a source offset of a link's partition stands
+	// on the target (or, reverse, the source offset a target offset stands
+	// for), from the offset index; or where a group stands on the target,
+	// per partition, and the source offset each position stands for. Any
+	// writer of the target answers, the shard's owner or not: it reads the
+	// partition's index records from the index topic itself, so it answers
+	// with the fetchers and the source region gone.
+	//
+	// Errors:
+	//
+	//	PermissionDenied  the caller is not in control.allowed_ids
+	//	NotFound          the writer does not serve the link
+	//	InvalidArgument   no query, an empty or over-long topic, a negative
+	//	                  partition or offset, a group id groupsync refuses
+	//	Unavailable       the target cluster could not be read; retry
+	Translate(context.Context, *TranslateRequest) (*TranslateResponse, error)
 	mustEmbedUnimplementedControlServiceServer()
 }
 
@@ -133,6 +176,9 @@ func (UnimplementedControlServiceServer) Status(context.Context, *StatusRequest)
 }
 func (UnimplementedControlServiceServer) SetLinkState(context.Context, *SetLinkStateRequest) (*SetLinkStateResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetLinkState not implemented")
+}
+func (UnimplementedControlServiceServer) Translate(context.Context, *TranslateRequest) (*TranslateResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Translate not implemented")
 }
 func (UnimplementedControlServiceServer) mustEmbedUnimplementedControlServiceServer() {}
 func (UnimplementedControlServiceServer) testEmbeddedByValue()                        {}
@@ -191,6 +237,24 @@ func _ControlService_SetLinkState_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControlService_Translate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TranslateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).Translate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_Translate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).Translate(ctx, req.(*TranslateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControlService_ServiceDesc is the grpc.ServiceDesc for ControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -205,6 +269,10 @@ var ControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetLinkState",
 			Handler:    _ControlService_SetLinkState_Handler,
+		},
+		{
+			MethodName: "Translate",
+			Handler:    _ControlService_Translate_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

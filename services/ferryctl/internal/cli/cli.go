@@ -72,6 +72,7 @@ var verbs = []verb{
 			reasonFlag(fs, o)
 			fs.BoolVar(&o.dryRun, "dry-run", false, "print the records and seconds at risk per partition and change nothing")
 		}, run: runFailover},
+	offsetsListing,
 }
 
 func reasonFlag(fs *flag.FlagSet, o *verbOpts) {
@@ -97,6 +98,9 @@ func RunContext(ctx context.Context, args, env []string, stdout, stderr io.Write
 	if args[0] == "--version" || args[0] == "version" {
 		fmt.Fprintln(stdout, service.Version("ferryctl"))
 		return exitOK
+	}
+	if args[0] == offsetsListing.name {
+		return runOffsets(ctx, args[1:], env, stdout, stderr)
 	}
 	for _, v := range verbs {
 		if v.name == args[0] {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ func TestMain(m *testing.M) {
 // ferryctl certificate's identity to their control plane.
 type target struct {
 	dir     string
+	seeds   []string // the target cluster's bootstrap servers
 	writers []*inprocess.Writer
 }
 
@@ -42,7 +44,7 @@ func startTarget(t *testing.T) target {
 	if _, err := devcerts.WriteDir(dir, devcerts.Options{Validity: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	tg := target{dir: dir}
+	tg := target{dir: dir, seeds: cluster.ListenAddrs()}
 	for _, id := range []string{"w1", "w2"} {
 		tg.writers = append(tg.writers, inprocess.Start(t, inprocess.Options{
 			ID: id, Target: cluster.ListenAddrs(), CertDir: dir, Links: []string{"east"},
@@ -56,13 +58,17 @@ func startTarget(t *testing.T) target {
 // returns its exit code, stdout and stderr.
 func (tg target) run(t *testing.T, tier string, args ...string) (int, string, string) {
 	t.Helper()
-	full := []string{args[0],
+	verb := 1 // the verb, and a subcommand's name after it
+	if args[0] == "offsets" {
+		verb = 2
+	}
+	full := append(slices.Clone(args[:verb]),
 		"--cert", filepath.Join(tg.dir, tier+".pem"), "--key", filepath.Join(tg.dir, tier+"-key.pem"), "--ca", filepath.Join(tg.dir, "ca.pem"),
-		"--writer-id", devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "writer"), "--timeout", "20s"}
+		"--writer-id", devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "writer"), "--timeout", "20s")
 	for _, w := range tg.writers {
 		full = append(full, "--writer", w.Addr)
 	}
-	full = append(full, args[1:]...)
+	full = append(full, args[verb:]...)
 	var out, errOut bytes.Buffer
 	code := Run(full, &out, &errOut)
 	return code, out.String(), errOut.String()

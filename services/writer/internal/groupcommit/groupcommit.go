@@ -23,8 +23,6 @@ package groupcommit
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/IBM/sarama"
 
@@ -119,7 +117,7 @@ func (c *Committer) Sync(group string, want map[TopicPartition]Position) (Result
 			return Result{}, fmt.Errorf("target offset of group %q on %s/%d: %w", group, tp.Topic, tp.Partition, b.Err)
 		}
 		if b != nil && b.Offset >= 0 {
-			src, ours := markedSource(b.Metadata)
+			src, ours := groupsync.ParseMarker(b.Metadata)
 			if !ours {
 				return Result{Outcome: Owned, Detail: fmt.Sprintf("%s/%d at %d committed by another client (metadata %q)",
 					tp.Topic, tp.Partition, b.Offset, truncate(b.Metadata))}, nil
@@ -168,19 +166,6 @@ func (c *Committer) Sync(group string, want map[TopicPartition]Position) (Result
 	}
 	res.Outcome = Moved
 	return res, nil
-}
-
-// markedSource reads the source offset of Ferry's marker; ours is false
-// for any other metadata.
-func markedSource(metadata string) (src int64, ours bool) {
-	if !groupsync.IsFerry(metadata) {
-		return 0, false
-	}
-	v, err := strconv.ParseInt(strings.TrimPrefix(metadata, groupsync.MarkerPrefix), 10, 64)
-	if err != nil || v < 0 {
-		return 0, false // a marker Ferry never writes: not ours
-	}
-	return v, true
 }
 
 func truncate(s string) string {

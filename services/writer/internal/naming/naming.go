@@ -36,3 +36,10 @@ func Parse(policy, prefix string) (Policy, error) {
 
 // Target returns the target topic for a source topic.
 func (p Policy) Target(source string) string { return p.prefix + source }
+
+// Source returns the source topic of a target topic, the inverse of
+// Target; ok is false for a topic the policy cannot have named.
+func (p Policy) Source(target string) (source string, ok bool) {
+	source, ok = strings.CutPrefix(target, p.prefix)
+	return source, ok && source != ""
+}

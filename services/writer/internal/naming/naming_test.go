@@ -24,3 +24,26 @@ func TestPolicies(t *testing.T) {
 		}
 	}
 }
+
+func TestSourceInvertsTarget(t *testing.T) {
+	prefix, _ := Parse("prefix", "east.")
+	for _, tc := range []struct {
+		p      Policy
+		target string
+		want   string
+		ok     bool
+	}{
+		{Policy{}, "orders", "orders", true},
+		{prefix, "east.orders", "orders", true},
+		{prefix, "orders", "", false},
+		{prefix, "east.", "", false},
+	} {
+		got, ok := tc.p.Source(tc.target)
+		if got != tc.want && tc.ok || ok != tc.ok {
+			t.Errorf("Source(%q) = %q, %v; want %q, %v", tc.target, got, ok, tc.want, tc.ok)
+		}
+		if ok && tc.p.Target(got) != tc.target {
+			t.Errorf("Target(Source(%q)) = %q", tc.target, tc.p.Target(got))
+		}
+	}
+}

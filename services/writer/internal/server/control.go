@@ -74,11 +74,14 @@ type Control struct {
 	// ids are control.allowed_ids: the only callers admitted. Empty
 	// refuses every call.
 	ids tlsconfig.IDs
+	// translations holds a slot per Translate call served
+	// (maxTranslations).
+	translations chan struct{}
 }
 
 // NewControl serves s's control plane to the callers ids names.
 func NewControl(s *Server, ids tlsconfig.IDs) *Control {
-	return &Control{s: s, ids: ids}
+	return &Control{s: s, ids: ids, translations: make(chan struct{}, maxTranslations)}
 }
 
 // admit returns the caller's identity if control.allowed_ids names it.
