@@ -257,6 +257,7 @@ func (e *env) regionLoss(ctx context.Context, stopLoad func()) *DR {
 	if err := sleep(ctx, 3*time.Second); err != nil {
 		return fail("%v", err)
 	}
+	e.log.Info("region loss: ferryctl failover")
 	failStart := time.Now()
 	ch, err := e.failover(ctx)
 	if err != nil {
@@ -265,6 +266,10 @@ func (e *env) regionLoss(ctx context.Context, stopLoad func()) *DR {
 	if ch.State != "failed_over" {
 		return fail("ferryctl failover left the link %q", ch.State)
 	}
+	for _, p := range ch.AtRisk {
+		dr.ReportedLost += max(0, p.HW-p.Committed)
+	}
+	e.log.Info("region loss: the application reads on the target", "lost_offsets_reported", dr.ReportedLost)
 	dstApp, stopDstApp, err := consume(ctx, e.dst.Addr(), []string{targetPrefix + topicIdem, targetPrefix + topicTxn}, 15*time.Second)
 	if err != nil {
 		return fail("target application: %v", err)
@@ -274,13 +279,13 @@ func (e *env) regionLoss(ctx context.Context, stopLoad func()) *DR {
 		dr.RTO = dstApp.first.Sub(failStart)
 	}
 	// The source comes back only to be read; nothing writes to it again:
-	// the producers' records fail by their delivery timeout first
-	// (startProducers).
+	// the producers' clients are closed (startProducers).
 	select {
 	case <-loadStopped:
 	case <-time.After(3 * time.Minute):
 		return fail("the producers did not give up on the lost source within 3 minutes")
 	}
+	e.log.Info("region loss: starting the source broker again to read what it held")
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	if err := e.src.Restart(rctx); err != nil {
@@ -381,7 +386,6 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 	report := map[tp]int{}
 	for i, p := range ch.AtRisk {
 		report[tp{p.Topic, p.Partition}] = i
-		dr.ReportedLost += max(0, p.HW-p.Committed)
 	}
 	for k, recs := range src {
 		i, ok := report[k]
