@@ -56,6 +56,8 @@ type verbOpts struct {
 	dryRun     bool
 	planned    bool
 	groups     string
+	// progress is where a long wait says what it waits for (stderr).
+	progress io.Writer
 }
 
 var verbs = []verb{
@@ -131,6 +133,7 @@ func runVerb(ctx context.Context, v verb, args, env []string, stdout, stderr io.
 	)
 	conn.flags(fs)
 	v.flags(fs, &o)
+	o.progress = stderr
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: ferryctl %s [flags] %s\n\n%s.\n\nFlags:\n", v.name, v.args, capitalize(v.summary))
 		fs.PrintDefaults()

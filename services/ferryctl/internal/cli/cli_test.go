@@ -29,6 +29,7 @@ func TestMain(m *testing.M) {
 type target struct {
 	dir     string
 	writers []*inprocess.Writer
+	cluster *kfake.Cluster
 }
 
 func startTarget(t *testing.T) target {
@@ -42,7 +43,7 @@ func startTarget(t *testing.T) target {
 	if _, err := devcerts.WriteDir(dir, devcerts.Options{Validity: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	tg := target{dir: dir}
+	tg := target{dir: dir, cluster: cluster}
 	for _, id := range []string{"w1", "w2"} {
 		tg.writers = append(tg.writers, inprocess.Start(t, inprocess.Options{
 			ID: id, Target: cluster.ListenAddrs(), CertDir: dir, Links: []string{"east"},
@@ -56,16 +57,21 @@ func startTarget(t *testing.T) target {
 // returns its exit code, stdout and stderr.
 func (tg target) run(t *testing.T, tier string, args ...string) (int, string, string) {
 	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Run(tg.argv(tier, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// argv is ferryctl's command line for verb args as tier's certificate
+// against both writers.
+func (tg target) argv(tier string, args ...string) []string {
 	full := []string{args[0],
 		"--cert", filepath.Join(tg.dir, tier+".pem"), "--key", filepath.Join(tg.dir, tier+"-key.pem"), "--ca", filepath.Join(tg.dir, "ca.pem"),
 		"--writer-id", devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "writer"), "--timeout", "20s"}
 	for _, w := range tg.writers {
 		full = append(full, "--writer", w.Addr)
 	}
-	full = append(full, args[1:]...)
-	var out, errOut bytes.Buffer
-	code := Run(full, &out, &errOut)
-	return code, out.String(), errOut.String()
+	return append(full, args[1:]...)
 }
 
 func (tg target) status(t *testing.T) Report {

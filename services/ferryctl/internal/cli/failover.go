@@ -31,6 +31,9 @@ const plannedTimeout = 5 * time.Minute
 // plannedPoll is how often a planned failover reads the writers again.
 const plannedPoll = 200 * time.Millisecond
 
+// progressEvery is how often a wait says again what it waits for.
+const progressEvery = 5 * time.Second
+
 // errRefused is a planned failover that would not start: the source side
 // is not reporting (use the unplanned form) or the link is not running.
 var errRefused = errors.New("planned failover refused")
@@ -146,11 +149,11 @@ func plannedFailover(ctx context.Context, c *client, o *verbOpts, link string, r
 		ch.Planned = true
 		return c.print(stdout, ch, printChange)
 	}
-	drained, err := calls.waitFor(ctx, link, bound, func(v view) []string { return undrained(v, start.now) })
+	drained, err := calls.waitFor(ctx, o.progress, link, bound, "drain", func(v view) []string { return undrained(v, start.now) })
 	if err != nil {
 		return err
 	}
-	synced, err := calls.waitFor(ctx, link, bound, func(v view) []string { return unsynced(v, drained.now, re) })
+	synced, err := calls.waitFor(ctx, o.progress, link, bound, "group sync", func(v view) []string { return unsynced(v, drained.now, re) })
 	if err != nil {
 		return err
 	}
@@ -208,11 +211,24 @@ func undrained(v view, start time.Time) []string {
 }
 
 // unsynced names the selected groups with a partition whose target
-// position does not follow a source read after drained (writer clock).
+// position does not follow a source read after drained (writer clock). A
+// partition nothing was ever copied of (after the drain: the source
+// holds nothing of it) has no target position to give, and is not waited
+// for: a consumer there starts by its auto.offset.reset, with nothing to
+// miss or read again.
 func unsynced(v view, drained time.Time, re *regexp.Regexp) []string {
+	empty := map[string]bool{}
+	for _, p := range v.link.Partitions {
+		if p.Committed < 0 {
+			empty[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] = true
+		}
+	}
 	var out []string
 	for _, g := range selectGroups(v.link.Groups, re) {
 		for _, p := range g.Partitions {
+			if empty[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] {
+				continue
+			}
 			if p.StandsFor < 0 || p.SyncedReadAt == nil || !p.SyncedReadAt.After(drained) {
 				out = append(out, fmt.Sprintf("group %s %s/%d: a sync from a source read after the drain (last outcome %s%s)",
 					g.Group, p.Topic, p.Partition, g.Outcome, detail(g.Detail)))
@@ -231,9 +247,15 @@ func detail(d string) string {
 }
 
 // waitFor reads the link until pending finds nothing left, and returns
-// that read; at ctx's end it fails naming what it still waited for.
-func (c *client) waitFor(ctx context.Context, link string, bound time.Duration, pending func(view) []string) (view, error) {
-	var left []string
+// that read; at ctx's end it fails naming what it still waited for. It
+// tells progress what it waits for whenever that count changes, and every
+// progressEvery besides, so an operator sees a drain move.
+func (c *client) waitFor(ctx context.Context, progress io.Writer, link string, bound time.Duration, phase string, pending func(view) []string) (view, error) {
+	var (
+		left []string
+		told = -1
+		last time.Time
+	)
 	for {
 		v, err := c.view(ctx, link)
 		switch {
@@ -241,10 +263,15 @@ func (c *client) waitFor(ctx context.Context, link string, bound time.Duration, 
 			return view{}, fmt.Errorf("link %s became %s while a planned failover waited (generation %d): nothing else changed", link, v.link.State, v.link.Generation)
 		case err == nil:
 			if left = pending(v); len(left) == 0 {
+				fmt.Fprintf(progress, "planned failover of %s: %s done\n", link, phase)
 				return v, nil
 			}
 		default:
 			left = []string{err.Error()}
+		}
+		if len(left) != told || time.Since(last) >= progressEvery {
+			told, last = len(left), time.Now()
+			fmt.Fprintf(progress, "planned failover of %s: %s: waiting for %d: %s\n", link, phase, len(left), strings.Join(left, "; "))
 		}
 		select {
 		case <-ctx.Done():
