@@ -250,3 +250,90 @@ func TestPlannedFailover(t *testing.T) {
 		t.Errorf("app orders/2 (empty) reported %+v, want no position, not_copied", ch.Groups[0].Partitions)
 	}
 }
+
+// With the source side silent (the fetcher gone, heartbeats older than
+// --stale-after), a planned failover refuses, naming the stale partitions
+// and the unplanned form, and changes nothing; the unplanned form's dry
+// run and failover report each selected group's target position, what it
+// stands for and its re-read count, text and -o json.
+func TestPlannedRefusesStaleAndUnplannedReportsGroups(t *testing.T) {
+	r := startReplication(t)
+	produce(t, kclient(t, r.source), 0, 40)
+	commitGroup(t, r.source, "app", "orders", map[int32]int64{0: 17, 1: 33})
+	commitGroup(t, r.source, "other", "orders", map[int32]int64{0: 5, 1: 5})
+	r.waitStatus(t, "both groups synced where they stand", func(l LinkReport) bool {
+		return len(l.Partitions) == 3 && len(l.Groups) == 2 && l.Groups[0].Reread != nil && *l.Groups[0].Reread == 0 &&
+			l.Groups[0].Partitions[0].StandsFor == 17 && l.Groups[0].Partitions[1].StandsFor == 33
+	})
+	r.fetcher.Stop()
+	r.waitStatus(t, "every heartbeat older than 1s", func(l LinkReport) bool {
+		for _, p := range l.Partitions {
+			if p.HeartbeatAge <= 1 {
+				return false
+			}
+		}
+		return true
+	})
+
+	code, out, errOut := r.run(t, "ferryctl", "failover", "east", "--planned", "--stale-after", "1s")
+	if code != exitFailed || !strings.Contains(errOut, "orders/0") || !strings.Contains(errOut, "orders/2") || !strings.Contains(errOut, "unplanned form") {
+		t.Fatalf("planned failover with stale heartbeats exited %d: %s%s", code, out, errOut)
+	}
+	if l := r.status(t).Links[0]; l.State != linkstate.Running || l.Generation != 0 {
+		t.Fatalf("a refused planned failover changed the link: %+v", l)
+	}
+	if code, _, errOut = r.run(t, "ferryctl", "failover", "east", "--groups", "("); code != exitUsage || !strings.Contains(errOut, "--groups") {
+		t.Fatalf("failover --groups ( exited %d: %s", code, errOut)
+	}
+
+	code, out, errOut = r.run(t, "ferryctl", "failover", "east", "--dry-run")
+	if code != exitOK || !strings.Contains(out, "DRY RUN") || !strings.Contains(out, "STANDS_FOR_SOURCE") || !strings.Contains(out, "other") {
+		t.Fatalf("failover --dry-run exited %d: %s%s", code, out, errOut)
+	}
+	code, out, errOut = r.run(t, "ferryctl", "failover", "east", "--groups", "ap.", "--reason", "region lost", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("failover exited %d: %s", code, errOut)
+	}
+	var ch Change
+	if err := json.Unmarshal([]byte(out), &ch); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if ch.State != linkstate.FailedOver || ch.Planned || len(ch.Groups) != 1 || ch.Groups[0].Group != "app" ||
+		ch.Groups[0].Reread == nil || *ch.Groups[0].Reread != 0 {
+		t.Fatalf("failover answered %+v, want failed_over with app alone, 0 re-read", ch)
+	}
+	onTarget, err := kadm.NewClient(kclient(t, r.cluster)).FetchOffsets(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{17, 33} {
+		gp := ch.Groups[0].Partitions[i]
+		o, _ := onTarget.Lookup("east.orders", int32(i))
+		if gp.StandsFor != want || gp.SourceOffset != want || gp.TargetOffset != o.At || o.At < want {
+			t.Errorf("app orders/%d reported %+v; on the target at %d", i, gp, o.At)
+		}
+	}
+}
+
+// A planned failover that cannot finish (its group is someone else's on
+// the target, so group sync never moves it) fails at --timeout naming what
+// it waited for, and leaves the link running.
+func TestPlannedFailoverTimeoutLeavesLinkRunning(t *testing.T) {
+	r := startReplication(t)
+	produce(t, kclient(t, r.source), 0, 10)
+	r.waitStatus(t, "orders copied", func(l LinkReport) bool {
+		return len(l.Partitions) == 3 && l.Partitions[0].Committed == 10
+	})
+	commitGroup(t, r.cluster, "app", "east.orders", map[int32]int64{0: 3}) // a consumer's own commit on the target
+	commitGroup(t, r.source, "app", "orders", map[int32]int64{0: 7})
+	r.waitStatus(t, "app found owned", func(l LinkReport) bool { return len(l.Groups) == 1 && l.Groups[0].Outcome == "owned" })
+
+	code, out, errOut := r.run(t, "ferryctl", "failover", "east", "--planned", "--timeout", "3s")
+	if code != exitFailed || !strings.Contains(errOut, "timed out after 3s waiting for group app orders/0") ||
+		!strings.Contains(errOut, "owned") || !strings.Contains(errOut, "still running") {
+		t.Fatalf("planned failover exited %d: %s%s", code, out, errOut)
+	}
+	if l := r.status(t).Links[0]; l.State != linkstate.Running || l.Generation != 0 {
+		t.Fatalf("a planned failover that timed out changed the link: %+v", l)
+	}
+}
