@@ -311,6 +311,9 @@ func printStatus(w io.Writer, v any) {
 		}
 		tw.Flush()
 		printMeter(w, l.Partitions)
+		if len(l.Groups) > 0 {
+			printGroups(w, l.Groups)
+		}
 		for _, p := range l.Problems {
 			fmt.Fprintf(w, "  UNHEALTHY: %s\n", p)
 		}
