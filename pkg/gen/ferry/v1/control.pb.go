@@ -199,8 +199,12 @@ func (x *StatusRequest) GetLink() string {
 type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Writer is the answering writer's id.
-	Writer        string        `protobuf:"bytes,1,opt,name=writer,proto3" json:"writer,omitempty"`
-	Links         []*LinkStatus `protobuf:"bytes,2,rep,name=links,proto3" json:"links,omitempty"`
+	Writer string        `protobuf:"bytes,1,opt,name=writer,proto3" json:"writer,omitempty"`
+	Links  []*LinkStatus `protobuf:"bytes,2,rep,name=links,proto3" json:"links,omitempty"`
+	// TimeUnixMs is the writer's clock as it answered (Unix ms): ferryctl's
+	// planned failover compares heartbeat and group read times, which are
+	// the fetchers' clocks, with it rather than with its own.
+	TimeUnixMs    int64 `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -249,6 +253,13 @@ func (x *StatusResponse) GetLinks() []*LinkStatus {
 	return nil
 }
 
+func (x *StatusResponse) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
 // LinkStatus is one link as this writer sees it.
 type LinkStatus struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -259,7 +270,9 @@ type LinkStatus struct {
 	// ShardStates are the shards this writer has served since it started.
 	ShardStates []*LinkShard `protobuf:"bytes,4,rep,name=shard_states,json=shardStates,proto3" json:"shard_states,omitempty"`
 	// Partitions are those with a heartbeat: the failover meter.
-	Partitions    []*LinkPartition `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions []*LinkPartition `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// Groups are the link's consumer groups this writer has synced.
+	Groups        []*LinkGroup `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -325,6 +338,13 @@ func (x *LinkStatus) GetShardStates() []*LinkShard {
 func (x *LinkStatus) GetPartitions() []*LinkPartition {
 	if x != nil {
 		return x.Partitions
+	}
+	return nil
+}
+
+func (x *LinkStatus) GetGroups() []*LinkGroup {
+	if x != nil {
+		return x.Groups
 	}
 	return nil
 }
@@ -500,8 +520,11 @@ type LinkPartition struct {
 	HasLagSeconds bool    `protobuf:"varint,8,opt,name=has_lag_seconds,json=hasLagSeconds,proto3" json:"has_lag_seconds,omitempty"`
 	// HeartbeatAgeSeconds is the age of the last heartbeat.
 	HeartbeatAgeSeconds float64 `protobuf:"fixed64,9,opt,name=heartbeat_age_seconds,json=heartbeatAgeSeconds,proto3" json:"heartbeat_age_seconds,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// HeartbeatObservedAtUnixMs is when the fetcher read the last
+	// heartbeat's offsets from the source (Unix ms, the fetcher's clock).
+	HeartbeatObservedAtUnixMs int64 `protobuf:"varint,10,opt,name=heartbeat_observed_at_unix_ms,json=heartbeatObservedAtUnixMs,proto3" json:"heartbeat_observed_at_unix_ms,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *LinkPartition) Reset() {
@@ -593,6 +616,13 @@ func (x *LinkPartition) GetHasLagSeconds() bool {
 func (x *LinkPartition) GetHeartbeatAgeSeconds() float64 {
 	if x != nil {
 		return x.HeartbeatAgeSeconds
+	}
+	return 0
+}
+
+func (x *LinkPartition) GetHeartbeatObservedAtUnixMs() int64 {
+	if x != nil {
+		return x.HeartbeatObservedAtUnixMs
 	}
 	return 0
 }
@@ -1222,16 +1252,225 @@ func (x *TranslateResponse) GetGroup() *GroupTranslation {
 	return nil
 }
 
+// LinkGroup is one consumer group of a link as this writer synced it.
+type LinkGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Outcome is what the last sync did: moved, unchanged, active, owned,
+	// before_index or error.
+	Outcome string `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Detail  string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// SyncAgeSeconds is the age of the source read the group's target
+	// position last followed; has_sync_age is false when it never did.
+	SyncAgeSeconds float64 `protobuf:"fixed64,4,opt,name=sync_age_seconds,json=syncAgeSeconds,proto3" json:"sync_age_seconds,omitempty"`
+	HasSyncAge     bool    `protobuf:"varint,5,opt,name=has_sync_age,json=hasSyncAge,proto3" json:"has_sync_age,omitempty"`
+	// RereadRecords would be read again after a failover now;
+	// has_reread_records is false when no partition's position is Ferry's.
+	RereadRecords    int64                 `protobuf:"varint,6,opt,name=reread_records,json=rereadRecords,proto3" json:"reread_records,omitempty"`
+	HasRereadRecords bool                  `protobuf:"varint,7,opt,name=has_reread_records,json=hasRereadRecords,proto3" json:"has_reread_records,omitempty"`
+	Partitions       []*LinkGroupPartition `protobuf:"bytes,8,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *LinkGroup) Reset() {
+	*x = LinkGroup{}
+	mi := &file_ferry_v1_control_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkGroup) ProtoMessage() {}
+
+func (x *LinkGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkGroup.ProtoReflect.Descriptor instead.
+func (*LinkGroup) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LinkGroup) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *LinkGroup) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *LinkGroup) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *LinkGroup) GetSyncAgeSeconds() float64 {
+	if x != nil {
+		return x.SyncAgeSeconds
+	}
+	return 0
+}
+
+func (x *LinkGroup) GetHasSyncAge() bool {
+	if x != nil {
+		return x.HasSyncAge
+	}
+	return false
+}
+
+func (x *LinkGroup) GetRereadRecords() int64 {
+	if x != nil {
+		return x.RereadRecords
+	}
+	return 0
+}
+
+func (x *LinkGroup) GetHasRereadRecords() bool {
+	if x != nil {
+		return x.HasRereadRecords
+	}
+	return false
+}
+
+func (x *LinkGroup) GetPartitions() []*LinkGroupPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// LinkGroupPartition is one partition of a synced group.
+type LinkGroupPartition struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// SourceOffset is the group's committed offset on the source as last
+	// read.
+	SourceOffset int64 `protobuf:"varint,3,opt,name=source_offset,json=sourceOffset,proto3" json:"source_offset,omitempty"`
+	// TargetOffset is where Ferry's commit puts the group on the target and
+	// StandsFor the source offset it stands for; -1 when not known.
+	TargetOffset          int64  `protobuf:"varint,4,opt,name=target_offset,json=targetOffset,proto3" json:"target_offset,omitempty"`
+	StandsForSourceOffset int64  `protobuf:"varint,5,opt,name=stands_for_source_offset,json=standsForSourceOffset,proto3" json:"stands_for_source_offset,omitempty"`
+	Note                  string `protobuf:"bytes,6,opt,name=note,proto3" json:"note,omitempty"`
+	// SyncedReadAtUnixMs is when the fetcher read the source offsets the
+	// target position last followed (Unix ms, the fetcher's clock); 0 when
+	// it never did.
+	SyncedReadAtUnixMs int64 `protobuf:"varint,7,opt,name=synced_read_at_unix_ms,json=syncedReadAtUnixMs,proto3" json:"synced_read_at_unix_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *LinkGroupPartition) Reset() {
+	*x = LinkGroupPartition{}
+	mi := &file_ferry_v1_control_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkGroupPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkGroupPartition) ProtoMessage() {}
+
+func (x *LinkGroupPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkGroupPartition.ProtoReflect.Descriptor instead.
+func (*LinkGroupPartition) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *LinkGroupPartition) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *LinkGroupPartition) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *LinkGroupPartition) GetSourceOffset() int64 {
+	if x != nil {
+		return x.SourceOffset
+	}
+	return 0
+}
+
+func (x *LinkGroupPartition) GetTargetOffset() int64 {
+	if x != nil {
+		return x.TargetOffset
+	}
+	return 0
+}
+
+func (x *LinkGroupPartition) GetStandsForSourceOffset() int64 {
+	if x != nil {
+		return x.StandsForSourceOffset
+	}
+	return 0
+}
+
+func (x *LinkGroupPartition) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *LinkGroupPartition) GetSyncedReadAtUnixMs() int64 {
+	if x != nil {
+		return x.SyncedReadAtUnixMs
+	}
+	return 0
+}
+
 var File_ferry_v1_control_proto protoreflect.FileDescriptor
 
 const file_ferry_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x16ferry/v1/control.proto\x12\bferry.v1\"#\n" +
 	"\rStatusRequest\x12\x12\n" +
-	"\x04link\x18\x01 \x01(\tR\x04link\"T\n" +
+	"\x04link\x18\x01 \x01(\tR\x04link\"v\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06writer\x18\x01 \x01(\tR\x06writer\x12*\n" +
-	"\x05links\x18\x02 \x03(\v2\x14.ferry.v1.LinkStatusR\x05links\"\xda\x01\n" +
+	"\x05links\x18\x02 \x03(\v2\x14.ferry.v1.LinkStatusR\x05links\x12 \n" +
+	"\ftime_unix_ms\x18\x03 \x01(\x03R\n" +
+	"timeUnixMs\"\x87\x02\n" +
 	"\n" +
 	"LinkStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
@@ -1240,7 +1479,8 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\fshard_states\x18\x04 \x03(\v2\x13.ferry.v1.LinkShardR\vshardStates\x127\n" +
 	"\n" +
 	"partitions\x18\x05 \x03(\v2\x17.ferry.v1.LinkPartitionR\n" +
-	"partitions\"\xa2\x01\n" +
+	"partitions\x12+\n" +
+	"\x06groups\x18\x06 \x03(\v2\x13.ferry.v1.LinkGroupR\x06groups\"\xa2\x01\n" +
 	"\vLinkControl\x12)\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x13.ferry.v1.LinkStateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x0e\n" +
@@ -1254,7 +1494,7 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06active\x18\x03 \x01(\bR\x06active\x12\x18\n" +
-	"\afetcher\x18\x04 \x01(\tR\afetcher\"\x80\x03\n" +
+	"\afetcher\x18\x04 \x01(\tR\afetcher\"\xc2\x03\n" +
 	"\rLinkPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x122\n" +
@@ -1266,7 +1506,9 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\vlag_seconds\x18\a \x01(\x01R\n" +
 	"lagSeconds\x12&\n" +
 	"\x0fhas_lag_seconds\x18\b \x01(\bR\rhasLagSeconds\x122\n" +
-	"\x15heartbeat_age_seconds\x18\t \x01(\x01R\x13heartbeatAgeSeconds\"\x9d\x01\n" +
+	"\x15heartbeat_age_seconds\x18\t \x01(\x01R\x13heartbeatAgeSeconds\x12@\n" +
+	"\x1dheartbeat_observed_at_unix_ms\x18\n" +
+	" \x01(\x03R\x19heartbeatObservedAtUnixMs\"\x9d\x01\n" +
 	"\x13SetLinkStateRequest\x12\x12\n" +
 	"\x04link\x18\x01 \x01(\tR\x04link\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.ferry.v1.LinkStateR\x05state\x12\x16\n" +
@@ -1314,7 +1556,27 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x11TranslateResponse\x12\x16\n" +
 	"\x06writer\x18\x01 \x01(\tR\x06writer\x123\n" +
 	"\x06offset\x18\x02 \x01(\v2\x1b.ferry.v1.OffsetTranslationR\x06offset\x120\n" +
-	"\x05group\x18\x03 \x01(\v2\x1a.ferry.v1.GroupTranslationR\x05group*r\n" +
+	"\x05group\x18\x03 \x01(\v2\x1a.ferry.v1.GroupTranslationR\x05group\"\xb2\x02\n" +
+	"\tLinkGroup\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
+	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12(\n" +
+	"\x10sync_age_seconds\x18\x04 \x01(\x01R\x0esyncAgeSeconds\x12 \n" +
+	"\fhas_sync_age\x18\x05 \x01(\bR\n" +
+	"hasSyncAge\x12%\n" +
+	"\x0ereread_records\x18\x06 \x01(\x03R\rrereadRecords\x12,\n" +
+	"\x12has_reread_records\x18\a \x01(\bR\x10hasRereadRecords\x12<\n" +
+	"\n" +
+	"partitions\x18\b \x03(\v2\x1c.ferry.v1.LinkGroupPartitionR\n" +
+	"partitions\"\x93\x02\n" +
+	"\x12LinkGroupPartition\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12#\n" +
+	"\rsource_offset\x18\x03 \x01(\x03R\fsourceOffset\x12#\n" +
+	"\rtarget_offset\x18\x04 \x01(\x03R\ftargetOffset\x127\n" +
+	"\x18stands_for_source_offset\x18\x05 \x01(\x03R\x15standsForSourceOffset\x12\x12\n" +
+	"\x04note\x18\x06 \x01(\tR\x04note\x122\n" +
+	"\x16synced_read_at_unix_ms\x18\a \x01(\x03R\x12syncedReadAtUnixMs*r\n" +
 	"\tLinkState\x12\x1a\n" +
 	"\x16LINK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12LINK_STATE_RUNNING\x10\x01\x12\x15\n" +
@@ -1344,7 +1606,7 @@ func file_ferry_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ferry_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_ferry_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_ferry_v1_control_proto_goTypes = []any{
 	(LinkState)(0),                    // 0: ferry.v1.LinkState
 	(TranslateOutcome)(0),             // 1: ferry.v1.TranslateOutcome
@@ -1362,32 +1624,36 @@ var file_ferry_v1_control_proto_goTypes = []any{
 	(*GroupTranslation)(nil),          // 13: ferry.v1.GroupTranslation
 	(*GroupPartitionTranslation)(nil), // 14: ferry.v1.GroupPartitionTranslation
 	(*TranslateResponse)(nil),         // 15: ferry.v1.TranslateResponse
+	(*LinkGroup)(nil),                 // 16: ferry.v1.LinkGroup
+	(*LinkGroupPartition)(nil),        // 17: ferry.v1.LinkGroupPartition
 }
 var file_ferry_v1_control_proto_depIdxs = []int32{
 	4,  // 0: ferry.v1.StatusResponse.links:type_name -> ferry.v1.LinkStatus
 	5,  // 1: ferry.v1.LinkStatus.control:type_name -> ferry.v1.LinkControl
 	6,  // 2: ferry.v1.LinkStatus.shard_states:type_name -> ferry.v1.LinkShard
 	7,  // 3: ferry.v1.LinkStatus.partitions:type_name -> ferry.v1.LinkPartition
-	0,  // 4: ferry.v1.LinkControl.state:type_name -> ferry.v1.LinkState
-	0,  // 5: ferry.v1.SetLinkStateRequest.state:type_name -> ferry.v1.LinkState
-	5,  // 6: ferry.v1.SetLinkStateResponse.control:type_name -> ferry.v1.LinkControl
-	11, // 7: ferry.v1.TranslateRequest.offset:type_name -> ferry.v1.OffsetQuery
-	1,  // 8: ferry.v1.OffsetTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
-	14, // 9: ferry.v1.GroupTranslation.partitions:type_name -> ferry.v1.GroupPartitionTranslation
-	1,  // 10: ferry.v1.GroupPartitionTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
-	12, // 11: ferry.v1.TranslateResponse.offset:type_name -> ferry.v1.OffsetTranslation
-	13, // 12: ferry.v1.TranslateResponse.group:type_name -> ferry.v1.GroupTranslation
-	2,  // 13: ferry.v1.ControlService.Status:input_type -> ferry.v1.StatusRequest
-	8,  // 14: ferry.v1.ControlService.SetLinkState:input_type -> ferry.v1.SetLinkStateRequest
-	10, // 15: ferry.v1.ControlService.Translate:input_type -> ferry.v1.TranslateRequest
-	3,  // 16: ferry.v1.ControlService.Status:output_type -> ferry.v1.StatusResponse
-	9,  // 17: ferry.v1.ControlService.SetLinkState:output_type -> ferry.v1.SetLinkStateResponse
-	15, // 18: ferry.v1.ControlService.Translate:output_type -> ferry.v1.TranslateResponse
-	16, // [16:19] is the sub-list for method output_type
-	13, // [13:16] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	16, // 4: ferry.v1.LinkStatus.groups:type_name -> ferry.v1.LinkGroup
+	0,  // 5: ferry.v1.LinkControl.state:type_name -> ferry.v1.LinkState
+	0,  // 6: ferry.v1.SetLinkStateRequest.state:type_name -> ferry.v1.LinkState
+	5,  // 7: ferry.v1.SetLinkStateResponse.control:type_name -> ferry.v1.LinkControl
+	11, // 8: ferry.v1.TranslateRequest.offset:type_name -> ferry.v1.OffsetQuery
+	1,  // 9: ferry.v1.OffsetTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
+	14, // 10: ferry.v1.GroupTranslation.partitions:type_name -> ferry.v1.GroupPartitionTranslation
+	1,  // 11: ferry.v1.GroupPartitionTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
+	12, // 12: ferry.v1.TranslateResponse.offset:type_name -> ferry.v1.OffsetTranslation
+	13, // 13: ferry.v1.TranslateResponse.group:type_name -> ferry.v1.GroupTranslation
+	17, // 14: ferry.v1.LinkGroup.partitions:type_name -> ferry.v1.LinkGroupPartition
+	2,  // 15: ferry.v1.ControlService.Status:input_type -> ferry.v1.StatusRequest
+	8,  // 16: ferry.v1.ControlService.SetLinkState:input_type -> ferry.v1.SetLinkStateRequest
+	10, // 17: ferry.v1.ControlService.Translate:input_type -> ferry.v1.TranslateRequest
+	3,  // 18: ferry.v1.ControlService.Status:output_type -> ferry.v1.StatusResponse
+	9,  // 19: ferry.v1.ControlService.SetLinkState:output_type -> ferry.v1.SetLinkStateResponse
+	15, // 20: ferry.v1.ControlService.Translate:output_type -> ferry.v1.TranslateResponse
+	18, // [18:21] is the sub-list for method output_type
+	15, // [15:18] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1_control_proto_init() }
@@ -1405,7 +1671,7 @@ func file_ferry_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1_control_proto_rawDesc), len(file_ferry_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -54,6 +54,10 @@ type verbOpts struct {
 	staleAfter time.Duration
 	reason     string
 	dryRun     bool
+	planned    bool
+	groups     string
+	// progress is where a long wait says what it waits for (stderr).
+	progress io.Writer
 }
 
 var verbs = []verb{
@@ -67,10 +71,13 @@ var verbs = []verb{
 		flags: reasonFlag, run: stateVerb("paused")},
 	{name: "resume", args: "LINK", summary: "let the fetchers of LINK copy again, from the committed checkpoints",
 		flags: reasonFlag, run: stateVerb("running")},
-	{name: "failover", args: "LINK", summary: "refuse every stream of LINK for good (the target takes over) and print what the source held that the target lacks",
+	{name: "failover", args: "LINK", summary: "refuse every stream of LINK for good (the target takes over) and print what the source held that the target lacks and where each group stands",
 		flags: func(fs *flag.FlagSet, o *verbOpts) {
 			reasonFlag(fs, o)
-			fs.BoolVar(&o.dryRun, "dry-run", false, "print the records and seconds at risk per partition and change nothing")
+			fs.BoolVar(&o.dryRun, "dry-run", false, "print the records and seconds at risk per partition and each group's position, and change nothing")
+			fs.BoolVar(&o.planned, "planned", false, "the source is reachable and its producers and consumers stopped: drain the link and sync the groups first, then fail over (RPO 0); --timeout bounds the wait")
+			fs.StringVar(&o.groups, "groups", "", "only the consumer groups this regular expression matches (anchored), in the report and the planned wait")
+			fs.DurationVar(&o.staleAfter, "stale-after", 5*time.Second, "--planned refuses when a partition's last heartbeat is older than this (the source side is not reporting)")
 		}, run: runFailover},
 	offsetsListing,
 }
@@ -130,6 +137,7 @@ func runVerb(ctx context.Context, v verb, args, env []string, stdout, stderr io.
 	)
 	conn.flags(fs)
 	v.flags(fs, &o)
+	o.progress = stderr
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: ferryctl %s [flags] %s\n\n%s.\n\nFlags:\n", v.name, v.args, capitalize(v.summary))
 		fs.PrintDefaults()

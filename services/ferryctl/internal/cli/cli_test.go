@@ -31,6 +31,7 @@ type target struct {
 	dir     string
 	seeds   []string // the target cluster's bootstrap servers
 	writers []*inprocess.Writer
+	cluster *kfake.Cluster
 }
 
 func startTarget(t *testing.T) target {
@@ -44,7 +45,7 @@ func startTarget(t *testing.T) target {
 	if _, err := devcerts.WriteDir(dir, devcerts.Options{Validity: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	tg := target{dir: dir, seeds: cluster.ListenAddrs()}
+	tg := target{dir: dir, seeds: cluster.ListenAddrs(), cluster: cluster}
 	for _, id := range []string{"w1", "w2"} {
 		tg.writers = append(tg.writers, inprocess.Start(t, inprocess.Options{
 			ID: id, Target: cluster.ListenAddrs(), CertDir: dir, Links: []string{"east"},
@@ -58,6 +59,14 @@ func startTarget(t *testing.T) target {
 // returns its exit code, stdout and stderr.
 func (tg target) run(t *testing.T, tier string, args ...string) (int, string, string) {
 	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Run(tg.argv(tier, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// argv is ferryctl's command line for verb args as tier's certificate
+// against both writers.
+func (tg target) argv(tier string, args ...string) []string {
 	verb := 1 // the verb, and a subcommand's name after it
 	if args[0] == "offsets" {
 		verb = 2
@@ -68,10 +77,7 @@ func (tg target) run(t *testing.T, tier string, args ...string) (int, string, st
 	for _, w := range tg.writers {
 		full = append(full, "--writer", w.Addr)
 	}
-	full = append(full, args[verb:]...)
-	var out, errOut bytes.Buffer
-	code := Run(full, &out, &errOut)
-	return code, out.String(), errOut.String()
+	return append(full, args[verb:]...)
 }
 
 func (tg target) status(t *testing.T) Report {

@@ -32,9 +32,13 @@ type Settings struct {
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
 	CAFile   string `yaml:"ca_file"`
-	// Timeout bounds each call.
+	// Timeout bounds each call (default 10s), and a planned failover's
+	// whole wait (default 5m there).
 	Timeout time.Duration `yaml:"timeout"`
 }
+
+// defaultTimeout bounds each call when no timeout is configured.
+const defaultTimeout = 10 * time.Second
 
 // conn holds the flags every verb takes.
 type conn struct {
@@ -43,6 +47,9 @@ type conn struct {
 	cert, key, ca string
 	output        string
 	timeout       time.Duration
+	// timeoutSet is true when a timeout was configured (flag, file or
+	// environment) rather than defaulted.
+	timeoutSet bool
 }
 
 // multi is a repeatable flag; each value may also be comma-separated.
@@ -66,12 +73,12 @@ func (c *conn) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.key, "key", "", "its private key (PEM) (or FERRY_CTL_KEY_FILE)")
 	fs.StringVar(&c.ca, "ca", "", "the CA bundle the writers' certificates chain to (or FERRY_CTL_CA_FILE)")
 	fs.StringVar(&c.output, "o", "text", "output: text or json")
-	fs.DurationVar(&c.timeout, "timeout", 0, "bound on each call (default 10s, or FERRY_CTL_TIMEOUT)")
+	fs.DurationVar(&c.timeout, "timeout", 0, "bound on each call (default 10s), and on the whole wait of failover --planned (default 5m) (or FERRY_CTL_TIMEOUT)")
 }
 
 // settings layers the file, the environment and the flags.
 func (c *conn) settings(env []string) (Settings, error) {
-	s := Settings{Timeout: 10 * time.Second}
+	var s Settings
 	path := c.config
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "FERRY_CTL_CONFIG="); ok && path == "" {
@@ -103,6 +110,11 @@ func (c *conn) settings(env []string) (Settings, error) {
 	}
 	if c.timeout > 0 {
 		s.Timeout = c.timeout
+	}
+	if s.Timeout == 0 {
+		s.Timeout = defaultTimeout
+	} else {
+		c.timeoutSet = true
 	}
 	return s, s.validate(c.output)
 }
@@ -141,7 +153,9 @@ func (s Settings) validate(output string) error {
 type client struct {
 	writers []writer
 	timeout time.Duration
-	json    bool
+	// timeoutSet: the operator chose timeout (conn.timeoutSet).
+	timeoutSet bool
+	json       bool
 }
 
 type writer struct {
@@ -163,7 +177,7 @@ func (c *conn) dial(env []string) (*client, error) {
 		return nil, fmt.Errorf("certificate: %w", err)
 	}
 	creds := credentials.NewTLS(src.ClientTLS())
-	cl := &client{timeout: s.Timeout, json: c.output == "json"}
+	cl := &client{timeout: s.Timeout, timeoutSet: c.timeoutSet, json: c.output == "json"}
 	for _, addr := range s.Writers {
 		gc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 		if err != nil {

@@ -56,16 +56,16 @@ type Translation struct {
 	RefusedRecords int64 `json:"refused_records,omitempty"`
 }
 
-// GroupReport is what offsets translate --group prints.
-type GroupReport struct {
+// GroupTranslationReport is what offsets translate --group prints.
+type GroupTranslationReport struct {
 	Writer     string           `json:"writer"`
 	Link       string           `json:"link"`
 	Group      string           `json:"group"`
-	Partitions []GroupPartition `json:"partitions"`
+	Partitions []GroupPartitionTranslation `json:"partitions"`
 }
 
-// GroupPartition is one partition of a group on the target.
-type GroupPartition struct {
+// GroupPartitionTranslation is one partition of a group on the target.
+type GroupPartitionTranslation struct {
 	Topic        string `json:"topic"`
 	TargetTopic  string `json:"target_topic"`
 	Partition    int32  `json:"partition"`
@@ -151,7 +151,7 @@ func (q *translateQuery) run(ctx context.Context, c *client, args []string, stdo
 		return err
 	}
 	if q.group != "" {
-		rep := groupReport(q.link, resp)
+		rep := groupTranslationReport(q.link, resp)
 		if err := c.print(stdout, rep, printGroup); err != nil {
 			return err
 		}
@@ -249,11 +249,11 @@ func printTranslation(w io.Writer, v any) {
 	}
 }
 
-func groupReport(link string, resp *ferryv1.TranslateResponse) GroupReport {
+func groupTranslationReport(link string, resp *ferryv1.TranslateResponse) GroupTranslationReport {
 	g := resp.GetGroup()
-	rep := GroupReport{Writer: resp.GetWriter(), Link: link, Group: g.GetGroup(), Partitions: []GroupPartition{}}
+	rep := GroupTranslationReport{Writer: resp.GetWriter(), Link: link, Group: g.GetGroup(), Partitions: []GroupPartitionTranslation{}}
 	for _, p := range g.GetPartitions() {
-		gp := GroupPartition{Topic: p.GetTopic(), TargetTopic: p.GetTargetTopic(), Partition: p.GetPartition(), TargetOffset: p.GetTargetOffset(),
+		gp := GroupPartitionTranslation{Topic: p.GetTopic(), TargetTopic: p.GetTargetTopic(), Partition: p.GetPartition(), TargetOffset: p.GetTargetOffset(),
 			Ferry: p.GetFerry(), Outcome: outcomeName(p.GetOutcome()), Metadata: p.GetMetadata()}
 		if gp.Outcome == outcomeExact || gp.Outcome == outcomeBeyondCopied {
 			v := p.GetSourceOffset()
@@ -266,7 +266,7 @@ func groupReport(link string, resp *ferryv1.TranslateResponse) GroupReport {
 
 // failure is nil when the group has offsets on the link's target topics
 // and each names its source offset.
-func (rep GroupReport) failure() error {
+func (rep GroupTranslationReport) failure() error {
 	if len(rep.Partitions) == 0 {
 		return fmt.Errorf("%w: group %s has no committed offset on the target topics of link %s", errUntranslated, rep.Group, rep.Link)
 	}
@@ -283,7 +283,7 @@ func (rep GroupReport) failure() error {
 }
 
 func printGroup(w io.Writer, v any) {
-	rep := v.(GroupReport)
+	rep := v.(GroupTranslationReport)
 	fmt.Fprintf(w, "group %s on the target of link %s (writer %s)\n", rep.Group, rep.Link, rep.Writer)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TARGET TOPIC\tPARTITION\tTARGET OFFSET\tSOURCE OFFSET\tFROM")

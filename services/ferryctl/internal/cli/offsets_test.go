@@ -202,7 +202,7 @@ func TestOffsetsTranslate(t *testing.T) {
 
 	commitOnTarget(ctx, t, seeds, "app", copied[62], groupsync.Marker(61))
 	code, out, errOut = tg.run(t, "ferryctl", "offsets", "translate", "--link", "east", "--group", "app", "-o", "json")
-	var g GroupReport
+	var g GroupTranslationReport
 	if err := json.Unmarshal([]byte(out), &g); code != exitOK || err != nil || len(g.Partitions) != 1 {
 		t.Fatalf("translate --group exited %d: %s %s (%v)", code, out, errOut, err)
 	}

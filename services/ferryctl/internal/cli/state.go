@@ -25,6 +25,12 @@ type Change struct {
 	AtRisk []PartitionReport `json:"at_risk,omitempty"`
 	// DryRun is set when nothing was changed.
 	DryRun bool `json:"dry_run,omitempty"`
+	// Groups are, for a failover, the selected groups: where each stands
+	// on the target, what that stands for on the source and what it
+	// would read again.
+	Groups []GroupReport `json:"groups,omitempty"`
+	// Planned is set for a planned failover (failover.go).
+	Planned bool `json:"planned,omitempty"`
 }
 
 // stateVerb sets a link's state (pause, resume).
@@ -35,55 +41,25 @@ func stateVerb(name string) func(context.Context, *client, *verbOpts, []string, 
 		if err != nil {
 			return err
 		}
-		ch, err := c.setState(ctx, link, state, o.reason)
+		ch, err := c.setState(ctx, link, state, o.reason, 0)
 		if err != nil {
 			return err
 		}
 		return c.print(stdout, ch, printChange)
 	}
-}
-
-// runFailover fails a link over: the unplanned case's first part (the
-// writers refuse every stream of the link), then prints the meter as the
-// loss report. --dry-run prints the meter and changes nothing.
-func runFailover(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
-	link, err := oneLink(args)
-	if err != nil {
-		return err
-	}
-	if o.dryRun {
-		rep, err := c.report(ctx, link, time.Hour)
-		if err != nil {
-			return err
-		}
-		ch := Change{Link: link, DryRun: true}
-		if len(rep.Links) == 1 {
-			ch.State, ch.Generation, ch.AtRisk = rep.Links[0].State, rep.Links[0].Generation, rep.Links[0].Partitions
-		}
-		return c.print(stdout, ch, printChange)
-	}
-	ch, err := c.setState(ctx, link, linkstate.FailedOver, o.reason)
-	if err != nil {
-		return err
-	}
-	// Taken after the change: no stream writes any more, so the meter is
-	// what the target lacks of what the source held at its last heartbeat.
-	if rep, err := c.report(ctx, link, time.Hour); err == nil && len(rep.Links) == 1 {
-		ch.AtRisk = rep.Links[0].Partitions
-	}
-	return c.print(stdout, ch, printChange)
 }
 
 // setState records the change through the first writer that takes it,
 // then waits (up to the call timeout) until every writer reads it back.
-func (c *client) setState(ctx context.Context, link string, state linkstate.State, reason string) (Change, error) {
+// A non-zero expected generation makes the change conditional on it.
+func (c *client) setState(ctx context.Context, link string, state linkstate.State, reason string, expected uint64) (Change, error) {
 	var (
 		got     *ferryv1.LinkControl
 		lastErr error
 	)
 	for _, w := range c.writers {
 		err := c.call(ctx, func(ctx context.Context) error {
-			resp, err := w.ctl.SetLinkState(ctx, &ferryv1.SetLinkStateRequest{Link: link, State: state.Proto(), Reason: reason})
+			resp, err := w.ctl.SetLinkState(ctx, &ferryv1.SetLinkStateRequest{Link: link, State: state.Proto(), Reason: reason, ExpectedGeneration: expected})
 			got = resp.GetControl()
 			return err
 		})
@@ -149,5 +125,6 @@ func printChange(w io.Writer, v any) {
 	}
 	if ch.DryRun || ch.State == linkstate.FailedOver {
 		printMeter(w, ch.AtRisk)
+		printGroups(w, ch.Groups)
 	}
 }

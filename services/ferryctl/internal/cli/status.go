@@ -43,6 +43,8 @@ type LinkReport struct {
 	Writers    map[string]uint64 `json:"writers"`
 	Shards     []ShardReport     `json:"shards"`
 	Partitions []PartitionReport `json:"partitions"`
+	// Groups are the link's synced consumer groups (groups.go).
+	Groups []GroupReport `json:"groups,omitempty"`
 	// Problems say why the link is unhealthy; empty when it is not.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -69,6 +71,8 @@ type PartitionReport struct {
 	LagRecords          int64    `json:"lag_records"`
 	LagSeconds          *float64 `json:"lag_seconds,omitempty"`
 	HeartbeatAge        float64  `json:"heartbeat_age_seconds"`
+	// HeartbeatObservedAt is when the fetcher read the source (its clock).
+	HeartbeatObservedAt *time.Time `json:"heartbeat_observed_at,omitempty"`
 }
 
 func runStatus(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
@@ -218,6 +222,9 @@ func mergeLink(l *LinkReport, ls *ferryv1.LinkStatus, addr string) {
 	for _, p := range ls.GetPartitions() {
 		mergePartition(l, p)
 	}
+	for _, g := range ls.GetGroups() {
+		mergeGroup(l, g)
+	}
 	slices.SortFunc(l.Partitions, func(a, b PartitionReport) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
 			return c
@@ -232,6 +239,10 @@ func mergePartition(l *LinkReport, p *ferryv1.LinkPartition) {
 		Topic: p.GetTopic(), Partition: p.GetPartition(), Committed: p.GetCommittedNextOffset(),
 		SourceHighWatermark: p.GetSourceHighWatermark(), SourceLogStart: p.GetSourceLogStartOffset(),
 		LagRecords: p.GetLagRecords(), HeartbeatAge: p.GetHeartbeatAgeSeconds(),
+	}
+	if ms := p.GetHeartbeatObservedAtUnixMs(); ms > 0 {
+		t := time.UnixMilli(ms).UTC()
+		next.HeartbeatObservedAt = &t
 	}
 	if p.GetHasLagSeconds() {
 		v := p.GetLagSeconds()
@@ -300,6 +311,9 @@ func printStatus(w io.Writer, v any) {
 		}
 		tw.Flush()
 		printMeter(w, l.Partitions)
+		if len(l.Groups) > 0 {
+			printGroups(w, l.Groups)
+		}
 		for _, p := range l.Problems {
 			fmt.Fprintf(w, "  UNHEALTHY: %s\n", p)
 		}

@@ -108,13 +108,15 @@ func (c *Control) Status(ctx context.Context, req *ferryv1.StatusRequest) (*ferr
 			return nil, status.Errorf(codes.NotFound, "link %q: this writer does not serve it", clip(name))
 		}
 	}
-	resp := &ferryv1.StatusResponse{Writer: s.opts.ID}
-	shards, meter := s.Status(), s.Failover()
+	resp := &ferryv1.StatusResponse{Writer: s.opts.ID, TimeUnixMs: time.Now().UnixMilli()}
+	shards, meter, groups := s.Status(), s.Failover(), s.Groups()
 	for _, ls := range s.LinkStates() {
 		if req.GetLink() != "" && ls.Link != req.GetLink() {
 			continue
 		}
-		resp.Links = append(resp.Links, c.linkStatus(ls, shards, meter))
+		out := c.linkStatus(ls, shards, meter)
+		out.Groups = groupsProto(ls.Link, groups)
+		resp.Links = append(resp.Links, out)
 	}
 	return resp, nil
 }
@@ -134,12 +136,39 @@ func (c *Control) linkStatus(ls LinkState, shards []ShardStatus, meter []Exposur
 		p := &ferryv1.LinkPartition{
 			Topic: e.Topic, Partition: e.Partition, CommittedNextOffset: e.Committed,
 			SourceHighWatermark: e.SourceHighWatermark, SourceLogStartOffset: e.SourceLogStart,
-			LagRecords: e.Records, HeartbeatAgeSeconds: e.HeartbeatAge,
+			LagRecords: e.Records, HeartbeatAgeSeconds: e.HeartbeatAge, HeartbeatObservedAtUnixMs: e.ObservedAt.UnixMilli(),
 		}
 		if e.Seconds != nil {
 			p.LagSeconds, p.HasLagSeconds = *e.Seconds, true
 		}
 		out.Partitions = append(out.Partitions, p)
+	}
+	return out
+}
+
+// groupsProto is link's part of the group sync's state.
+func groupsProto(link string, all []GroupStatus) []*ferryv1.LinkGroup {
+	var out []*ferryv1.LinkGroup
+	for _, g := range all {
+		if g.Link != link {
+			continue
+		}
+		lg := &ferryv1.LinkGroup{Group: g.Group, Outcome: g.Outcome, Detail: g.Detail}
+		if g.SyncAge != nil {
+			lg.SyncAgeSeconds, lg.HasSyncAge = *g.SyncAge, true
+		}
+		if g.RereadRecords != nil {
+			lg.RereadRecords, lg.HasRereadRecords = *g.RereadRecords, true
+		}
+		for _, p := range g.Partitions {
+			lp := &ferryv1.LinkGroupPartition{Topic: p.Topic, Partition: p.Partition, SourceOffset: p.SourceOffset,
+				TargetOffset: p.TargetOffset, StandsForSourceOffset: p.StandsFor, Note: p.Note}
+			if p.SyncedReadAt != nil {
+				lp.SyncedReadAtUnixMs = p.SyncedReadAt.UnixMilli()
+			}
+			lg.Partitions = append(lg.Partitions, lp)
+		}
+		out = append(out, lg)
 	}
 	return out
 }

@@ -160,7 +160,9 @@ type groupPart struct {
 	// target and the source offset that stands for; -1 when unknown (not
 	// synced yet, or the group is someone else's now).
 	target, standsFor int64
-	note              string
+	// syncedAt is the source read time of the sync that set target.
+	syncedAt time.Time
+	note     string
 }
 
 func newGroupSyncer(commit GroupCommitter, m *metrics.Metrics, log *slog.Logger) *groupSyncer {
@@ -293,10 +295,10 @@ func (g *groupSyncer) record(k groupKey, parts map[topicPartition]wantPart, res 
 		gp.note = w.why
 		switch {
 		case res.Outcome == groupcommit.Active || res.Outcome == groupcommit.Owned:
-			gp.target, gp.standsFor = -1, -1 // the group's position is not Ferry's
+			gp.target, gp.standsFor, gp.syncedAt = -1, -1, time.Time{} // the group's position is not Ferry's
 		case synced:
 			if at, ok := res.At[w.target]; ok {
-				gp.target, gp.standsFor = at.Target, at.Source
+				gp.target, gp.standsFor, gp.syncedAt = at.Target, at.Source, readAt
 				if at.Source > w.reported {
 					gp.note = noteBehind
 				}
@@ -346,6 +348,10 @@ type GroupPartitionStatus struct {
 	// index_loading, not_copied) or is behind (the source group was
 	// rewound: the target is left, a group never moves backwards).
 	Note string `json:"note,omitempty"`
+	// SyncedReadAt is when the fetcher read the source offsets that
+	// TargetOffset follows (its clock): a planned failover waits for one
+	// after the drain. Absent when unknown.
+	SyncedReadAt *time.Time `json:"synced_read_at,omitempty"`
 }
 
 // Groups is the group sync's state, by link and group.
@@ -369,8 +375,13 @@ func (g *groupSyncer) status(now time.Time) []GroupStatus {
 		var reread int64
 		known := false
 		for tp, gp := range st.parts {
-			gs.Partitions = append(gs.Partitions, GroupPartitionStatus{Topic: tp.topic, Partition: tp.partition,
-				SourceOffset: gp.reported, TargetOffset: gp.target, StandsFor: gp.standsFor, Note: gp.note})
+			ps := GroupPartitionStatus{Topic: tp.topic, Partition: tp.partition,
+				SourceOffset: gp.reported, TargetOffset: gp.target, StandsFor: gp.standsFor, Note: gp.note}
+			if !gp.syncedAt.IsZero() {
+				at := gp.syncedAt.UTC()
+				ps.SyncedReadAt = &at
+			}
+			gs.Partitions = append(gs.Partitions, ps)
 			if gp.standsFor >= 0 {
 				known = true
 				reread += max(0, gp.reported-gp.standsFor)

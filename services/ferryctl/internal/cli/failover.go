@@ -1,0 +1,283 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
+)
+
+// Failover, planned and unplanned (docs/disaster-recovery.md).
+//
+// The planned form reads only: it changes nothing until the link is
+// drained and its groups synced, then sets the link failed_over in one
+// conditional change. A timeout or a refusal leaves the link as it was.
+// Read times compared are the fetchers' (heartbeats, group reads) against
+// the writers' clock at the answer, never ferryctl's: the operator's
+// machine is the clock least likely to be synchronised.
+
+// plannedTimeout bounds a planned failover's whole wait when no --timeout
+// is configured: a drain and a group sync, which runs every
+// link.groups.interval (10 s by default).
+const plannedTimeout = 5 * time.Minute
+
+// plannedPoll is how often a planned failover reads the writers again.
+const plannedPoll = 200 * time.Millisecond
+
+// progressEvery is how often a wait says again what it waits for.
+const progressEvery = 5 * time.Second
+
+// errRefused is a planned failover that would not start: the source side
+// is not reporting (use the unplanned form) or the link is not running.
+var errRefused = errors.New("planned failover refused")
+
+// runFailover fails a link over. Unplanned (the default): the writers
+// refuse every stream of the link, then the meter and the selected groups
+// are printed as the loss and re-read report. --planned drains first
+// (plannedFailover). --dry-run prints the same numbers and changes nothing.
+func runFailover(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
+	link, err := oneLink(args)
+	if err != nil {
+		return err
+	}
+	re, err := groupFilter(o.groups)
+	if err != nil {
+		return err
+	}
+	if o.planned {
+		return plannedFailover(ctx, c, o, link, re, stdout)
+	}
+	if o.dryRun {
+		v, err := c.view(ctx, link)
+		if err != nil {
+			return err
+		}
+		return c.print(stdout, v.change(link, re, true), printChange)
+	}
+	ch, err := c.setState(ctx, link, linkstate.FailedOver, o.reason, 0)
+	if err != nil {
+		return err
+	}
+	// Read after the change: no stream writes any more, so the meter is
+	// what the target lacks of what the source held at its last heartbeat.
+	if v, err := c.view(ctx, link); err == nil {
+		ch.AtRisk, ch.Groups = v.link.Partitions, selectGroups(v.link.Groups, re)
+	}
+	return c.print(stdout, ch, printChange)
+}
+
+// view is one merged read of a link, with the writers' clock.
+type view struct {
+	link LinkReport
+	// now is the latest writer clock of the answers.
+	now time.Time
+}
+
+// view reads link from every writer that answers.
+func (c *client) view(ctx context.Context, link string) (view, error) {
+	var (
+		answers []*ferryv1.StatusResponse
+		addrs   []string
+		lastErr error
+		now     time.Time
+	)
+	for _, w := range c.writers {
+		var resp *ferryv1.StatusResponse
+		err := c.call(ctx, func(ctx context.Context) (err error) {
+			resp, err = w.ctl.Status(ctx, &ferryv1.StatusRequest{Link: link})
+			return err
+		})
+		if err != nil {
+			lastErr = fmt.Errorf("writer %s: %s", w.addr, describe(err))
+			continue
+		}
+		answers, addrs = append(answers, resp), append(addrs, w.addr)
+		if t := time.UnixMilli(resp.GetTimeUnixMs()); t.After(now) {
+			now = t
+		}
+	}
+	if len(answers) == 0 {
+		return view{}, lastErr
+	}
+	links := merge(answers, addrs)
+	if len(links) != 1 {
+		return view{}, fmt.Errorf("link %s: no writer reported it", link)
+	}
+	return view{link: links[0], now: now}, nil
+}
+
+func (v view) change(link string, re *regexp.Regexp, dryRun bool) Change {
+	return Change{Link: link, State: v.link.State, Generation: v.link.Generation, DryRun: dryRun,
+		AtRisk: v.link.Partitions, Groups: selectGroups(v.link.Groups, re)}
+}
+
+// plannedFailover: (a) every partition's heartbeat is fresh, else it
+// refuses; (b) it waits until every partition's committed offset reaches
+// the high watermark of a heartbeat read after the wait began; (c) it
+// waits for a sync of every selected group from a source read after the
+// drain; (d) it sets the link failed_over, conditional on the generation
+// it began with; (e) it prints the meter (0 lost) and the groups (0
+// re-read). --dry-run does (a) and prints the numbers as they are.
+func plannedFailover(ctx context.Context, c *client, o *verbOpts, link string, re *regexp.Regexp, stdout io.Writer) error {
+	bound := plannedTimeout
+	if c.timeoutSet {
+		bound = c.timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	// Each read is bounded too, so that a writer that hangs is seen as
+	// one that does not answer rather than eating the whole wait.
+	calls := *c
+	calls.timeout = min(c.timeout, defaultTimeout)
+
+	start, err := calls.view(ctx, link)
+	if err != nil {
+		return err
+	}
+	if err := ready(start.link, o.staleAfter); err != nil {
+		return err
+	}
+	if o.dryRun {
+		ch := start.change(link, re, true)
+		ch.Planned = true
+		return c.print(stdout, ch, printChange)
+	}
+	drained, err := calls.waitFor(ctx, o.progress, link, bound, "drain", func(v view) []string { return undrained(v, start.now) })
+	if err != nil {
+		return err
+	}
+	synced, err := calls.waitFor(ctx, o.progress, link, bound, "group sync", func(v view) []string { return unsynced(v, drained.now, re) })
+	if err != nil {
+		return err
+	}
+	ch, err := calls.setState(ctx, link, linkstate.FailedOver, o.reason, start.link.Generation)
+	if err != nil {
+		return fmt.Errorf("set link %s failed_over (it was not changed by this command): %w", link, err)
+	}
+	ch.Planned = true
+	ch.AtRisk, ch.Groups = synced.link.Partitions, selectGroups(synced.link.Groups, re)
+	// Read again after the change: nothing was copied since the wait, so
+	// the numbers are the same unless a writer's view moved.
+	if v, err := calls.view(ctx, link); err == nil {
+		ch.AtRisk, ch.Groups = v.link.Partitions, selectGroups(v.link.Groups, re)
+	}
+	return c.print(stdout, ch, printChange)
+}
+
+// ready refuses a planned failover of a link that is not running, or
+// whose source side is not reporting: no heartbeat at all, or one older
+// than staleAfter (the unplanned form is the way then).
+func ready(l LinkReport, staleAfter time.Duration) error {
+	if l.State != linkstate.Running {
+		return fmt.Errorf("%w: link %s is %s, not running: a drain needs it copying (resume it first, or use the unplanned form)", errRefused, l.Name, l.State)
+	}
+	if len(l.Partitions) == 0 {
+		return fmt.Errorf("%w: link %s has no heartbeat from the source side: nothing says what the source holds (use the unplanned form if the source is gone)", errRefused, l.Name)
+	}
+	var stale []string
+	for _, p := range l.Partitions {
+		if age := time.Duration(p.HeartbeatAge * float64(time.Second)); age > staleAfter {
+			stale = append(stale, fmt.Sprintf("%s/%d (%s)", p.Topic, p.Partition, age.Round(100*time.Millisecond)))
+		}
+	}
+	if len(stale) > 0 {
+		return fmt.Errorf("%w: the source side is not reporting: heartbeats older than %s on %s (use the unplanned form if the source is gone)",
+			errRefused, staleAfter, strings.Join(stale, ", "))
+	}
+	return nil
+}
+
+// undrained names the partitions whose committed offset is short of the
+// high watermark of a heartbeat read after start (writer clock).
+func undrained(v view, start time.Time) []string {
+	var out []string
+	for _, p := range v.link.Partitions {
+		switch {
+		case p.HeartbeatObservedAt == nil || !p.HeartbeatObservedAt.After(start):
+			out = append(out, fmt.Sprintf("%s/%d: a heartbeat read after the wait began", p.Topic, p.Partition))
+		case p.LagRecords > 0:
+			out = append(out, fmt.Sprintf("%s/%d: %d records to copy (committed %d, source high watermark %d)",
+				p.Topic, p.Partition, p.LagRecords, p.Committed, p.SourceHighWatermark))
+		}
+	}
+	return out
+}
+
+// unsynced names the selected groups with a partition whose target
+// position does not follow a source read after drained (writer clock). A
+// partition nothing was ever copied of (after the drain: the source
+// holds nothing of it) has no target position to give, and is not waited
+// for: a consumer there starts by its auto.offset.reset, with nothing to
+// miss or read again.
+func unsynced(v view, drained time.Time, re *regexp.Regexp) []string {
+	empty := map[string]bool{}
+	for _, p := range v.link.Partitions {
+		if p.Committed < 0 {
+			empty[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] = true
+		}
+	}
+	var out []string
+	for _, g := range selectGroups(v.link.Groups, re) {
+		for _, p := range g.Partitions {
+			if empty[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] {
+				continue
+			}
+			if p.StandsFor < 0 || p.SyncedReadAt == nil || !p.SyncedReadAt.After(drained) {
+				out = append(out, fmt.Sprintf("group %s %s/%d: a sync from a source read after the drain (last outcome %s%s)",
+					g.Group, p.Topic, p.Partition, g.Outcome, detail(g.Detail)))
+				break
+			}
+		}
+	}
+	return out
+}
+
+func detail(d string) string {
+	if d == "" {
+		return ""
+	}
+	return ": " + d
+}
+
+// waitFor reads the link until pending finds nothing left, and returns
+// that read; at ctx's end it fails naming what it still waited for. It
+// tells progress what it waits for whenever that count changes, and every
+// progressEvery besides, so an operator sees a drain move.
+func (c *client) waitFor(ctx context.Context, progress io.Writer, link string, bound time.Duration, phase string, pending func(view) []string) (view, error) {
+	var (
+		left []string
+		told = -1
+		last time.Time
+	)
+	for {
+		v, err := c.view(ctx, link)
+		switch {
+		case err == nil && v.link.State != linkstate.Running:
+			return view{}, fmt.Errorf("link %s became %s while a planned failover waited (generation %d): nothing else changed", link, v.link.State, v.link.Generation)
+		case err == nil:
+			if left = pending(v); len(left) == 0 {
+				fmt.Fprintf(progress, "planned failover of %s: %s done\n", link, phase)
+				return v, nil
+			}
+		default:
+			left = []string{err.Error()}
+		}
+		if len(left) != told || time.Since(last) >= progressEvery {
+			told, last = len(left), time.Now()
+			fmt.Fprintf(progress, "planned failover of %s: %s: waiting for %d: %s\n", link, phase, len(left), strings.Join(left, "; "))
+		}
+		select {
+		case <-ctx.Done():
+			slices.Sort(left)
+			return view{}, fmt.Errorf("timed out after %s waiting for %s; link %s is still running, unchanged", bound, strings.Join(left, "; "), link)
+		case <-time.After(plannedPoll):
+		}
+	}
+}
