@@ -7,7 +7,7 @@ BIN       := bin
 CODEGEN   := $(GO) tool -modfile=tools/codegen/go.mod
 DEMO_ARGS ?=
 
-.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah image clean
+.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah chromium image clean
 
 all: build
 
@@ -52,6 +52,11 @@ jaeger:
 buildah:
 	@command -v buildah >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah; }
 
+# chromium is the browser the status page's test drives (Debian's package;
+# services/writer/internal/app TestStatusPageInChromium fails without it).
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
 IMAGE_PREFIX ?= localhost/ferry
 IMAGE_TAG    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 image: buildah
@@ -59,10 +64,13 @@ image: buildah
 
 # test runs every test, the slow ones included; nothing skips for a missing
 # component: the targets above provide them.
-test: lint checkgenerate kafka consul jaeger buildah
-	$(GO) test -race -count=1 -timeout 45m ./...
+# Files tests keep (t.ArtifactDir: the status page's screenshot) land in
+# test-artifacts/_artifacts/.
+test: lint checkgenerate kafka consul jaeger buildah chromium
+	mkdir -p test-artifacts
+	$(GO) test -race -count=1 -timeout 45m -artifacts -outputdir $(CURDIR)/test-artifacts ./...
 
-test-short: kafka consul jaeger
+test-short: kafka consul jaeger chromium
 	$(GO) test -short -count=1 ./...
 
 demo: build

@@ -1,6 +1,7 @@
 // Package admin serves a service's operational HTTP endpoints on its admin
 // port: /metrics (Prometheus), /healthz (the process runs), /readyz (it can
-// do its work) and /status (a JSON view of what it is doing); and, only
+// do its work), /status (a JSON view of what it is doing) and / (the same
+// view as a page for people, page.go); and, only
 // when asked for, /debug/pprof on a loopback port of its own.
 //
 // Why pprof has its own port: the admin port is reached by the cluster
@@ -63,6 +64,12 @@ type Options struct {
 	Ready func() error
 	// Status returns a JSON-encodable view for /status; nil serves none.
 	Status func() any
+	// Page is the body of the status page at GET /: an html/template
+	// defining "body", executed on what Status returns (page.go). Empty,
+	// or without Status, serves no page.
+	Page string
+	// Title heads the status page.
+	Title string
 }
 
 // Listen binds cfg's addresses (host:port; port 0 picks one) and prepares
@@ -91,6 +98,14 @@ func Listen(cfg Config, reg *prometheus.Registry, opts Options, log *slog.Logger
 			enc.SetIndent("", "  ")
 			_ = enc.Encode(opts.Status())
 		})
+	}
+	if opts.Status != nil && opts.Page != "" {
+		page, err := parsePage(opts.Page)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		mux.HandleFunc("GET /{$}", servePage(page, opts.Title, opts.Status))
 	}
 	s := &Server{
 		http: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},

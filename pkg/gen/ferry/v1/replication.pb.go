@@ -809,8 +809,14 @@ type Batch struct {
 	// (record_count 0) without it: a Skip moves the checkpoint without
 	// records, so its range must be one the source had.
 	SourceHighWatermark int64 `protobuf:"varint,14,opt,name=source_high_watermark,json=sourceHighWatermark,proto3" json:"source_high_watermark,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// FetchedUnixMicros is when the fetcher's fetch that read the batch
+	// returned, in microseconds since the Unix epoch on the fetcher's clock
+	// (0: a fetcher older than the field). The writer observes the
+	// "transit" stage of ferry_replication_stage_seconds from it to the
+	// batch's receipt: skew between the two regions' clocks is in it.
+	FetchedUnixMicros int64 `protobuf:"varint,15,opt,name=fetched_unix_micros,json=fetchedUnixMicros,proto3" json:"fetched_unix_micros,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Batch) Reset() {
@@ -937,6 +943,13 @@ func (x *Batch) GetTraceparent() string {
 func (x *Batch) GetSourceHighWatermark() int64 {
 	if x != nil {
 		return x.SourceHighWatermark
+	}
+	return 0
+}
+
+func (x *Batch) GetFetchedUnixMicros() int64 {
+	if x != nil {
+		return x.FetchedUnixMicros
 	}
 	return 0
 }
@@ -1395,7 +1408,7 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\vnext_offset\x18\x03 \x01(\x03R\n" +
 	"nextOffset\x12%\n" +
 	"\x0ehas_checkpoint\x18\x04 \x01(\bR\rhasCheckpoint\x12&\n" +
-	"\x0fsource_topic_id\x18\x05 \x01(\fR\rsourceTopicId\"\xe1\x03\n" +
+	"\x0fsource_topic_id\x18\x05 \x01(\fR\rsourceTopicId\"\x91\x04\n" +
 	"\x05Batch\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +
@@ -1412,7 +1425,8 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\x06crc32c\x18\v \x01(\aR\x06crc32c\x12+\n" +
 	"\x11uncompressed_size\x18\f \x01(\rR\x10uncompressedSize\x12 \n" +
 	"\vtraceparent\x18\r \x01(\tR\vtraceparent\x122\n" +
-	"\x15source_high_watermark\x18\x0e \x01(\x03R\x13sourceHighWatermark\"\\\n" +
+	"\x15source_high_watermark\x18\x0e \x01(\x03R\x13sourceHighWatermark\x12.\n" +
+	"\x13fetched_unix_micros\x18\x0f \x01(\x03R\x11fetchedUnixMicros\"\\\n" +
 	"\x03Ack\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x129\n" +
 	"\tcommitted\x18\x02 \x03(\v2\x1b.ferry.v1.PartitionPositionR\tcommitted\"_\n" +

@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,12 @@ import (
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/shard"
 )
+
+// statusPage renders /status for people at the admin port's / (package
+// admin).
+//
+//go:embed statuspage.html
+var statusPage string
 
 // Run runs the fetcher until ctx ends.
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
@@ -79,6 +86,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			}
 			return map[string]any{"fetcher": cfg.ID, "link": cfg.Link.Name, "starting": wait.Err().Error()}
 		},
+		Page:  statusPage,
+		Title: "Ferry fetcher",
 	}, log)
 	if err != nil {
 		return err

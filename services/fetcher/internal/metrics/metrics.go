@@ -2,7 +2,11 @@
 // ferry_; docs/metrics.md maps them to MirrorMaker 2's.
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-replicator/ferry/pkg/stages"
+)
 
 // Metrics are the fetcher's instruments.
 type Metrics struct {
@@ -19,6 +23,9 @@ type Metrics struct {
 	Skipped        *prometheus.CounterVec
 	Replicated     *prometheus.CounterVec
 	Unattributed   *prometheus.CounterVec
+	// Stages is ferry_replication_stage_seconds; the fetcher observes
+	// its fetch stage.
+	Stages *prometheus.HistogramVec
 }
 
 // New registers the fetcher's metrics on reg.
@@ -69,6 +76,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.LagRecords, m.Committed, m.InflightBytes, m.BufferedBytes, m.StreamRestarts, m.PartitionStops, m.ShardsOwned, m.Skipped, m.Replicated, m.Unattributed)
+	m.Stages = stages.Register(reg)
 	return m
 }
 

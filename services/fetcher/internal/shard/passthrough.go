@@ -15,6 +15,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/stages"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
 )
@@ -93,6 +94,7 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 		}
 	}
 	tr := newBatchTracer(r.deps.Tracer, r.set.Link, r.shard, r.epoch, r.log)
+	s.fetchStage = r.deps.Metrics.Stages.WithLabelValues(r.set.Link, stages.Fetch)
 	// The session's own rounds: each of its partitions takes its turn at
 	// the front of their leader's request, whatever other shards fetch.
 	reader := r.deps.RawFetch.Reader()
@@ -124,6 +126,7 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 		}
 		s.reserved = reserved
 		results, err := reader.FetchUpTo(ctx, ask, reserved)
+		s.fetched = time.Now()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -356,6 +359,7 @@ func (s *session) sealRecords(ctx context.Context, tr *batchTracer, pp *ptPartit
 		cut := tr.cut()
 		b := r.deps.Codecs.Seal(&enc, r.set.Codec)
 		b.Topic, b.Partition, b.Epoch = pp.p.Topic, pp.p.Partition, r.epoch
+		s.stamp(b, k.Info.MaxTimestamp)
 		span := tr.seal(ctx, b, enc.Len(), cut)
 		pp.records.Add(float64(enc.Count()))
 		pp.rawBytes.Add(float64(enc.Len()))
@@ -438,6 +442,7 @@ func (s *session) sealKafka(ctx context.Context, tr *batchTracer, pp *ptPartitio
 	cut := tr.cut()
 	b := r.deps.Codecs.SealKafka(raw, ks, first, r.set.Codec)
 	b.Topic, b.Partition, b.Epoch = pp.p.Topic, pp.p.Partition, r.epoch
+	s.stamp(b, newest(ks))
 	span := tr.seal(ctx, b, len(raw), cut)
 	pp.records.Add(float64(b.RecordCount))
 	pp.rawBytes.Add(float64(len(raw)))
@@ -449,6 +454,30 @@ func (s *session) sealKafka(ctx context.Context, tr *batchTracer, pp *ptPartitio
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// stamp puts the fetch time of the round that read b on it, for the
+// writer's transit stage, and observes b's fetch stage: from newest, the
+// newest source timestamp of its records in milliseconds (the broker's
+// append time under LogAppendTime, else the producer's CreateTime; < 0:
+// none), to the fetch. Once per wire batch: per record would cost the hot
+// path for nothing an operator reads. A CreateTime ahead of the fetcher's
+// clock counts as 0, not as a negative latency.
+func (s *session) stamp(b *ferryv1.Batch, newest int64) {
+	b.FetchedUnixMicros = s.fetched.UnixMicro()
+	if newest >= 0 {
+		s.fetchStage.Observe(max(0, s.fetched.Sub(time.UnixMilli(newest)).Seconds()))
+	}
+}
+
+// newest is the newest source timestamp of ks: Kafka keeps each batch's in
+// its header (MaxTimestamp), so nothing is decoded.
+func newest(ks []batch.KafkaBatch) int64 {
+	n := int64(-1)
+	for _, k := range ks {
+		n = max(n, k.Info.MaxTimestamp)
+	}
+	return n
 }
 
 // contiguous returns ks as one slice of records, the fetch response's

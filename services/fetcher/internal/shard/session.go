@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
@@ -50,6 +51,10 @@ type session struct {
 	// reserved is what the fetch loop's current round reserved of hold
 	// and has not given to a wire batch yet; the loop's alone.
 	reserved int64
+	// fetched is when the fetch loop's current round returned; the
+	// loop's alone. fetchStage observes its batches' fetch stage.
+	fetched    time.Time
+	fetchStage prometheus.Observer
 	// streamSpan is the stream's otelgrpc client span, when sampled: the
 	// batches' send spans link to it.
 	streamSpan trace.SpanContext

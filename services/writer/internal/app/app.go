@@ -6,6 +6,7 @@ package app
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"fmt"
 	"log/slog"
 	"net"
@@ -43,6 +44,12 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/server"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
+
+// statusPage renders /status for people at the admin port's / (package
+// admin).
+//
+//go:embed statuspage.html
+var statusPage string
 
 // grpcOverhead is room above the largest batch payload for the rest of a
 // gRPC message.
@@ -114,10 +121,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		},
 		Status: func() any {
 			if srv := srvp.Load(); srv != nil {
-				return map[string]any{"writer": cfg.ID, "links": srv.LinkStates(), "shards": srv.Status(), "failover": srv.Failover(), "groups": srv.Groups()}
+				return map[string]any{"writer": cfg.ID, "links": srv.LinkStates(), "shards": srv.Status(), "failover": srv.Failover(), "groups": srv.Groups(),
+					"stopped": srv.Stopped()}
 			}
 			return map[string]any{"writer": cfg.ID, "starting": wait.Err().Error()}
 		},
+		Page:  statusPage,
+		Title: "Ferry writer",
 	}, log)
 	if err != nil {
 		return err

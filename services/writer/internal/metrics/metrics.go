@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-replicator/ferry/pkg/stages"
 )
 
 // Metrics are the writer's instruments, registered on one registry.
@@ -34,6 +36,9 @@ type Metrics struct {
 	// each scrape (SetSource).
 	GroupSyncs *prometheus.CounterVec
 	Groups     *GroupCollector
+	// Stages is ferry_replication_stage_seconds; the writer observes its
+	// transit and commit stages.
+	Stages *prometheus.HistogramVec
 
 	reg prometheus.Registerer
 }
@@ -107,6 +112,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.Groups = newGroupCollector()
 	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.Latency, m.Rejected, m.StaleEpochs, m.Streams, m.ProduceSeconds, m.Checkpoints,
 		m.BufferedBytes, m.CheckpointsRefused, m.CheckpointsAcceptedUnsigned, m.Failover, m.GroupSyncs, m.Groups)
+	m.Stages = stages.Register(reg)
 	return m
 }
 

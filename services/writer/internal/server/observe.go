@@ -30,6 +30,8 @@ type observer struct {
 	// beats keeps the source timestamp each partition's commits reach,
 	// for the failover meter (heartbeat.go).
 	beats *heartbeat.Table
+	// commitStage observes the commit stage of the link's batches.
+	commitStage prometheus.Observer
 }
 
 // written records a round whose records the target acknowledged at
@@ -52,6 +54,9 @@ func (o *observer) committed(ctx context.Context, done committed) {
 func (o *observer) observe(group []work, now time.Time) {
 	m := o.metrics
 	for _, w := range group {
+		// Once per batch, from its receipt: the stage ends when the target
+		// acknowledged its records (exactly-once: committed them).
+		o.commitStage.Observe(max(0, now.Sub(w.received).Seconds()))
 		part := strconv.Itoa(int(w.b.GetPartition()))
 		m.Records.WithLabelValues(o.link.Name, w.b.GetTopic(), part).Add(float64(w.count()))
 		m.Bytes.WithLabelValues(o.link.Name, w.b.GetTopic(), part).Add(float64(w.b.GetUncompressedSize()))

@@ -143,6 +143,8 @@ type Server struct {
 	beats *heartbeat.Table
 	// groups is the group syncer; nil without Options.Groups.
 	groups *groupSyncer
+	// stops are the partitions the writer refused for good (stopped.go).
+	stops stoppedTable
 
 	mu sync.Mutex
 	// shards holds only shards of the writer's links below their shard
@@ -238,7 +240,10 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 		return err
 	}
 	defer s.release(sess)
-	return sess.run(stream)
+	s.stops.reopened(link.Name, open.GetPartitions())
+	err = sess.run(stream)
+	s.stops.note(link.Name, err)
+	return err
 }
 
 // admit returns the Open's link if the peer may open the shard: its

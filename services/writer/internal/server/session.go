@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ferry-replicator/ferry/pkg/budget"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/stages"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
@@ -41,6 +44,8 @@ type session struct {
 	progress *progress
 	// obs is what the shard's committer reports its rounds to.
 	obs *observer
+	// transit observes the transit stage of the link's batches.
+	transit prometheus.Observer
 	// maxBatch is the largest batch the shard's producer sends and its
 	// target topics take; maxRecord, the largest record
 	// (recordbatch.RecordSize) that fits one, and maxRecordBy names the
@@ -86,6 +91,8 @@ type work struct {
 	// decoded is the bytes its decoded records hold (session.parts),
 	// charged to session.hold with its wire bytes.
 	decoded int64
+	// received is when the batch arrived, where its commit stage starts.
+	received time.Time
 }
 
 func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (*session, error) {
@@ -118,7 +125,9 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 	}
 	sess.progress = newProgress(link.Name, s.opts.ID, sess.epoch, s.store, sess.topicIDs)
 	sess.progress.index = s.opts.Index
-	sess.obs = &observer{link: link, shard: sess.shard, epoch: sess.epoch, metrics: s.metrics, tracer: s.opts.Tracer, log: s.log, beats: s.beats}
+	sess.obs = &observer{link: link, shard: sess.shard, epoch: sess.epoch, metrics: s.metrics, tracer: s.opts.Tracer, log: s.log, beats: s.beats,
+		commitStage: s.metrics.Stages.WithLabelValues(link.Name, stages.Commit)}
+	sess.transit = s.metrics.Stages.WithLabelValues(link.Name, stages.Transit)
 	sess.queueBytes = int64(s.opts.MaxGroupBytes)
 	sess.queued = semaphore.NewWeighted(sess.queueBytes)
 	sess.ctx, sess.cancel = context.WithCancelCause(ctx)
@@ -240,12 +249,14 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 			}
 			continue
 		}
+		received := time.Now()
 		w, err := ss.checkTraced(req.GetBatch(), seq+1)
 		if err != nil {
 			ss.cancel(reject(ss.s.metrics, ss.link.Name, err))
 			return
 		}
 		seq++
+		ss.arrived(&w, received)
 		if err := ss.queued.Acquire(ss.ctx, ss.weight(w)); err != nil {
 			return // the session ended
 		}
@@ -267,6 +278,18 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 		case <-ss.ctx.Done():
 			return
 		}
+	}
+}
+
+// arrived marks w received at now and observes its transit stage, from the
+// fetch time its fetcher stamped on it (on the fetcher's clock, so the
+// skew between the two clocks is in it; a writer's clock behind counts
+// as 0, not as a negative latency). A batch of a fetcher older than the
+// stamp has none: it is left out rather than observed from 1970.
+func (ss *session) arrived(w *work, now time.Time) {
+	w.received = now
+	if at := w.b.GetFetchedUnixMicros(); at > 0 {
+		ss.transit.Observe(max(0, now.Sub(time.UnixMicro(at)).Seconds()))
 	}
 }
 
