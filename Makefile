@@ -7,7 +7,7 @@ BIN       := bin
 CODEGEN   := $(GO) tool -modfile=tools/codegen/go.mod
 DEMO_ARGS ?=
 
-.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah image clean
+.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah promtool image clean
 
 all: build
 
@@ -52,6 +52,13 @@ jaeger:
 buildah:
 	@command -v buildah >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah; }
 
+# promtool checks and unit-tests the Prometheus rules in
+# deploy/observability: Debian's prometheus package (pinned in the script)
+# unpacked into the Ferry cache with dpkg -x, nothing installed; tests find
+# it through loadtest/toolbin, or $$FERRY_PROMTOOL.
+promtool:
+	bash tools/promtool/build.sh
+
 IMAGE_PREFIX ?= localhost/ferry
 IMAGE_TAG    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 image: buildah
@@ -59,7 +66,7 @@ image: buildah
 
 # test runs every test, the slow ones included; nothing skips for a missing
 # component: the targets above provide them.
-test: lint checkgenerate kafka consul jaeger buildah
+test: lint checkgenerate kafka consul jaeger buildah promtool
 	$(GO) test -race -count=1 -timeout 45m ./...
 
 test-short: kafka consul jaeger
