@@ -2,8 +2,8 @@ package admin
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
