@@ -43,6 +43,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
+	metrics.RegisterLinkShards(reg, cfg.Link.Name, cfg.Link.Shards)
 
 	tp, endTracing, err := tracing.Setup(ctx, cfg.Tracing, "ferry-fetcher", tracing.LinkName(cfg.Link.Name))
 	if err != nil {
