@@ -7,7 +7,7 @@ BIN       := bin
 CODEGEN   := $(GO) tool -modfile=tools/codegen/go.mod
 DEMO_ARGS ?=
 
-.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah promtool image clean
+.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah promtool dashboard image clean
 
 all: build
 
@@ -27,6 +27,11 @@ generate:
 # checkgenerate fails when the checked-in generated code is stale.
 checkgenerate: generate
 	@git diff --exit-code -- pkg/gen || (echo "pkg/gen is stale: run 'make generate' and commit" && exit 1)
+
+# dashboard regenerates the Grafana dashboard JSON from its Go source
+# (deploy/observability/dashboard.go); a test fails when they differ.
+dashboard:
+	cd deploy/observability && $(GO) run ./gen ferry-dashboard.json
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
