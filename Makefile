@@ -7,7 +7,7 @@ BIN       := bin
 CODEGEN   := $(GO) tool -modfile=tools/codegen/go.mod
 DEMO_ARGS ?=
 
-.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah chromium image clean
+.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah chromium promtool dashboard image clean
 
 all: build
 
@@ -27,6 +27,11 @@ generate:
 # checkgenerate fails when the checked-in generated code is stale.
 checkgenerate: generate
 	@git diff --exit-code -- pkg/gen || (echo "pkg/gen is stale: run 'make generate' and commit" && exit 1)
+
+# dashboard regenerates the Grafana dashboard JSON from its Go source
+# (deploy/observability/dashboard.go); a test fails when they differ.
+dashboard:
+	cd deploy/observability && $(GO) run ./gen ferry-dashboard.json
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -57,6 +62,13 @@ buildah:
 chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
+# promtool checks and unit-tests the Prometheus rules in
+# deploy/observability: Debian's prometheus package (pinned in the script)
+# unpacked into the Ferry cache with dpkg -x, nothing installed; tests find
+# it through loadtest/toolbin, or $$FERRY_PROMTOOL.
+promtool:
+	bash tools/promtool/build.sh
+
 IMAGE_PREFIX ?= localhost/ferry
 IMAGE_TAG    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 image: buildah
@@ -66,7 +78,7 @@ image: buildah
 # component: the targets above provide them.
 # Files tests keep (t.ArtifactDir: the status page's screenshot) land in
 # test-artifacts/_artifacts/.
-test: lint checkgenerate kafka consul jaeger buildah chromium
+test: lint checkgenerate kafka consul jaeger buildah chromium promtool
 	mkdir -p test-artifacts
 	$(GO) test -race -count=1 -timeout 45m -artifacts -outputdir $(CURDIR)/test-artifacts ./...
 

@@ -79,15 +79,32 @@ func Listen(cfg Config, reg *prometheus.Registry, opts Options, log *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("admin listen %s: %w", cfg.Listen, err)
 	}
+	ready := func() error {
+		if opts.Ready == nil {
+			return nil
+		}
+		return opts.Ready()
+	}
+	// The same answer as /readyz, at each scrape: an alert sees a process
+	// that runs but cannot work (deploy/observability) without probing it.
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ferry_ready", Help: "1 when the service can do its work (its /readyz answers 200), else 0.",
+	}, func() float64 {
+		if ready() != nil {
+			return 0
+		}
+		return 1
+	})); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("admin metrics: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if opts.Ready != nil {
-			if err := opts.Ready(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
 		}
 		fmt.Fprintln(w, "ready")
 	})

@@ -3,6 +3,7 @@ package admin
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ferry-replicator/ferry/pkg/config"
 )
@@ -122,5 +124,37 @@ func TestProfilesOnlyOnLoopback(t *testing.T) {
 		} else if err != nil && !strings.Contains(err.Error(), "admin.pprof_listen") {
 			t.Errorf("pprof_listen %q: %v, want it named", addr, err)
 		}
+	}
+}
+
+// ferry_ready says at each scrape what /readyz would answer, so that an
+// alert sees a process that runs but cannot work (a writer whose target is
+// unreachable) without probing it: 0 while Ready reports a reason, 1 once
+// it does not.
+func TestReadyGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var notReady error = errors.New("target cluster unreachable")
+	s, err := Listen(Config{Listen: "127.0.0.1:0"}, reg, Options{Ready: func() error { return notReady }}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	want := func(v string) string {
+		return "# HELP ferry_ready 1 when the service can do its work (its /readyz answers 200), else 0.\n# TYPE ferry_ready gauge\nferry_ready " + v + "\n"
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want("0")), "ferry_ready"); err != nil {
+		t.Fatalf("not ready: %v", err)
+	}
+	notReady = nil
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want("1")), "ferry_ready"); err != nil {
+		t.Fatalf("ready: %v", err)
 	}
 }

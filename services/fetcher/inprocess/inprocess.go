@@ -1,8 +1,9 @@
 // Package inprocess runs the whole fetcher (its app, as ferry-fetcher runs
-// it) inside a test of another service, such as ferryctl's, which the
-// compiler keeps from importing the fetcher's internal packages. It is for
-// tests only: it takes a testing.TB, and the fetcher stops at Stop or at
-// the test's end.
+// it) inside a test of another package, such as ferryctl's or the
+// observability test that scrapes it, which the compiler keeps from
+// importing the fetcher's internal packages. It is for tests only: it
+// takes a testing.TB, and the fetcher stops at Stop or at the test's end.
+// Shards are owned locally (no Consul).
 package inprocess
 
 import (
@@ -10,17 +11,20 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/app"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/config"
 )
 
-// Options describe the fetcher.
+// Options configure a fetcher.
 type Options struct {
 	// ID names the fetcher.
 	ID string
@@ -46,13 +50,20 @@ type Options struct {
 
 // Fetcher is a running fetcher.
 type Fetcher struct {
+	// Admin is its admin host:port (/metrics, /readyz, /status).
+	Admin string
+	// Registry holds its metrics, also those no event has created a
+	// series of yet.
+	Registry *prometheus.Registry
+
 	t      testing.TB
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
 }
 
-// Start runs the fetcher until Stop or the test's end.
+// Start runs the fetcher until Stop or the test's end, and returns once
+// its /readyz answers 200 (the source discovered).
 func Start(t testing.TB, o Options) *Fetcher {
 	t.Helper()
 	cfg := config.Defaults()
@@ -78,10 +89,12 @@ func Start(t testing.TB, o Options) *Fetcher {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	reg := prometheus.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &Fetcher{t: t, cancel: cancel, done: make(chan error, 1)}
-	go func() { f.done <- app.Run(ctx, &cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	f := &Fetcher{Admin: cfg.Admin.Listen, Registry: reg, t: t, cancel: cancel, done: make(chan error, 1)}
+	go func() { f.done <- app.RunWith(ctx, &cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg) }()
 	t.Cleanup(f.Stop)
+	f.waitReady(cfg.ID)
 	return f
 }
 
@@ -95,8 +108,30 @@ func (f *Fetcher) Stop() {
 	})
 }
 
+// waitReady polls /readyz until it answers 200.
+func (f *Fetcher) waitReady(id string) {
+	f.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+		select {
+		case err := <-f.done:
+			f.done <- nil // for Stop, which waits for the end
+			f.t.Fatalf("fetcher %s ended while starting: %v", id, err)
+		default:
+		}
+		resp, err := http.Get("http://" + f.Admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition, with a deadline
+	}
+	f.t.Fatalf("fetcher %s not ready within 60s", id)
+}
+
 // freeAddr is a loopback address nothing listens on now: Run binds its own
-// listener and does not report its address.
+// listeners and does not report their addresses.
 func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -46,6 +47,11 @@ type Options struct {
 type Writer struct {
 	// Addr is its gRPC host:port.
 	Addr string
+	// Admin is its admin host:port (/metrics, /readyz, /status).
+	Admin string
+	// Registry holds its metrics, also those no event has created a
+	// series of yet.
+	Registry *prometheus.Registry
 }
 
 // Start runs the writer until the test ends and returns once its gRPC
@@ -67,9 +73,10 @@ func Start(t testing.TB, o Options) *Writer {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	reg := prometheus.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx, &cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() { done <- app.RunWith(ctx, &cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -77,7 +84,7 @@ func Start(t testing.TB, o Options) *Writer {
 		}
 	})
 	waitServing(t, cfg, done)
-	return &Writer{Addr: cfg.Listen}
+	return &Writer{Addr: cfg.Listen, Admin: cfg.Admin.Listen, Registry: reg}
 }
 
 // waitServing polls the writer's gRPC health service, as a fetcher's

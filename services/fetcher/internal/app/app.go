@@ -47,9 +47,16 @@ var statusPage string
 
 // Run runs the fetcher until ctx ends.
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
-	reg := prometheus.NewRegistry()
+	return RunWith(ctx, cfg, log, prometheus.NewRegistry())
+}
+
+// RunWith is Run with its metrics registered on reg, an empty registry:
+// tests of the whole fetcher (package inprocess) read what it registers,
+// also the series no event has created yet.
+func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, reg *prometheus.Registry) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
+	metrics.RegisterLinkShards(reg, cfg.Link.Name, cfg.Link.Shards)
 
 	tp, endTracing, err := tracing.Setup(ctx, cfg.Tracing, "ferry-fetcher", tracing.LinkName(cfg.Link.Name))
 	if err != nil {
@@ -218,8 +225,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var owner ownership.Owner = ownership.NewLocal(cfg.Link.OwnedShards)
 	var consul *ownership.Consul
 	balance := cfg.Link.DiscoveryInterval
+	// Registered under local ownership too, where they stay 0: a dashboard
+	// or alert naming them reads 0 rather than no data (docs/metrics.md).
+	leaseMetrics := ownership.NewMetrics(reg)
 	if cfg.Lease.Address != "" {
-		consul, err = ownership.NewConsul(cfg.Lease, cfg.Link.Name, cfg.ID, ownership.NewMetrics(reg), log)
+		consul, err = ownership.NewConsul(cfg.Lease, cfg.Link.Name, cfg.ID, leaseMetrics, log)
 		if err != nil {
 			return notStarted(err)
 		}

@@ -88,3 +88,14 @@ func RegisterRegistryRefused(reg prometheus.Registerer, refused func() int) {
 		Help: "Records of the source's __ferry_producers the fetcher did not take since it started: malformed or out of bounds, past its bound of 2^20 ids, or a later record of a known id naming another source cluster (the first entry wins).",
 	}, func() float64 { return float64(refused()) }))
 }
+
+// RegisterLinkShards exports the link's shard count: ferry_shards_owned has
+// no link label, and a rule needs both, by link, to see a shard that no
+// fetcher holds (deploy/observability).
+func RegisterLinkShards(reg prometheus.Registerer, link string, shards int) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "ferry_link_shards", Help: "Shards the link is cut into (link.shards): each one should be owned by one fetcher.",
+	}, []string{"link"})
+	g.WithLabelValues(link).Set(float64(shards))
+	reg.MustRegister(g)
+}

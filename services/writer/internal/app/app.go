@@ -65,7 +65,13 @@ const (
 
 // Run runs the writer until ctx ends.
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
-	promReg := prometheus.NewRegistry()
+	return RunWith(ctx, cfg, log, prometheus.NewRegistry())
+}
+
+// RunWith is Run with its metrics registered on promReg, an empty
+// registry: tests of the whole writer (package inprocess) read what it
+// registers, also the series no event has created yet.
+func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg *prometheus.Registry) error {
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(promReg)
 
