@@ -2,8 +2,12 @@ package server
 
 import (
 	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
@@ -49,4 +53,134 @@ func TestSourceConfigChangeReachesTheTarget(t *testing.T) {
 	if got := w.targetConfigs(t, "orders")["retention.ms"]; got != "3600000" {
 		t.Errorf("target retention.ms = %s after the source set 1, want the link's floor 3600000", got)
 	}
+}
+
+// setByHand sets a target topic config as an operator would.
+func (w *testWriter) setByHand(t *testing.T, topic, key, value string) {
+	t.Helper()
+	base, err := kafkaclient.Defaults("operator").Sarama()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sarama.NewClusterAdmin(w.cluster.ListenAddrs(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	err = admin.IncrementalAlterConfig(sarama.TopicResource, topic, map[string]sarama.IncrementalAlterConfigsEntry{
+		key: {Operation: sarama.IncrementalAlterConfigsOperationSet, Value: &value},
+	}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// drift is ferry_topic_config_drift of east/topic/config, -1 when absent.
+func (w *testWriter) drift(t *testing.T, topic, config string) float64 {
+	t.Helper()
+	mfs, err := w.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "ferry_topic_config_drift" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["link"] == "east" && labels["topic"] == topic && labels["config"] == config {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+// waitFor polls cond until it holds or 10s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %s", what)
+		}
+	}
+}
+
+// A target config changed by hand, while the source kept its value, is
+// drift: reported (the metric at 1, /status) and left alone, round after
+// round. A later change on the source wins, and ends the drift.
+func TestHandChangedTargetConfigIsReportedNotOverwritten(t *testing.T) {
+	w := startWriter(t, []Link{syncLink(t)})
+	spec := func(retention string) *ferryv1.TopicSpec {
+		return &ferryv1.TopicSpec{Name: "orders", PartitionCount: 1, Configs: map[string]string{"retention.ms": retention}}
+	}
+	if err := w.openSpecs(t, "east", spec("7200000")); err != nil {
+		t.Fatal(err)
+	}
+	w.setByHand(t, "orders", "retention.ms", "9999999")
+	waitFor(t, "ferry_topic_config_drift{east,orders,retention.ms} = 1", func() bool { return w.drift(t, "orders", "retention.ms") == 1 })
+	ds := w.srv.TopicDrift()
+	if len(ds) != 1 || ds[0].Topic != "orders" || ds[0].Config != "retention.ms" || ds[0].Target != "9999999" || ds[0].Source != "7200000" {
+		t.Errorf("status drift %+v, want orders retention.ms target 9999999 source 7200000", ds)
+	}
+	// Rounds after the drift was seen leave the target alone (the
+	// syncer's rounds are 50ms apart; an overwrite would land in one).
+	rounds := w.srv.opts.Syncer.Rounds()
+	waitFor(t, "three more sync rounds", func() bool { return w.srv.opts.Syncer.Rounds() >= rounds+3 })
+	if got := w.targetConfigs(t, "orders")["retention.ms"]; got != "9999999" {
+		t.Fatalf("target retention.ms = %s: the hand change was overwritten", got)
+	}
+	// The source changes: its new value is applied, the drift ends.
+	if err := w.openSpecs(t, "east", spec("10800000")); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.targetConfigs(t, "orders")["retention.ms"]; got != "10800000" {
+		t.Errorf("target retention.ms = %s after the source changed it, want 10800000", got)
+	}
+	if d := w.drift(t, "orders", "retention.ms"); d != -1 {
+		t.Errorf("drift gauge %v after the source's change was applied, want none", d)
+	}
+	if ds := w.srv.TopicDrift(); len(ds) != 0 {
+		t.Errorf("status drift %+v after the source's change was applied, want none", ds)
+	}
+}
+
+// With config_sync: overwrite, a hand change is put back to the source's
+// value; with report, even a source change is only reported.
+func TestConfigSyncModes(t *testing.T) {
+	t.Run("overwrite", func(t *testing.T) {
+		l := syncLink(t)
+		l.ConfigSync = topics.SyncOverwrite
+		w := startWriter(t, []Link{l})
+		if err := w.openSpecs(t, "east", &ferryv1.TopicSpec{Name: "orders", PartitionCount: 1, Configs: map[string]string{"retention.ms": "7200000"}}); err != nil {
+			t.Fatal(err)
+		}
+		w.setByHand(t, "orders", "retention.ms", "9999999")
+		waitFor(t, "the hand change overwritten with the source's 7200000", func() bool {
+			return w.targetConfigs(t, "orders")["retention.ms"] == "7200000"
+		})
+		if d := w.drift(t, "orders", "retention.ms"); d != -1 {
+			t.Errorf("drift gauge %v under overwrite, want none", d)
+		}
+	})
+	t.Run("report", func(t *testing.T) {
+		l := syncLink(t)
+		l.ConfigSync = topics.SyncReport
+		w := startWriter(t, []Link{l})
+		if err := w.openSpecs(t, "east", &ferryv1.TopicSpec{Name: "orders", PartitionCount: 1, Configs: map[string]string{"retention.ms": "7200000"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.openSpecs(t, "east", &ferryv1.TopicSpec{Name: "orders", PartitionCount: 1, Configs: map[string]string{"retention.ms": "10800000"}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.targetConfigs(t, "orders")["retention.ms"]; got != "7200000" {
+			t.Errorf("target retention.ms = %s under report, want 7200000 left alone", got)
+		}
+		if d := w.drift(t, "orders", "retention.ms"); d != 1 {
+			t.Errorf("drift gauge %v under report, want 1", d)
+		}
+	})
 }

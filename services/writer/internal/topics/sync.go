@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -95,6 +96,7 @@ type Syncer struct {
 	// interleave.
 	mu     sync.Mutex
 	topics map[string]*synced // by target topic
+	rounds atomic.Int64       // SyncAll rounds completed
 }
 
 type synced struct {
@@ -159,7 +161,11 @@ func (s *Syncer) SyncAll() {
 			s.log.Warn("topic sync failed; trying again next round", "topic", topic, "err", err)
 		}
 	}
+	s.rounds.Add(1)
 }
+
+// Rounds is how many SyncAll rounds have completed.
+func (s *Syncer) Rounds() int64 { return s.rounds.Load() }
 
 // Drift returns the drifted configs, sorted by topic and config.
 func (s *Syncer) Drift() []Drift {
