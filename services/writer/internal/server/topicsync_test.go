@@ -1,6 +1,8 @@
 package server
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,4 +185,78 @@ func TestConfigSyncModes(t *testing.T) {
 			t.Errorf("drift gauge %v under report, want 1", d)
 		}
 	})
+}
+
+// targetACLs are the target's topic ACLs, as "principal host operation
+// permission pattern name" lines.
+func (w *testWriter) targetACLs(t *testing.T) []string {
+	t.Helper()
+	base, err := kafkaclient.Defaults("operator").Sarama()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sarama.NewClusterAdmin(w.cluster.ListenAddrs(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	rs, err := admin.ListAcls(sarama.AclFilter{ResourceType: sarama.AclResourceTopic, ResourcePatternTypeFilter: sarama.AclPatternAny,
+		Operation: sarama.AclOperationAny, PermissionType: sarama.AclPermissionAny})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range rs {
+		for _, a := range r.Acls {
+			out = append(out, strings.Join([]string{a.Principal, a.Host, a.Operation.String(), a.PermissionType.String(), r.ResourcePatternType.String(), r.ResourceName}, " "))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// With links[].sync_acls, the ALLOW Read and Describe ACLs an open
+// carries are created on the target topic, literal, for the same
+// principals; whatever else a fetcher sends (an operation the protocol
+// does not name, such as Write's number, or a malformed principal) is
+// not. Without it, nothing is created.
+func TestTopicACLSync(t *testing.T) {
+	acls := []*ferryv1.TopicAcl{
+		{Principal: "User:alice", Host: "*", Operation: ferryv1.AclOperation_ACL_OPERATION_READ},
+		{Principal: "User:alice", Host: "*", Operation: ferryv1.AclOperation_ACL_OPERATION_DESCRIBE},
+		{Principal: "User:bob", Operation: ferryv1.AclOperation_ACL_OPERATION_READ},
+		{Principal: "User:mallory", Host: "*", Operation: ferryv1.AclOperation(4)}, // Kafka's number for Write
+		{Principal: "User:mallory", Host: "*", Operation: ferryv1.AclOperation_ACL_OPERATION_UNSPECIFIED},
+		{Principal: "mallory", Host: "*", Operation: ferryv1.AclOperation_ACL_OPERATION_READ},
+	}
+	tests := []struct {
+		name string
+		on   bool
+		want []string
+	}{
+		{"on", true, []string{
+			"User:alice * Describe Allow Literal orders",
+			"User:alice * Read Allow Literal orders",
+			"User:bob * Read Allow Literal orders",
+		}},
+		{"off", false, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := syncLink(t)
+			l.SyncACLs = tt.on
+			w := startWriter(t, []Link{l})
+			if err := w.openSpecs(t, "east", &ferryv1.TopicSpec{Name: "orders", PartitionCount: 1, Acls: acls}); err != nil {
+				t.Fatal(err)
+			}
+			if tt.on {
+				// The next rounds create nothing more.
+				rounds := w.srv.opts.Syncer.Rounds()
+				waitFor(t, "two more sync rounds", func() bool { return w.srv.opts.Syncer.Rounds() >= rounds+2 })
+			}
+			if got := w.targetACLs(t); !slices.Equal(got, tt.want) {
+				t.Errorf("target ACLs\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
 }
