@@ -73,8 +73,8 @@ type Link struct {
 	// create them on the target topic when their links[].sync_acls is on.
 	// The fetcher's principal needs Describe on the source's Cluster to
 	// list ACLs. Off by default.
-	SyncACLs bool `yaml:"sync_acls"`
-	Heartbeat         struct {
+	SyncACLs  bool `yaml:"sync_acls"`
+	Heartbeat struct {
 		// Interval is how often each shard reads its partitions' source
 		// offsets (high watermark, log start, head timestamp) and sends
 		// them to its writer as a heartbeat, whether or not data flows;
