@@ -92,8 +92,8 @@ type Syncer struct {
 	drift *prometheus.GaugeVec // link, topic, config
 	log   *slog.Logger
 
-	// mu serialises syncs: they are rare, and one topic's must not
-	// interleave.
+	// mu serialises syncs, held for one topic's: they are rare, and
+	// two of a topic must not interleave.
 	mu     sync.Mutex
 	topics map[string]*synced // by target topic
 	rounds atomic.Int64       // SyncAll rounds completed
@@ -155,9 +155,15 @@ func (s *Syncer) Run(ctx context.Context, interval time.Duration) {
 // tried again next round.
 func (s *Syncer) SyncAll() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, topic := range slices.Sorted(maps.Keys(s.topics)) {
-		if err := s.syncLocked(topic, s.topics[topic]); err != nil {
+	names := slices.Sorted(maps.Keys(s.topics))
+	s.mu.Unlock()
+	for _, topic := range names {
+		// One topic at a time, so an open waits for one topic's sync at
+		// most, not the round's.
+		s.mu.Lock()
+		err := s.syncLocked(topic, s.topics[topic])
+		s.mu.Unlock()
+		if err != nil {
 			s.log.Warn("topic sync failed; trying again next round", "topic", topic, "err", err)
 		}
 	}
