@@ -31,9 +31,6 @@ func (ss *session) syncTopic(log *slog.Logger, target string, t *ferryv1.TopicSp
 	}
 }
 
-// maxTopicACLs bounds the ACLs an open may have created per topic.
-const maxTopicACLs = 1000
-
 // syncedACLs are the ACLs of an open's topic the writer creates: ALLOW
 // Read and Describe only (the proto's operations), for principals of
 // Kafka's "Type:name" form, sorted and without repeats. Whatever else a
@@ -51,7 +48,8 @@ func syncedACLs(in []*ferryv1.TopicAcl) []topics.ACL {
 			continue
 		}
 		kind, name, ok := strings.Cut(a.GetPrincipal(), ":")
-		if !ok || kind == "" || name == "" || len(a.GetPrincipal()) > 1024 || len(a.GetHost()) > 255 {
+		if !ok || kind == "" || name == "" { // sizes: checkOpen
+
 			continue
 		}
 		out = append(out, topics.ACL{Principal: a.GetPrincipal(), Host: cmp.Or(a.GetHost(), "*"), Operation: op})
@@ -59,11 +57,7 @@ func syncedACLs(in []*ferryv1.TopicAcl) []topics.ACL {
 	slices.SortFunc(out, func(a, b topics.ACL) int {
 		return cmp.Or(cmp.Compare(a.Principal, b.Principal), cmp.Compare(a.Host, b.Host), cmp.Compare(a.Operation, b.Operation))
 	})
-	out = slices.Compact(out)
-	if len(out) > maxTopicACLs {
-		out = out[:maxTopicACLs]
-	}
-	return out
+	return slices.Compact(out)
 }
 
 // TopicDrift returns the target topic configs that drifted from their
