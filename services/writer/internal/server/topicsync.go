@@ -49,7 +49,6 @@ func syncedACLs(in []*ferryv1.TopicAcl) []topics.ACL {
 		}
 		kind, name, ok := strings.Cut(a.GetPrincipal(), ":")
 		if !ok || kind == "" || name == "" { // sizes: checkOpen
-
 			continue
 		}
 		out = append(out, topics.ACL{Principal: a.GetPrincipal(), Host: cmp.Or(a.GetHost(), "*"), Operation: op})
