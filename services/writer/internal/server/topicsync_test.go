@@ -123,6 +123,7 @@ func TestHandChangedTargetConfigIsReportedNotOverwritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.setByHand(t, "orders", "retention.ms", "9999999")
+	w.setByHand(t, "orders", "segment.bytes", "1048576") // not in the allow list: the target operator's
 	waitFor(t, "ferry_topic_config_drift{east,orders,retention.ms} = 1", func() bool { return w.drift(t, "orders", "retention.ms") == 1 })
 	ds := w.srv.TopicDrift()
 	if len(ds) != 1 || ds[0].Topic != "orders" || ds[0].Config != "retention.ms" || ds[0].Target != "9999999" || ds[0].Source != "7200000" {
@@ -134,6 +135,9 @@ func TestHandChangedTargetConfigIsReportedNotOverwritten(t *testing.T) {
 	waitFor(t, "three more sync rounds", func() bool { return w.srv.opts.Syncer.Rounds() >= rounds+3 })
 	if got := w.targetConfigs(t, "orders")["retention.ms"]; got != "9999999" {
 		t.Fatalf("target retention.ms = %s: the hand change was overwritten", got)
+	}
+	if d := w.drift(t, "orders", "segment.bytes"); d != -1 {
+		t.Errorf("drift gauge %v for segment.bytes, outside config_allow: want none", d)
 	}
 	// The source changes: its new value is applied, the drift ends.
 	if err := w.openSpecs(t, "east", spec("10800000")); err != nil {
