@@ -153,6 +153,58 @@ func (PayloadFormat) EnumDescriptor() ([]byte, []int) {
 	return file_ferry_v1_replication_proto_rawDescGZIP(), []int{1}
 }
 
+// AclOperation is the operation a synced topic ACL allows: only those a
+// consumer needs, never Write (MirrorMaker 2's sync.topic.acls does not
+// copy Write either).
+type AclOperation int32
+
+const (
+	AclOperation_ACL_OPERATION_UNSPECIFIED AclOperation = 0
+	AclOperation_ACL_OPERATION_READ        AclOperation = 1
+	AclOperation_ACL_OPERATION_DESCRIBE    AclOperation = 2
+)
+
+// Enum value maps for AclOperation.
+var (
+	AclOperation_name = map[int32]string{
+		0: "ACL_OPERATION_UNSPECIFIED",
+		1: "ACL_OPERATION_READ",
+		2: "ACL_OPERATION_DESCRIBE",
+	}
+	AclOperation_value = map[string]int32{
+		"ACL_OPERATION_UNSPECIFIED": 0,
+		"ACL_OPERATION_READ":        1,
+		"ACL_OPERATION_DESCRIBE":    2,
+	}
+)
+
+func (x AclOperation) Enum() *AclOperation {
+	p := new(AclOperation)
+	*p = x
+	return p
+}
+
+func (x AclOperation) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AclOperation) Descriptor() protoreflect.EnumDescriptor {
+	return file_ferry_v1_replication_proto_enumTypes[2].Descriptor()
+}
+
+func (AclOperation) Type() protoreflect.EnumType {
+	return &file_ferry_v1_replication_proto_enumTypes[2]
+}
+
+func (x AclOperation) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AclOperation.Descriptor instead.
+func (AclOperation) EnumDescriptor() ([]byte, []int) {
+	return file_ferry_v1_replication_proto_rawDescGZIP(), []int{2}
+}
+
 // ReplicateRequest is one message from fetcher to writer.
 type ReplicateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -486,7 +538,13 @@ type TopicSpec struct {
 	// source does not report one). A checkpoint records it, so a topic
 	// deleted and recreated under the same name is told apart from the one
 	// the checkpoint belongs to.
-	TopicId       []byte `protobuf:"bytes,4,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	TopicId []byte `protobuf:"bytes,4,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	// Acls are the source's ALLOW Read and Describe ACLs that apply to the
+	// topic (literal on its name, or prefixed on a prefix of it), sent only
+	// by a fetcher with link.sync_acls. A writer whose link sets sync_acls
+	// creates them on the target topic (literal, same principal and host);
+	// any other operation or permission is ignored.
+	Acls          []*TopicAcl `protobuf:"bytes,5,rep,name=acls,proto3" json:"acls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -545,6 +603,13 @@ func (x *TopicSpec) GetConfigs() map[string]string {
 func (x *TopicSpec) GetTopicId() []byte {
 	if x != nil {
 		return x.TopicId
+	}
+	return nil
+}
+
+func (x *TopicSpec) GetAcls() []*TopicAcl {
+	if x != nil {
+		return x.Acls
 	}
 	return nil
 }
@@ -1358,6 +1423,70 @@ func (x *GroupPartitionOffset) GetOffset() int64 {
 	return 0
 }
 
+// TopicAcl is one ALLOW ACL of a source topic, for the principals that
+// will read the target topic after a failover (topic ACL sync).
+type TopicAcl struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Principal is Kafka's principal, such as "User:alice".
+	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// Host is the host the ACL admits, "*" for any.
+	Host          string       `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	Operation     AclOperation `protobuf:"varint,3,opt,name=operation,proto3,enum=ferry.v1.AclOperation" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopicAcl) Reset() {
+	*x = TopicAcl{}
+	mi := &file_ferry_v1_replication_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopicAcl) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopicAcl) ProtoMessage() {}
+
+func (x *TopicAcl) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_replication_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopicAcl.ProtoReflect.Descriptor instead.
+func (*TopicAcl) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_replication_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *TopicAcl) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *TopicAcl) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *TopicAcl) GetOperation() AclOperation {
+	if x != nil {
+		return x.Operation
+	}
+	return AclOperation_ACL_OPERATION_UNSPECIFIED
+}
+
 var File_ferry_v1_replication_proto protoreflect.FileDescriptor
 
 const file_ferry_v1_replication_proto_rawDesc = "" +
@@ -1382,12 +1511,13 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"partitions\x18\x05 \x03(\v2\x18.ferry.v1.TopicPartitionR\n" +
 	"partitions\x12\x18\n" +
 	"\afetcher\x18\x06 \x01(\tR\afetcher\x12*\n" +
-	"\x11source_cluster_id\x18\a \x01(\tR\x0fsourceClusterId\"\xdb\x01\n" +
+	"\x11source_cluster_id\x18\a \x01(\tR\x0fsourceClusterId\"\x83\x02\n" +
 	"\tTopicSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fpartition_count\x18\x02 \x01(\x05R\x0epartitionCount\x12:\n" +
 	"\aconfigs\x18\x03 \x03(\v2 .ferry.v1.TopicSpec.ConfigsEntryR\aconfigs\x12\x19\n" +
-	"\btopic_id\x18\x04 \x01(\fR\atopicId\x1a:\n" +
+	"\btopic_id\x18\x04 \x01(\fR\atopicId\x12&\n" +
+	"\x04acls\x18\x05 \x03(\v2\x12.ferry.v1.TopicAclR\x04acls\x1a:\n" +
 	"\fConfigsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
@@ -1457,7 +1587,11 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\x14GroupPartitionOffset\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
-	"\x06offset\x18\x03 \x01(\x03R\x06offset*_\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\"r\n" +
+	"\bTopicAcl\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x124\n" +
+	"\toperation\x18\x03 \x01(\x0e2\x16.ferry.v1.AclOperationR\toperation*_\n" +
 	"\x05Codec\x12\x15\n" +
 	"\x11CODEC_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1469,7 +1603,11 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\rPayloadFormat\x12\x1e\n" +
 	"\x1aPAYLOAD_FORMAT_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17PAYLOAD_FORMAT_FERRY_V1\x10\x01\x12(\n" +
-	"$PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2\x10\x022^\n" +
+	"$PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2\x10\x02*a\n" +
+	"\fAclOperation\x12\x1d\n" +
+	"\x19ACL_OPERATION_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12ACL_OPERATION_READ\x10\x01\x12\x1a\n" +
+	"\x16ACL_OPERATION_DESCRIBE\x10\x022^\n" +
 	"\x12ReplicationService\x12H\n" +
 	"\tReplicate\x12\x1a.ferry.v1.ReplicateRequest\x1a\x1b.ferry.v1.ReplicateResponse(\x010\x01B<Z:github.com/ferry-replicator/ferry/pkg/gen/ferry/v1;ferryv1b\x06proto3"
 
@@ -1485,51 +1623,55 @@ func file_ferry_v1_replication_proto_rawDescGZIP() []byte {
 	return file_ferry_v1_replication_proto_rawDescData
 }
 
-var file_ferry_v1_replication_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ferry_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_ferry_v1_replication_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_ferry_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_ferry_v1_replication_proto_goTypes = []any{
 	(Codec)(0),                   // 0: ferry.v1.Codec
 	(PayloadFormat)(0),           // 1: ferry.v1.PayloadFormat
-	(*ReplicateRequest)(nil),     // 2: ferry.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),    // 3: ferry.v1.ReplicateResponse
-	(*Open)(nil),                 // 4: ferry.v1.Open
-	(*TopicSpec)(nil),            // 5: ferry.v1.TopicSpec
-	(*TopicPartition)(nil),       // 6: ferry.v1.TopicPartition
-	(*Opened)(nil),               // 7: ferry.v1.Opened
-	(*PartitionPosition)(nil),    // 8: ferry.v1.PartitionPosition
-	(*Batch)(nil),                // 9: ferry.v1.Batch
-	(*Ack)(nil),                  // 10: ferry.v1.Ack
-	(*Heartbeat)(nil),            // 11: ferry.v1.Heartbeat
-	(*PartitionHeartbeat)(nil),   // 12: ferry.v1.PartitionHeartbeat
-	(*GroupOffsets)(nil),         // 13: ferry.v1.GroupOffsets
-	(*GroupOffset)(nil),          // 14: ferry.v1.GroupOffset
-	(*GroupPartitionOffset)(nil), // 15: ferry.v1.GroupPartitionOffset
-	nil,                          // 16: ferry.v1.TopicSpec.ConfigsEntry
+	(AclOperation)(0),            // 2: ferry.v1.AclOperation
+	(*ReplicateRequest)(nil),     // 3: ferry.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),    // 4: ferry.v1.ReplicateResponse
+	(*Open)(nil),                 // 5: ferry.v1.Open
+	(*TopicSpec)(nil),            // 6: ferry.v1.TopicSpec
+	(*TopicPartition)(nil),       // 7: ferry.v1.TopicPartition
+	(*Opened)(nil),               // 8: ferry.v1.Opened
+	(*PartitionPosition)(nil),    // 9: ferry.v1.PartitionPosition
+	(*Batch)(nil),                // 10: ferry.v1.Batch
+	(*Ack)(nil),                  // 11: ferry.v1.Ack
+	(*Heartbeat)(nil),            // 12: ferry.v1.Heartbeat
+	(*PartitionHeartbeat)(nil),   // 13: ferry.v1.PartitionHeartbeat
+	(*GroupOffsets)(nil),         // 14: ferry.v1.GroupOffsets
+	(*GroupOffset)(nil),          // 15: ferry.v1.GroupOffset
+	(*GroupPartitionOffset)(nil), // 16: ferry.v1.GroupPartitionOffset
+	(*TopicAcl)(nil),             // 17: ferry.v1.TopicAcl
+	nil,                          // 18: ferry.v1.TopicSpec.ConfigsEntry
 }
 var file_ferry_v1_replication_proto_depIdxs = []int32{
-	4,  // 0: ferry.v1.ReplicateRequest.open:type_name -> ferry.v1.Open
-	9,  // 1: ferry.v1.ReplicateRequest.batch:type_name -> ferry.v1.Batch
-	11, // 2: ferry.v1.ReplicateRequest.heartbeat:type_name -> ferry.v1.Heartbeat
-	13, // 3: ferry.v1.ReplicateRequest.group_offsets:type_name -> ferry.v1.GroupOffsets
-	7,  // 4: ferry.v1.ReplicateResponse.opened:type_name -> ferry.v1.Opened
-	10, // 5: ferry.v1.ReplicateResponse.ack:type_name -> ferry.v1.Ack
-	5,  // 6: ferry.v1.Open.topics:type_name -> ferry.v1.TopicSpec
-	6,  // 7: ferry.v1.Open.partitions:type_name -> ferry.v1.TopicPartition
-	16, // 8: ferry.v1.TopicSpec.configs:type_name -> ferry.v1.TopicSpec.ConfigsEntry
-	8,  // 9: ferry.v1.Opened.resume:type_name -> ferry.v1.PartitionPosition
-	0,  // 10: ferry.v1.Batch.codec:type_name -> ferry.v1.Codec
-	1,  // 11: ferry.v1.Batch.format:type_name -> ferry.v1.PayloadFormat
-	8,  // 12: ferry.v1.Ack.committed:type_name -> ferry.v1.PartitionPosition
-	12, // 13: ferry.v1.Heartbeat.partitions:type_name -> ferry.v1.PartitionHeartbeat
-	14, // 14: ferry.v1.GroupOffsets.groups:type_name -> ferry.v1.GroupOffset
-	15, // 15: ferry.v1.GroupOffset.partitions:type_name -> ferry.v1.GroupPartitionOffset
-	2,  // 16: ferry.v1.ReplicationService.Replicate:input_type -> ferry.v1.ReplicateRequest
-	3,  // 17: ferry.v1.ReplicationService.Replicate:output_type -> ferry.v1.ReplicateResponse
-	17, // [17:18] is the sub-list for method output_type
-	16, // [16:17] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	5,  // 0: ferry.v1.ReplicateRequest.open:type_name -> ferry.v1.Open
+	10, // 1: ferry.v1.ReplicateRequest.batch:type_name -> ferry.v1.Batch
+	12, // 2: ferry.v1.ReplicateRequest.heartbeat:type_name -> ferry.v1.Heartbeat
+	14, // 3: ferry.v1.ReplicateRequest.group_offsets:type_name -> ferry.v1.GroupOffsets
+	8,  // 4: ferry.v1.ReplicateResponse.opened:type_name -> ferry.v1.Opened
+	11, // 5: ferry.v1.ReplicateResponse.ack:type_name -> ferry.v1.Ack
+	6,  // 6: ferry.v1.Open.topics:type_name -> ferry.v1.TopicSpec
+	7,  // 7: ferry.v1.Open.partitions:type_name -> ferry.v1.TopicPartition
+	18, // 8: ferry.v1.TopicSpec.configs:type_name -> ferry.v1.TopicSpec.ConfigsEntry
+	17, // 9: ferry.v1.TopicSpec.acls:type_name -> ferry.v1.TopicAcl
+	9,  // 10: ferry.v1.Opened.resume:type_name -> ferry.v1.PartitionPosition
+	0,  // 11: ferry.v1.Batch.codec:type_name -> ferry.v1.Codec
+	1,  // 12: ferry.v1.Batch.format:type_name -> ferry.v1.PayloadFormat
+	9,  // 13: ferry.v1.Ack.committed:type_name -> ferry.v1.PartitionPosition
+	13, // 14: ferry.v1.Heartbeat.partitions:type_name -> ferry.v1.PartitionHeartbeat
+	15, // 15: ferry.v1.GroupOffsets.groups:type_name -> ferry.v1.GroupOffset
+	16, // 16: ferry.v1.GroupOffset.partitions:type_name -> ferry.v1.GroupPartitionOffset
+	2,  // 17: ferry.v1.TopicAcl.operation:type_name -> ferry.v1.AclOperation
+	3,  // 18: ferry.v1.ReplicationService.Replicate:input_type -> ferry.v1.ReplicateRequest
+	4,  // 19: ferry.v1.ReplicationService.Replicate:output_type -> ferry.v1.ReplicateResponse
+	19, // [19:20] is the sub-list for method output_type
+	18, // [18:19] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1_replication_proto_init() }
@@ -1552,8 +1694,8 @@ func file_ferry_v1_replication_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1_replication_proto_rawDesc), len(file_ferry_v1_replication_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   15,
+			NumEnums:      3,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

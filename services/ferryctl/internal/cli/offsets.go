@@ -58,9 +58,9 @@ type Translation struct {
 
 // GroupTranslationReport is what offsets translate --group prints.
 type GroupTranslationReport struct {
-	Writer     string           `json:"writer"`
-	Link       string           `json:"link"`
-	Group      string           `json:"group"`
+	Writer     string                      `json:"writer"`
+	Link       string                      `json:"link"`
+	Group      string                      `json:"group"`
 	Partitions []GroupPartitionTranslation `json:"partitions"`
 }
 

@@ -236,7 +236,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, reg *pro
 		owner, balance = consul, cfg.Lease.BalanceInterval
 	}
 	sup := &supervisor{
-		id: cfg.ID, lister: lister, selector: sel, shards: cfg.Link.Shards,
+		id: cfg.ID, lister: lister, selector: sel, shards: cfg.Link.Shards, acls: aclLister(cfg, lister),
 		discover: cfg.Link.DiscoveryInterval, balance: balance,
 		owner: owner, log: log, running: map[int]*running{},
 		onOwned: func(n int) { m.ShardsOwned.Set(float64(n)) },
@@ -314,4 +314,13 @@ func newRawFetcher(cfg *config.Config) (rawFetcher, error) {
 	}
 	f := rawfetch.New(cl, rawfetch.Options{MaxWait: 100 * time.Millisecond, PartitionMaxBytes: int32(cfg.Link.FetchMaxBytes)})
 	return rawFetcher{Fetcher: f, cl: cl}, nil
+}
+
+// aclLister lists the source's topic ACLs for the writers when
+// link.sync_acls is on; nil otherwise.
+func aclLister(cfg *config.Config, admin sarama.ClusterAdmin) discovery.ACLLister {
+	if !cfg.Link.SyncACLs {
+		return nil
+	}
+	return admin
 }

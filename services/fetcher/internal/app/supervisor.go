@@ -29,8 +29,11 @@ import (
 // A shard stays in running until its runner has ended, so it is never
 // started twice.
 type supervisor struct {
-	id       string
-	lister   discovery.Lister
+	id     string
+	lister discovery.Lister
+	// acls lists the source's topic ACLs (link.sync_acls); nil: none are
+	// sent.
+	acls     discovery.ACLLister
 	selector discovery.Selector
 	shards   int
 	discover time.Duration
@@ -84,8 +87,41 @@ func (s *supervisor) rediscover() {
 		return
 	}
 	s.mu.Lock()
+	prev := s.plan
+	s.mu.Unlock()
+	if s.acls != nil {
+		if err := discovery.AddACLs(s.acls, &plan); err != nil {
+			// Keeping what was read before keeps the shards open: a
+			// failed read is no change to apply.
+			s.log.Warn("listing source topic ACLs failed; keeping those read before (link.sync_acls needs Describe on the source's Cluster)", "err", err)
+			keepACLs(&plan, prev)
+		}
+	}
+	s.mu.Lock()
 	s.plan = &plan
 	s.mu.Unlock()
+}
+
+// keepACLs gives plan's topics the ACLs prev had for them.
+func keepACLs(plan, prev *discovery.Plan) {
+	if prev == nil {
+		return
+	}
+	for name, t := range plan.Topics {
+		t.ACLs = prev.Topics[name].ACLs
+		plan.Topics[name] = t
+	}
+}
+
+// settingsChanged says whether a topic of the running shard has other
+// configs or ACLs in the plan than its opens carry.
+func settingsChanged(plan discovery.Plan, running []discovery.Topic) bool {
+	for _, t := range running {
+		if now, ok := plan.Topics[t.Name]; ok && !now.SameSettings(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // preference orders shards differently for each fetcher (rendezvous
@@ -107,6 +143,13 @@ func (s *supervisor) reconcile(ctx context.Context) {
 	for n, r := range s.running {
 		if want, ok := plan.Shards[n]; !r.draining && (!ok || !slices.Equal(want, r.runner.Partitions())) {
 			s.log.Info("shard changed; draining it", "shard", n, "partitions", len(want))
+			s.drainLocked(r)
+		} else if !r.draining && settingsChanged(plan, r.runner.Topics()) {
+			// The writer takes a topic's configs and ACLs from the open
+			// (its links[].config_sync applies them): reopening is how a
+			// change reaches it, at the cost of one drain, as rare as
+			// the change.
+			s.log.Info("source topic configs or ACLs changed; reopening the shard so its writer applies them", "shard", n)
 			s.drainLocked(r)
 		}
 	}

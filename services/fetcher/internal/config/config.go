@@ -63,9 +63,18 @@ type Link struct {
 	// StartFrom is where a partition with no checkpoint starts: earliest or
 	// latest.
 	StartFrom string `yaml:"start_from"`
-	// DiscoveryInterval is how often new topics and partitions are looked for.
+	// DiscoveryInterval is how often new topics and partitions are looked
+	// for, and the topics' configs (and ACLs, with SyncACLs) read again: a
+	// shard whose topics' configs or ACLs changed is reopened, so its
+	// writer applies them (the writers' links[].config_sync).
 	DiscoveryInterval time.Duration `yaml:"discovery_interval"`
-	Heartbeat         struct {
+	// SyncACLs sends each topic's ALLOW Read and Describe ACLs (literal
+	// on its name or prefixed on a prefix of it) to the writers, which
+	// create them on the target topic when their links[].sync_acls is on.
+	// The fetcher's principal needs Describe on the source's Cluster to
+	// list ACLs. Off by default.
+	SyncACLs  bool `yaml:"sync_acls"`
+	Heartbeat struct {
 		// Interval is how often each shard reads its partitions' source
 		// offsets (high watermark, log start, head timestamp) and sends
 		// them to its writer as a heartbeat, whether or not data flows;

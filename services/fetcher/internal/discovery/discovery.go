@@ -7,9 +7,13 @@
 package discovery
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/IBM/sarama"
 
@@ -30,6 +34,72 @@ type Topic struct {
 	Configs map[string]string
 	// ID is the Kafka topic ID (nil when the cluster reports none).
 	ID []byte
+	// ACLs are the topic's ALLOW Read and Describe ACLs (AddACLs), sorted;
+	// nil unless link.sync_acls.
+	ACLs []ACL
+}
+
+// ACL is an ALLOW ACL that applies to a topic.
+type ACL struct {
+	Principal, Host string
+	Operation       sarama.AclOperation
+}
+
+// SameSettings says whether t and u have the same configs and ACLs: a
+// shard whose topics' settings changed is reopened, so its writer gets
+// them.
+func (t Topic) SameSettings(u Topic) bool {
+	return maps.Equal(t.Configs, u.Configs) && slices.Equal(t.ACLs, u.ACLs)
+}
+
+// ACLLister is the part of sarama's ClusterAdmin AddACLs needs.
+type ACLLister interface {
+	ListAcls(filter sarama.AclFilter) ([]sarama.ResourceAcls, error)
+}
+
+// AddACLs sets each planned topic's ACLs: the source's ALLOW Read and
+// Describe topic ACLs whose pattern covers its name (literal on the name
+// or on "*", prefixed on a prefix of it). Write and DENY ACLs are never
+// taken (as MirrorMaker 2's sync.topic.acls takes no Write), and other
+// operations neither: the writers create only what a consumer needs.
+func AddACLs(l ACLLister, plan *Plan) error {
+	rs, err := l.ListAcls(sarama.AclFilter{
+		ResourceType: sarama.AclResourceTopic, ResourcePatternTypeFilter: sarama.AclPatternAny,
+		Operation: sarama.AclOperationAny, PermissionType: sarama.AclPermissionAllow,
+	})
+	if err != nil {
+		return fmt.Errorf("list source topic ACLs: %w", err)
+	}
+	for name, t := range plan.Topics {
+		t.ACLs = nil
+		for _, r := range rs {
+			if !covers(r.Resource, name) {
+				continue
+			}
+			for _, a := range r.Acls {
+				if a.PermissionType == sarama.AclPermissionAllow && (a.Operation == sarama.AclOperationRead || a.Operation == sarama.AclOperationDescribe) {
+					t.ACLs = append(t.ACLs, ACL{Principal: a.Principal, Host: a.Host, Operation: a.Operation})
+				}
+			}
+		}
+		slices.SortFunc(t.ACLs, func(a, b ACL) int {
+			return cmp.Or(cmp.Compare(a.Principal, b.Principal), cmp.Compare(a.Host, b.Host), cmp.Compare(a.Operation, b.Operation))
+		})
+		t.ACLs = slices.Compact(t.ACLs)
+		plan.Topics[name] = t
+	}
+	return nil
+}
+
+// covers says whether an ACL resource applies to topic.
+func covers(r sarama.Resource, topic string) bool {
+	switch r.ResourcePatternType {
+	case sarama.AclPatternLiteral:
+		return r.ResourceName == topic || r.ResourceName == "*"
+	case sarama.AclPatternPrefixed:
+		return strings.HasPrefix(topic, r.ResourceName)
+	}
+	return false
 }
 
 // Plan is the link's current view of the source.

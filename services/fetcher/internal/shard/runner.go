@@ -197,6 +197,13 @@ func partKey(p discovery.Partition) string { return p.Topic + "/" + strconv.Itoa
 // Partitions returns the partitions the runner was built for.
 func (r *Runner) Partitions() []discovery.Partition { return r.parts }
 
+// Topics returns the shard's topics as its opens describe them.
+func (r *Runner) Topics() []discovery.Topic {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.topics)
+}
+
 // Status returns a copy of the shard's status.
 func (r *Runner) Status() Status {
 	r.mu.Lock()

@@ -249,7 +249,7 @@ func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardSto
 	topics := slices.Clone(r.topics)
 	r.mu.Unlock()
 	for _, t := range topics {
-		open.Topics = append(open.Topics, &ferryv1.TopicSpec{Name: t.Name, PartitionCount: t.Partitions, Configs: t.Configs, TopicId: t.ID})
+		open.Topics = append(open.Topics, &ferryv1.TopicSpec{Name: t.Name, PartitionCount: t.Partitions, Configs: t.Configs, TopicId: t.ID, Acls: topicACLs(t.ACLs)})
 	}
 	// A partition a writer refused to open is left out: the writer would
 	// refuse every open naming it (checkpoint_unverified).
@@ -276,6 +276,19 @@ func (r *Runner) open(stream ferryv1.ReplicationService_ReplicateClient, hardSto
 		resume[discovery.Partition{Topic: pos.GetTopic(), Partition: pos.GetPartition()}] = pos
 	}
 	return resume, opened, nil
+}
+
+// topicACLs are a topic's ACLs as an Open carries them.
+func topicACLs(acls []discovery.ACL) []*ferryv1.TopicAcl {
+	var out []*ferryv1.TopicAcl
+	for _, a := range acls {
+		op := ferryv1.AclOperation_ACL_OPERATION_READ
+		if a.Operation == sarama.AclOperationDescribe {
+			op = ferryv1.AclOperation_ACL_OPERATION_DESCRIBE
+		}
+		out = append(out, &ferryv1.TopicAcl{Principal: a.Principal, Host: a.Host, Operation: op})
+	}
+	return out
 }
 
 // forEachStart calls start with the offset each partition not stopped

@@ -128,7 +128,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 		Status: func() any {
 			if srv := srvp.Load(); srv != nil {
 				return map[string]any{"writer": cfg.ID, "links": srv.LinkStates(), "shards": srv.Status(), "failover": srv.Failover(), "groups": srv.Groups(),
-					"stopped": srv.Stopped()}
+					"stopped": srv.Stopped(), "topics": map[string]any{"drift": srv.TopicDrift()}}
 			}
 			return map[string]any{"writer": cfg.ID, "starting": wait.Err().Error()}
 		},
@@ -237,6 +237,9 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 		return notStarted(err)
 	}
 
+	// Existing target topics follow their source's configs, and get
+	// their synced ACLs, on a round of their own (links[].config_sync).
+	syncer := topics.NewSyncer(ens, m.TopicConfigDrift, log.With("component", "topic-sync"))
 	srv := server.New(server.Options{
 		ID:     cfg.ID,
 		Target: franzOpts,
@@ -256,6 +259,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 		Heartbeats:        beats.table,
 		HeartbeatsTopic:   cfg.Heartbeats.Topic,
 		Groups:            groups,
+		Syncer:            syncer,
 		ReplicateIDs:      replicateIDs(cfg),
 	}, links, ens, store, codecs, m, log)
 
@@ -349,6 +353,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 	})
 	g.Go(func() error { ready.Run(gctx); return nil })
 	g.Go(func() error { srv.RunGroupSync(gctx); return nil })
+	g.Go(func() error { syncer.Run(gctx, cfg.ConfigSyncInterval); return nil })
 	// The heartbeats are written until the streams have drained (below),
 	// then once more.
 	persistCtx, stopPersist := context.WithCancel(context.Background())
@@ -484,6 +489,7 @@ func buildLinks(cfgs []config.Link) ([]server.Link, error) {
 			Name: l.Name, Naming: policy, ReplicationFactor: l.ReplicationFactor, ExactlyOnce: l.Delivery == "exactly_once",
 			Topics: l.TopicFilter(), Shards: uint32(l.Shards), AllowedIDs: tlsconfig.NewIDs(l.AllowedIDs),
 		}
+		link.ConfigSync, link.SyncACLs = topics.ConfigSync(l.ConfigSync), l.SyncACLs // checked by Validate
 		link.Configs = topics.ConfigCopy{Allow: set(l.ConfigAllow), MinRetentionMs: l.MinRetention.Milliseconds(), MinRetentionBytes: int64(l.MinRetentionBytes)}
 		link.PlatformTopics = set(l.PlatformTopics)
 		out = append(out, link)

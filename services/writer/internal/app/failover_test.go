@@ -21,12 +21,19 @@ import (
 // runWriter runs the whole writer on target until the returned stop.
 func runWriter(t *testing.T, target string) (cfg config.Config, stop func()) {
 	t.Helper()
+	return runWriterWith(t, target, func(*config.Config) {})
+}
+
+// runWriterWith is runWriter with the configuration edited.
+func runWriterWith(t *testing.T, target string, edit func(*config.Config)) (cfg config.Config, stop func()) {
+	t.Helper()
 	cfg = config.Defaults()
 	cfg.ID = "w1"
 	cfg.Listen, cfg.Admin.Listen = freeAddr(t), freeAddr(t)
 	cfg.TLS.Insecure = true
 	cfg.Target.BootstrapServers = []string{target}
 	cfg.Links = []config.Link{{Name: "east", Naming: "prefix", Prefix: "east."}}
+	edit(&cfg)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -91,6 +91,10 @@ type Config struct {
 	Tracing tracing.Config `yaml:"tracing"`
 	// Links lists the replication flows this writer accepts.
 	Links []Link `yaml:"links"`
+	// ConfigSyncInterval is how often the target topics the writer has
+	// opened are compared with their source's configs (links[].config_sync)
+	// and their synced ACLs created. Default 1m.
+	ConfigSyncInterval time.Duration `yaml:"config_sync_interval"`
 	// Control is the link control plane the gRPC port serves to
 	// operators (ferryctl): off until control.allowed_ids names one.
 	Control Control `yaml:"control"`
@@ -226,6 +230,22 @@ type Link struct {
 	// fetcher's retention.ms=1) is raised to them. Defaults 1h and 100MiB.
 	MinRetention      time.Duration   `yaml:"min_retention"`
 	MinRetentionBytes config.ByteSize `yaml:"min_retention_bytes"`
+	// ConfigSync is what the writer does with the configs of a target
+	// topic that exists, every config_sync_interval and at each open
+	// that brings a source change (the fetchers read the source's configs
+	// every link.discovery_interval): apply (default) applies the
+	// source's changes and reports drift (a target config changed by
+	// hand while the source kept its value); overwrite also puts drift
+	// back to the source's value; report changes nothing and reports
+	// every difference; off copies configs at creation only. Only the
+	// configs of config_allow are read or changed, within the floors.
+	ConfigSync string `yaml:"config_sync"`
+	// SyncACLs creates on each target topic the source's ALLOW Read and
+	// Describe topic ACLs the fetchers send (their link.sync_acls), as
+	// literal ACLs on the target topic for the same principals and hosts,
+	// so consumers can read after a failover. Off by default: the
+	// fetchers of the link then choose who may read its target topics.
+	SyncACLs bool `yaml:"sync_acls"`
 	// ConfigExclude was a deny list of regular expressions; it is refused,
 	// naming config_allow, so a file written for it is not silently read
 	// as an allow-everything.
@@ -264,21 +284,22 @@ const DefaultMaxPartitions = 1000
 func Defaults() Config {
 	host, _ := os.Hostname()
 	c := Config{
-		ID:                host,
-		Listen:            "127.0.0.1:7400",
-		Log:               telemetry.LogConfig{Level: "info", Format: "text"},
-		Target:            kafkaclient.Defaults("ferry-writer"),
-		Checkpoints:       Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
-		OffsetIndex:       OffsetIndex{Topic: offsetindex.DefaultTopic, Retention: offsetindex.DefaultRetention},
-		Heartbeats:        Heartbeats{Topic: "__ferry_heartbeats", PersistInterval: 5 * time.Second},
-		Producer:          Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
-		MaxBatchBytes:     4 << 20,
-		MaxGroupBytes:     8 << 20,
-		MaxBufferedBytes:  64 << 20,
-		MaxPartitions:     DefaultMaxPartitions,
-		MaxStreams:        1024,
-		MaxStreamsPerPeer: 256,
-		ShutdownTimeout:   20 * time.Second,
+		ID:                 host,
+		Listen:             "127.0.0.1:7400",
+		Log:                telemetry.LogConfig{Level: "info", Format: "text"},
+		Target:             kafkaclient.Defaults("ferry-writer"),
+		Checkpoints:        Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
+		OffsetIndex:        OffsetIndex{Topic: offsetindex.DefaultTopic, Retention: offsetindex.DefaultRetention},
+		Heartbeats:         Heartbeats{Topic: "__ferry_heartbeats", PersistInterval: 5 * time.Second},
+		Producer:           Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
+		MaxBatchBytes:      4 << 20,
+		MaxGroupBytes:      8 << 20,
+		MaxBufferedBytes:   64 << 20,
+		MaxPartitions:      DefaultMaxPartitions,
+		MaxStreams:         1024,
+		MaxStreamsPerPeer:  256,
+		ShutdownTimeout:    20 * time.Second,
+		ConfigSyncInterval: time.Minute,
 	}
 	c.Admin.Listen = "127.0.0.1:7401"
 	c.Registration.Service = "ferry-writer"
@@ -303,6 +324,9 @@ func linkDefaults(l *Link) {
 	}
 	if l.ConfigAllow == nil {
 		l.ConfigAllow = topics.DefaultConfigAllow
+	}
+	if l.ConfigSync == "" {
+		l.ConfigSync = string(topics.SyncApply)
 	}
 	if l.MinRetention == 0 {
 		l.MinRetention = time.Hour
@@ -425,6 +449,9 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		p.Addf("shutdown_timeout", "must be positive")
 	}
+	if c.ConfigSyncInterval < time.Second || c.ConfigSyncInterval > time.Hour {
+		p.Addf("config_sync_interval", "%v: must be between 1s and 1h", c.ConfigSyncInterval)
+	}
 	c.Registration.Config.Validate("registration", &p)
 	if c.Registration.Address != "" && c.Registration.Service == "" {
 		p.Addf("registration.service", "required with registration.address")
@@ -483,6 +510,9 @@ func (c *Config) Validate() error {
 			if !configKey.MatchString(k) {
 				p.Addf(key("config_allow"), "%q: want a topic config key such as retention.ms", k)
 			}
+		}
+		if _, err := topics.ParseConfigSync(l.ConfigSync); err != nil {
+			p.Addf(key("config_sync"), "%v", err)
 		}
 		for _, t := range l.PlatformTopics {
 			if !topics.Platform(t) {

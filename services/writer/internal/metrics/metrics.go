@@ -39,6 +39,10 @@ type Metrics struct {
 	// Stages is ferry_replication_stage_seconds; the writer observes its
 	// transit and commit stages.
 	Stages *prometheus.HistogramVec
+	// TopicConfigDrift is 1 for each target topic config that differs
+	// from its source's while the source did not change it (package
+	// topics, Syncer): changed on the target by hand.
+	TopicConfigDrift *prometheus.GaugeVec
 
 	reg prometheus.Registerer
 }
@@ -110,6 +114,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "Consumer-group syncs by outcome: moved, unchanged, active (members on the target), owned (committed by someone else), before_index, error, limit.",
 	}, []string{"link", "outcome"})
 	m.Groups = newGroupCollector()
+	m.TopicConfigDrift = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "ferry_topic_config_drift",
+		Help: "1 while a target topic config differs from the source's copied value although the source did not change it (set on the target by hand); reported, not overwritten, unless links[].config_sync is overwrite.",
+	}, []string{"link", "topic", "config"})
+	reg.MustRegister(m.TopicConfigDrift)
 	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.Latency, m.Rejected, m.StaleEpochs, m.Streams, m.ProduceSeconds, m.Checkpoints,
 		m.BufferedBytes, m.CheckpointsRefused, m.CheckpointsAcceptedUnsigned, m.Failover, m.GroupSyncs, m.Groups)
 	m.Stages = stages.Register(reg)

@@ -113,6 +113,14 @@ func TestOpenIsBounded(t *testing.T) {
 				o.Topics[0].Configs[fmt.Sprint("k", i)] = "v"
 			}
 		}, "1001 configs"},
+		{"ACL count", func(o *ferryv1.Open) {
+			for i := range 1001 {
+				o.Topics[0].Acls = append(o.Topics[0].Acls, &ferryv1.TopicAcl{Principal: fmt.Sprint("User:u", i), Operation: ferryv1.AclOperation_ACL_OPERATION_READ})
+			}
+		}, "1001 ACLs"},
+		{"ACL principal", func(o *ferryv1.Open) {
+			o.Topics[0].Acls = []*ferryv1.TopicAcl{{Principal: "User:" + long(8<<10), Operation: ferryv1.AclOperation_ACL_OPERATION_READ}}
+		}, "ACL principal of 8197 bytes"},
 		{"config value", func(o *ferryv1.Open) { o.Topics[0].Configs = map[string]string{"cleanup.policy": long(8 << 10)} }, "config cleanup.policy: value of 8192 bytes"},
 		{"partitions", func(o *ferryv1.Open) {
 			o.Topics[0].PartitionCount = 1000

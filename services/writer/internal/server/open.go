@@ -26,6 +26,12 @@ const (
 	// (Kafka has a few hundred topic configs, each value short).
 	maxTopicConfigs = 1000
 	maxConfigBytes  = 4096
+	// maxTopicACLs, maxACLPrincipal and maxACLHost bound a topic spec's
+	// ACLs (link.sync_acls): a topic's readers, a principal's name, a
+	// host name or address.
+	maxTopicACLs    = 1000
+	maxACLPrincipal = 1024
+	maxACLHost      = 255
 )
 
 // checkOpen refuses an Open whose parts are above their bounds, naming the
@@ -74,6 +80,17 @@ func checkTopicSpec(t *ferryv1.TopicSpec) error {
 			return fmt.Errorf("topic %q: config key %s of %d bytes, above %d", name, clip(k), len(k), maxConfigBytes)
 		case len(v) > maxConfigBytes:
 			return fmt.Errorf("topic %q: config %s: value of %d bytes, above %d", name, k, len(v), maxConfigBytes)
+		}
+	}
+	if len(t.GetAcls()) > maxTopicACLs {
+		return fmt.Errorf("topic %q: %d ACLs, above %d", name, len(t.GetAcls()), maxTopicACLs)
+	}
+	for _, a := range t.GetAcls() {
+		switch {
+		case len(a.GetPrincipal()) > maxACLPrincipal:
+			return fmt.Errorf("topic %q: ACL principal of %d bytes, above %d", name, len(a.GetPrincipal()), maxACLPrincipal)
+		case len(a.GetHost()) > maxACLHost:
+			return fmt.Errorf("topic %q: ACL host of %d bytes, above %d", name, len(a.GetHost()), maxACLHost)
 		}
 	}
 	return nil

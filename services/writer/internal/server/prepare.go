@@ -44,6 +44,7 @@ func (ss *session) prepare(log *slog.Logger, cl *producer.Client) (prod *produce
 		if err != nil {
 			return nil, "", err
 		}
+		ss.syncTopic(log, target, t, configs)
 		// A target topic that takes smaller batches than the producer
 		// would send refuses them all, however small the records: the
 		// shard sends batches no larger than it takes, and a record

@@ -40,6 +40,12 @@ type Link struct {
 	ReplicationFactor int16
 	// Configs decides the configs of a target topic the link creates.
 	Configs topics.ConfigCopy
+	// ConfigSync is what Options.Syncer does with the configs of a target
+	// topic that exists (links[].config_sync); empty is topics.SyncApply.
+	ConfigSync topics.ConfigSync
+	// SyncACLs creates the source's Read and Describe ACLs an open
+	// carries on the target topic (links[].sync_acls).
+	SyncACLs bool
 	// PlatformTopics are the platform topics (topics.Platform) the link
 	// may write nonetheless, such as _schemas for a Schema Registry copy.
 	PlatformTopics map[string]bool
@@ -99,6 +105,10 @@ type Options struct {
 	// sync, groups.go) on the writer's group syncer (RunGroupSync); nil:
 	// the writer syncs no groups and its Opened says it takes none.
 	Groups GroupCommitter
+	// Syncer keeps existing target topics' configs like their source's
+	// and creates their synced ACLs (topicsync.go); nil: configs are
+	// copied at creation only, and no ACL is synced.
+	Syncer *topics.Syncer
 	// ReplicateIDs, when not empty, are the only peers that may call
 	// Replicate (tls.allowed_ids): the TLS interceptors also admit the
 	// operators of control.allowed_ids, who may not write a link.

@@ -102,6 +102,9 @@ func startWriterOptions(t *testing.T, links []Link, edit func(*Options)) *testWr
 	return startWriterGRPC(t, links, edit, nil, insecure.NewCredentials())
 }
 
+// testSyncInterval is the test writers' topic sync round.
+const testSyncInterval = 50 * time.Millisecond
+
 // testShards is the shard count of a test link that sets none.
 const testShards = 8
 
@@ -169,12 +172,18 @@ func startWriterOn(t *testing.T, cluster *kfake.Cluster, links []Link, edit func
 		t.Fatal(err)
 	}
 	t.Cleanup(codecs.Close)
-	opts := Options{ID: "w1", Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, MaxBatchBytes: 1 << 20, MaxPartitions: 1000, MaxStreams: 1000, MaxStreamsPerPeer: 1000, MaxGroupBytes: 1 << 20, MaxBufferedBytes: 64 << 20, Recorder: recorder,
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	// The syncer runs as the writer's app runs it, each round short.
+	syncer := topics.NewSyncer(ens, m.TopicConfigDrift, log)
+	syncCtx, stopSync := context.WithCancel(context.Background())
+	syncDone := make(chan struct{})
+	go func() { syncer.Run(syncCtx, testSyncInterval); close(syncDone) }()
+	t.Cleanup(func() { stopSync(); <-syncDone })
+	opts := Options{ID: "w1", Syncer: syncer, Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, MaxBatchBytes: 1 << 20, MaxPartitions: 1000, MaxStreams: 1000, MaxStreamsPerPeer: 1000, MaxGroupBytes: 1 << 20, MaxBufferedBytes: 64 << 20, Recorder: recorder,
 		Index:    offsetindex.Topic{Name: indexTopic, Partitions: indexParts},
 		Producer: ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, MergeBelow: 64 << 10, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second}}
 	edit(&opts)
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
 	srv := New(opts, links, ens, store, codecs, m, log)
 
 	lis := bufconn.Listen(1 << 20)
