@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -134,30 +133,6 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	if page.elements != 0 || page.pwned != "" {
 		t.Errorf("the page holds %d img or script elements and ran %q: a name was rendered as markup", page.elements, page.pwned)
-	}
-}
-
-// runWriterWith is runWriter with the config edited first.
-func runWriterWith(t *testing.T, target string, edit func(*config.Config)) (cfg config.Config, stop func()) {
-	t.Helper()
-	cfg = config.Defaults()
-	cfg.ID = "w1"
-	cfg.Listen, cfg.Admin.Listen = freeAddr(t), freeAddr(t)
-	cfg.TLS.Insecure = true
-	cfg.Target.BootstrapServers = []string{target}
-	cfg.Links = []config.Link{{Name: "east", Naming: "prefix", Prefix: "east."}}
-	edit(&cfg)
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- Run(ctx, &cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
-	return cfg, func() {
-		cancel()
-		if err := <-runErr; err != nil {
-			t.Errorf("Run = %v", err)
-		}
 	}
 }
 
