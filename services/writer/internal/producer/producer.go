@@ -686,6 +686,32 @@ func (p *Producer) end(ctx context.Context, commit bool) error {
 	return nil
 }
 
+// AbortOpen aborts the transaction this producer has open, even after it
+// failed (Abort refuses then): the end of a stream whose round failed.
+// Left open, the transaction holds back every read_committed reader of its
+// partitions (consumers of the target topics, the checkpoint view and with
+// it the link's control records) until its timeout, unless the shard's
+// next owner fences it first; after a region loss no next owner comes.
+// A refusal (fenced: a newer owner has aborted it already; a commit whose
+// outcome was unknown and did land) leaves nothing to abort and is
+// returned for the log only.
+func (p *Producer) AbortOpen(ctx context.Context) error {
+	if !p.transactional() || len(p.inTxn) == 0 {
+		return nil
+	}
+	req := kmsg.NewPtrEndTxnRequest()
+	req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = p.opts.TransactionalID, p.id, p.epoch, false
+	resp, err := req.RequestWith(ctx, p.cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	clear(p.inTxn)
+	if err != nil {
+		return fmt.Errorf("abort the open transaction: %w", err)
+	}
+	return nil
+}
+
 // RetryWait is the pause between attempts while the coordinator is busy.
 const RetryWait = 100 * time.Millisecond
 

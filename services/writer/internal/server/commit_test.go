@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -103,4 +104,54 @@ func targetValuesCommitted(t *testing.T, w *testWriter) []string {
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, string(r.Value)) })
 	}
 	return out
+}
+
+// Exactly-once: a stream whose round failed mid-transaction aborts the
+// transaction as it ends, so read_committed readers of the target (and
+// the checkpoint view, and with it the link's control records) move on at
+// once instead of at the transaction's timeout; after a region loss no
+// next owner of the shard comes to fence it.
+func TestFailedRoundsTransactionIsAbortedAtOnce(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, true))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream := w.openOrders(ctx, t, "east")
+	w.cluster.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.EndTxnRequest)
+		if !r.Commit {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.InvalidTxnState.Code
+		return resp, nil, true
+	})
+	if err := sendKafka(t, stream, 1, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0)); err == nil {
+		t.Fatal("a round whose commit failed was acknowledged")
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	// Well inside the test writer's 10 s transaction timeout.
+	var hw, lso int64
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ends, err1 := adm.ListEndOffsets(ctx, "orders")
+		stable, err2 := adm.ListCommittedOffsets(ctx, "orders")
+		if err1 == nil && err2 == nil {
+			e, _ := ends.Lookup("orders", 0)
+			s, _ := stable.Lookup("orders", 0)
+			hw, lso = e.Offset, s.Offset
+			if hw > 0 && lso == hw {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orders/0 last stable offset %d, high watermark %d 3 s after the stream failed: the failed round's transaction is still open", lso, hw)
+		}
+	}
+	if got := targetValuesCommitted(t, w); len(got) != 0 {
+		t.Errorf("read_committed sees records %v of a round that did not commit", got)
+	}
 }

@@ -147,6 +147,9 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 
 // run prepares the target, answers the open and then moves batches until
 // the stream or the writer ends.
+// abortTimeout bounds the abort of a failed stream's open transaction.
+const abortTimeout = 10 * time.Second
+
 func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error {
 	defer close(ss.done)
 	s := ss.s
@@ -206,6 +209,15 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	go ss.receive(stream, works)
 	c := newCommitter(ss.link.ExactlyOnce, prod, ss.progress, ss.obs, ss.build)
 	err = ss.serve(ss.ctx, stream, c, works)
+	if err != nil {
+		// A round the failure cut short ends now, not at its transaction
+		// timeout: no new stream of the shard may come to fence it.
+		actx, cancel := context.WithTimeout(context.Background(), abortTimeout)
+		if aerr := prod.AbortOpen(actx); aerr != nil {
+			log.Warn("open transaction of the failed stream not aborted; it ends at its timeout or with the shard's next owner", "err", aerr)
+		}
+		cancel()
+	}
 	if cause := context.Cause(ss.ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause
 	}
