@@ -388,6 +388,7 @@ func (f *fleet) finish(produced int64, allowDuplicates bool, recovery time.Durat
 }
 
 func TestLeasesShareShardsAndRebalanceOnJoin(t *testing.T) {
+	t.Parallel() // waits on lease TTLs and lock delays, mostly idle
 	f := newFleet(t, 1, false)
 	for range 3 {
 		f.addFetcher()
@@ -405,6 +406,7 @@ func TestLeasesShareShardsAndRebalanceOnJoin(t *testing.T) {
 }
 
 func TestLeasesTakeOverAKilledFetcher(t *testing.T) {
+	t.Parallel() // waits on lease TTLs and lock delays, mostly idle
 	f := newFleet(t, 1, false)
 	for range 3 {
 		f.addFetcher()
@@ -427,6 +429,7 @@ func TestLeasesTakeOverAKilledFetcher(t *testing.T) {
 }
 
 func TestLeasesFenceAPausedFetcher(t *testing.T) {
+	t.Parallel() // waits on lease TTLs and lock delays, mostly idle
 	f := newFleet(t, 1, false)
 	for range 2 {
 		f.addFetcher()
@@ -494,6 +497,7 @@ func TestLeasesFenceAPausedFetcher(t *testing.T) {
 }
 
 func TestLeasesSurviveAConsulOutage(t *testing.T) {
+	t.Parallel() // waits on lease TTLs and lock delays, mostly idle
 	f := newFleet(t, 1, true)
 	for range 2 {
 		f.addFetcher()
@@ -554,6 +558,7 @@ func TestLeasesSurviveAConsulOutage(t *testing.T) {
 }
 
 func TestLeasesMoveShardsOffAKilledWriter(t *testing.T) {
+	t.Parallel() // waits on lease TTLs and lock delays, mostly idle
 	f := newFleet(t, 2, false)
 	for range 2 {
 		f.addFetcher()
@@ -601,6 +606,7 @@ func TestBadLeaseConfigFailsAtStart(t *testing.T) {
 // they follow the healthy writers in Consul's catalog, so a writer that
 // joins is used and one that dies is left.
 func TestWritersFoundThroughConsulCatalog(t *testing.T) {
+	t.Parallel() // waits on lease TTLs and lock delays, mostly idle
 	f := newFleet(t, 0, false)
 	f.addWriter(true)
 	discover := func(cfg map[string]any) {

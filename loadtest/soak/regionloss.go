@@ -111,12 +111,14 @@ func (r *reads) add(recs []*kgo.Record) {
 // once a commit covering it succeeded (what a crash would not re-read).
 // It runs until ctx ends, or, with untilIdle, until it has read up to the
 // end of every partition and nothing came for untilIdle.
-func consume(ctx context.Context, addr string, topics []string, untilIdle time.Duration) (*reads, func(), error) {
+// The returned channel is closed when it has ended; stop ends it and
+// closes the client.
+func consume(ctx context.Context, addr string, topics []string, untilIdle time.Duration) (*reads, <-chan struct{}, func(), error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup(appGroup), kgo.ConsumeTopics(topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	r := &reads{}
 	ctx, cancel := context.WithCancel(ctx)
@@ -148,7 +150,7 @@ func consume(ctx context.Context, addr string, topics []string, untilIdle time.D
 		<-done
 		cl.Close()
 	}
-	return r, stop, nil
+	return r, done, stop, nil
 }
 
 // loseRegion kills what lives in the source region: every fetcher, the
@@ -228,10 +230,12 @@ func (e *env) rereadReported(ctx context.Context) int64 {
 func (e *env) regionLoss(ctx context.Context, stopLoad func()) *DR {
 	dr := &DR{}
 	fail := func(format string, a ...any) *DR {
-		dr.Errors = append(dr.Errors, fmt.Sprintf(format, a...))
+		msg := fmt.Sprintf(format, a...)
+		e.log.Error("region loss: drill failed", "err", msg)
+		dr.Errors = append(dr.Errors, msg)
 		return dr
 	}
-	srcApp, stopSrcApp, err := consume(ctx, e.src.Addr(), []string{topicIdem, topicTxn}, 0)
+	srcApp, _, stopSrcApp, err := consume(ctx, e.src.Addr(), []string{topicIdem, topicTxn}, 0)
 	if err != nil {
 		stopLoad()
 		return fail("source application: %v", err)
@@ -270,10 +274,11 @@ func (e *env) regionLoss(ctx context.Context, stopLoad func()) *DR {
 		dr.ReportedLost += max(0, p.HW-p.Committed)
 	}
 	e.log.Info("region loss: the application reads on the target", "lost_offsets_reported", dr.ReportedLost)
-	dstApp, stopDstApp, err := consume(ctx, e.dst.Addr(), []string{targetPrefix + topicIdem, targetPrefix + topicTxn}, 15*time.Second)
+	dstApp, dstDone, stopDstApp, err := consume(ctx, e.dst.Addr(), []string{targetPrefix + topicIdem, targetPrefix + topicTxn}, 15*time.Second)
 	if err != nil {
 		return fail("target application: %v", err)
 	}
+	<-dstDone // read to the end, then nothing for 15 s
 	stopDstApp()
 	if !dstApp.first.IsZero() {
 		dr.RTO = dstApp.first.Sub(failStart)

@@ -225,11 +225,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		dr := e.regionLoss(ctx, func() { stopRun(); prod.stop() })
 		wg.Wait()
-		vctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-		defer cancel()
-		res, err := verify.Compare(vctx, []string{e.src.Addr()}, []string{e.dst.Addr()}, e.pairs())
-		if err != nil {
-			return nil, fmt.Errorf("verify: %w", err)
+		var res verify.Result
+		if len(dr.Errors) == 0 { // else the source may not be back to compare
+			vctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+			defer cancel()
+			var err error
+			if res, err = verify.Compare(vctx, []string{e.src.Addr()}, []string{e.dst.Addr()}, e.pairs()); err != nil {
+				return nil, fmt.Errorf("verify: %w", err)
+			}
 		}
 		rep := newReport(opts, sched, done, prog, warmFrom, res, prod)
 		rep.DR = dr
