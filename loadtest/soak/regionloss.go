@@ -58,12 +58,22 @@ type DR struct {
 	// the source nor, after the failover, on the target. It must be 0.
 	AppMissing int64 `json:"app_missing"`
 	// AppReread counts records the application read on the source and
-	// again on the target; RereadReported is what Ferry's failover meter
-	// (ferry_failover_reread_records) said before the loss. The meter
-	// cannot know what the application consumed after the group's last
-	// sync: AppReread - RereadReported of them at most one sync interval.
-	AppReread      int64 `json:"app_reread"`
-	RereadReported int64 `json:"reread_reported"`
+	// again on the target. RereadReported is what Ferry's failover meter
+	// (ferry_failover_reread_records, offsets) said after the loss.
+	// RereadKnown are the records between the group's target position and
+	// its source commit as the last sync read it (what the meter counts,
+	// in records); RereadAfterSync those the application committed on the
+	// source after that read, which nothing in the target region can
+	// know. AppReread must be their sum.
+	AppReread       int64 `json:"app_reread"`
+	RereadReported  int64 `json:"reread_reported"`
+	RereadKnown     int64 `json:"reread_known"`
+	RereadAfterSync int64 `json:"reread_after_sync"`
+	// TranslationErrors counts partitions where the application's first
+	// record on the target is not the copy of the first source record at
+	// or after the source offset its group's position stands for. It
+	// must be 0.
+	TranslationErrors int64 `json:"translation_errors"`
 	// RTO is from ferryctl failover's start to the application's first
 	// record read on the target.
 	RTO time.Duration `json:"rto"`
@@ -74,7 +84,8 @@ type DR struct {
 // OK is the region loss accounted for: no misreported record, nothing the
 // application skipped, no step failing.
 func (d *DR) OK() bool {
-	return d.Misreported == 0 && d.AppMissing == 0 && len(d.Errors) == 0 && d.RereadReported <= d.AppReread
+	return d.Misreported == 0 && d.AppMissing == 0 && d.TranslationErrors == 0 && len(d.Errors) == 0 &&
+		d.AppReread == d.RereadKnown+d.RereadAfterSync
 }
 
 // tp names a partition.
@@ -177,6 +188,37 @@ type ctlChange struct {
 		HW        int64  `json:"source_high_watermark"`
 		Lag       int64  `json:"lag_records"`
 	} `json:"at_risk"`
+	Groups []struct {
+		Group      string `json:"group"`
+		Reread     *int64 `json:"failover_reread_records"`
+		Partitions []struct {
+			Topic     string `json:"topic"`
+			Partition int32  `json:"partition"`
+			// Source is the group's committed offset on the source as
+			// the last sync read it; StandsFor what its target position
+			// stands for.
+			Source    int64 `json:"source_offset"`
+			StandsFor int64 `json:"target_stands_for_source_offset"`
+		} `json:"partitions"`
+	} `json:"groups"`
+}
+
+// position is where ferryctl's report puts the application's group on
+// one partition.
+type position struct{ source, standsFor int64 }
+
+// positions are the application group's partitions in ferryctl's report.
+func (ch ctlChange) positions() map[tp]position {
+	out := map[tp]position{}
+	for _, g := range ch.Groups {
+		if g.Group != appGroup {
+			continue
+		}
+		for _, p := range g.Partitions {
+			out[tp{p.Topic, p.Partition}] = position{p.Source, p.StandsFor}
+		}
+	}
+	return out
 }
 
 // failover runs ferryctl failover against the running writers, as an
@@ -388,6 +430,7 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 	if err != nil {
 		return fmt.Errorf("read the target: %w", err)
 	}
+	positions := ch.positions()
 	report := map[tp]int{}
 	for i, p := range ch.AtRisk {
 		report[tp{p.Topic, p.Partition}] = i
@@ -426,11 +469,16 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 			readSrc[o] = true
 		}
 		readDst := map[int64]bool{}
+		firstDst := int64(-1)
 		for _, to := range dstApp.by[tp{targetPrefix + k.topic, k.partition}] {
 			if so, ok := sourceOf[to]; ok {
 				readDst[so] = true
+				if firstDst < 0 {
+					firstDst = so
+				}
 			}
 		}
+		pos, synced := positions[k]
 		for _, r := range recs {
 			if r.offset >= rep.Committed {
 				continue
@@ -438,8 +486,29 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 			switch {
 			case readSrc[r.offset] && readDst[r.offset]:
 				dr.AppReread++
+				if synced && r.offset < pos.source {
+					dr.RereadKnown++
+				} else {
+					dr.RereadAfterSync++
+				}
 			case !readSrc[r.offset] && !readDst[r.offset]:
 				dr.AppMissing++
+			}
+		}
+		// Exact translation: the application's first record on the target
+		// is the copy of the first source record at or after what its
+		// position stands for.
+		if synced && firstDst >= 0 {
+			want := int64(-1)
+			for _, r := range recs {
+				if r.offset >= pos.standsFor {
+					want = r.offset
+					break
+				}
+			}
+			if firstDst != want {
+				dr.TranslationErrors++
+				e.log.Error("region loss: translation", "topic", k.topic, "partition", k.partition, "stands_for", pos.standsFor, "first_read_on_target", firstDst, "want", want)
 			}
 		}
 	}

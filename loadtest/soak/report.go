@@ -282,8 +282,8 @@ func (r *Report) Summary() string {
 	if d := r.DR; d != nil {
 		fmt.Fprintf(&b, "region lost %s after the faults healed; ferryctl reported %d offsets lost: %d records missing in those ranges, %d accepted after the last heartbeat (unobservable), %d misreported\n",
 			d.LossAfter.Round(time.Second), d.ReportedLost, d.LostInReport, d.LostUnobserved, d.Misreported)
-		fmt.Fprintf(&b, "application: %d records skipped, %d read again (meter said %d), RTO %s (failover to first record read on the target)\n",
-			d.AppMissing, d.AppReread, d.RereadReported, d.RTO.Round(100*time.Millisecond))
+		fmt.Fprintf(&b, "application: %d records skipped, %d read again: %d the meter knew (it said %d offsets), %d committed on the source after the last sync; %d translation errors; RTO %s (failover to first record read on the target)\n",
+			d.AppMissing, d.AppReread, d.RereadKnown, d.RereadReported, d.RereadAfterSync, d.TranslationErrors, d.RTO.Round(100*time.Millisecond))
 		for _, e := range d.Errors {
 			fmt.Fprintf(&b, "  drill: %s\n", e)
 		}
