@@ -282,6 +282,9 @@ func (r *Report) Summary() string {
 	if d := r.DR; d != nil {
 		fmt.Fprintf(&b, "region lost %s after the faults healed; ferryctl reported %d offsets lost: %d records missing in those ranges, %d accepted after the last heartbeat (unobservable), %d misreported\n",
 			d.LossAfter.Round(time.Second), d.ReportedLost, d.LostInReport, d.LostUnobserved, d.Misreported)
+		if d.CopiedPastCheckpoint > 0 {
+			fmt.Fprintf(&b, "  %d records reported lost were copied (at-least-once writes records before their checkpoint)\n", d.CopiedPastCheckpoint)
+		}
 		fmt.Fprintf(&b, "application: %d records skipped, %d read again: %d the meter knew (it said %d offsets), %d committed on the source after the last sync; %d translation errors; RTO %s (failover to first record read on the target)\n",
 			d.AppMissing, d.AppReread, d.RereadKnown, d.RereadReported, d.RereadAfterSync, d.TranslationErrors, d.RTO.Round(100*time.Millisecond))
 		for _, e := range d.Errors {

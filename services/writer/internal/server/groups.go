@@ -13,6 +13,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupcommit"
+	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 )
 
@@ -325,9 +326,12 @@ type GroupStatus struct {
 	SyncAge *float64 `json:"sync_age_seconds,omitempty"`
 	// RereadRecords is the re-read exposure: the records the group would
 	// read again after a failover now, the sum over its partitions of the
-	// source offset last read minus the source offset its target position
-	// stands for (0 when caught up). Absent when no partition's target
-	// position is Ferry's.
+	// source offset last read, or the committed end when the group read
+	// past what the target holds (the rest would be lost, not read again:
+	// the failover meter counts it), minus the source offset its target
+	// position stands for (0 when caught up). Offsets: transaction markers
+	// and aborted records in the range count. Absent when no partition's
+	// target position is Ferry's.
 	RereadRecords *int64                 `json:"failover_reread_records,omitempty"`
 	Partitions    []GroupPartitionStatus `json:"partitions"`
 }
@@ -359,10 +363,14 @@ func (s *Server) Groups() []GroupStatus {
 	if s.groups == nil {
 		return nil
 	}
-	return s.groups.status(time.Now())
+	return s.groups.status(time.Now(), func(link string, tp topicPartition) int64 {
+		return s.committed(heartbeat.Key{Link: link, Topic: tp.topic, Partition: tp.partition})
+	})
 }
 
-func (g *groupSyncer) status(now time.Time) []GroupStatus {
+// status is the groups' state; committed is a partition's committed next
+// source offset (-1: none), which bounds the re-read exposure.
+func (g *groupSyncer) status(now time.Time, committed func(link string, tp topicPartition) int64) []GroupStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := make([]GroupStatus, 0, len(g.state))
@@ -384,7 +392,15 @@ func (g *groupSyncer) status(now time.Time) []GroupStatus {
 			gs.Partitions = append(gs.Partitions, ps)
 			if gp.standsFor >= 0 {
 				known = true
-				reread += max(0, gp.reported-gp.standsFor)
+				// What the group consumed beyond what the target holds is
+				// not read again after a failover now: it is lost with the
+				// source (the partition's meter counts it), so the re-read
+				// stops at the committed end.
+				read := gp.reported
+				if c := committed(k.link, tp); c >= 0 {
+					read = min(read, c)
+				}
+				reread += max(0, read-gp.standsFor)
 			}
 		}
 		if known {
