@@ -63,15 +63,7 @@ func TestExactlyOnceFailedCommitIsNotAcknowledged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stream := w.openOrders(ctx, t, "east")
-	w.cluster.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		r := req.(*kmsg.EndTxnRequest)
-		if !r.Commit {
-			return nil, nil, false
-		}
-		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
-		resp.ErrorCode = kerr.ProducerFenced.Code
-		return resp, nil, true
-	})
+	w.failNextCommit(kerr.ProducerFenced)
 	err := sendKafka(t, stream, 1, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0))
 	if err == nil {
 		t.Fatal("a round whose commit failed was acknowledged")
@@ -116,15 +108,7 @@ func TestFailedRoundsTransactionIsAbortedAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stream := w.openOrders(ctx, t, "east")
-	w.cluster.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		r := req.(*kmsg.EndTxnRequest)
-		if !r.Commit {
-			return nil, nil, false
-		}
-		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
-		resp.ErrorCode = kerr.InvalidTxnState.Code
-		return resp, nil, true
-	})
+	w.failNextCommit(kerr.InvalidTxnState)
 	if err := sendKafka(t, stream, 1, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0)); err == nil {
 		t.Fatal("a round whose commit failed was acknowledged")
 	}
@@ -154,4 +138,19 @@ func TestFailedRoundsTransactionIsAbortedAtOnce(t *testing.T) {
 	if got := targetValuesCommitted(t, w); len(got) != 0 {
 		t.Errorf("read_committed sees records %v of a round that did not commit", got)
 	}
+}
+
+// failNextCommit makes the target answer the next transaction commit with
+// err (an abort goes through): the round fails, its outcome as the broker
+// sees it still open.
+func (w *testWriter) failNextCommit(err *kerr.Error) {
+	w.cluster.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.EndTxnRequest)
+		if !r.Commit {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = err.Code
+		return resp, nil, true
+	})
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -255,15 +254,7 @@ func TestAbortedRoundLeavesNoIndexRecord(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	stream := w.openOrders(ctx, t, "east")
-	w.cluster.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		r := req.(*kmsg.EndTxnRequest)
-		if !r.Commit {
-			return nil, nil, false
-		}
-		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
-		resp.ErrorCode = kerr.ProducerFenced.Code
-		return resp, nil, true
-	})
+	w.failNextCommit(kerr.ProducerFenced)
 	if err := sendKafka(t, stream, 1, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0)); err == nil {
 		t.Fatal("a round whose commit failed was acknowledged")
 	}
