@@ -1,9 +1,11 @@
 // Package sourceconfig reads a fetcher's configuration file for another
 // program (ferryctl failback): the link it serves and how it reaches its
-// source cluster. The file is loaded and validated by the fetcher's own
-// loader, layered as ferry-fetcher layers it (defaults, the file,
-// FERRY_FETCHER_* variables), so a file the fetcher would refuse is
-// refused here too, by the same key names.
+// source cluster. The file is loaded by the fetcher's own loader, layered
+// as ferry-fetcher layers it (defaults, the file, FERRY_FETCHER_*
+// variables, unknown keys refused), and its link name and source section
+// are validated as the fetcher validates them, by the same key names. The
+// rest is not: the operator's machine need not hold the fetcher's own
+// certificates (writers.tls), which the fetcher's whole validation reads.
 package sourceconfig
 
 import (
@@ -29,7 +31,12 @@ func Load(path string, env []string) (Source, error) {
 	if err := config.Load(&cfg, path, env, EnvPrefix, nil); err != nil {
 		return Source{}, err
 	}
-	if err := cfg.Validate(); err != nil {
+	var p config.Problems
+	if cfg.Link.Name == "" {
+		p.Addf("link.name", "required")
+	}
+	cfg.Source.Validate("source", &p)
+	if err := p.Err(); err != nil {
 		return Source{}, err
 	}
 	return Source{Link: cfg.Link.Name, Kafka: cfg.Source}, nil
