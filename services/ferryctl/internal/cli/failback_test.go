@@ -201,6 +201,21 @@ func TestFailbackRefusals(t *testing.T) {
 	if code, _, errOut := r.run(t, "ferryctl", "failover", "east"); code != exitOK {
 		t.Fatalf("failover exited %d: %s", code, errOut)
 	}
+	// The writers refuse, writing nothing, a checkpoint moving back and
+	// requests that name no partition or one twice.
+	for _, bad := range []struct {
+		ps   []*ferryv1.CheckpointPosition
+		code codes.Code
+	}{
+		{[]*ferryv1.CheckpointPosition{{Topic: "orders", Partition: 1, NextSourceOffset: 9}, {Topic: "orders", Partition: 0, NextSourceOffset: 3}}, codes.FailedPrecondition},
+		{nil, codes.InvalidArgument},
+		{[]*ferryv1.CheckpointPosition{{Topic: "orders", NextSourceOffset: 9}, {Topic: "orders", NextSourceOffset: 9}}, codes.InvalidArgument},
+	} {
+		_, err := cl.writers[0].ctl.SetCheckpoints(context.Background(), &ferryv1.SetCheckpointsRequest{Link: "east", Checkpoints: bad.ps})
+		if status.Code(err) != bad.code {
+			t.Errorf("SetCheckpoints of %v answered %v, want %v", bad.ps, err, bad.code)
+		}
+	}
 	if code, _, errOut = r.run(t, "fetcher", "failback", "east", "--source-config", cfg); code != exitFailed || !strings.Contains(errOut, "PermissionDenied") {
 		t.Fatalf("failback as the fetcher exited %d: %s", code, errOut)
 	}
@@ -217,8 +232,8 @@ func TestFailbackRefusals(t *testing.T) {
 			t.Errorf("failback with a %s --source-config exited %d: %s", bad.name, code, errOut)
 		}
 	}
-	if l := r.status(t).Links[0]; l.Partitions[0].Committed != 5 {
-		t.Fatalf("a refused failback moved a checkpoint: %+v", l.Partitions[0])
+	if l := r.status(t).Links[0]; l.Partitions[0].Committed != 5 || l.Partitions[1].Committed != 5 {
+		t.Fatalf("a refused failback moved a checkpoint: %+v", l.Partitions)
 	}
 	if code, _, errOut = r.run(t, "ferryctl", "failback", "--help"); code != exitOK || !strings.Contains(errOut, "Usage: ferryctl failback") {
 		t.Errorf("failback --help exited %d: %s", code, errOut)
