@@ -5,7 +5,8 @@
 // writers named; status asks every writer and merges what they know.
 //
 // Exit codes: 0 done and healthy, 1 the action failed (a writer refused
-// it or none answered), 2 a usage error, 3 done but a link is unhealthy
+// it or none answered), 2 a usage error (or a configuration file that
+// does not load, failback's --source-config), 3 done but a link is unhealthy
 // (unhealthy: a running link with a shard no writer serves a stream of,
 // or a partition whose last heartbeat is older than --stale-after, or a
 // writer that did not answer).

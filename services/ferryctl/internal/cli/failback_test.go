@@ -63,6 +63,7 @@ func copiedEnd(vals map[int64]string, prefix string) int64 {
 // within what was copied (else the reverse link's); it changes nothing.
 // failback then moves the checkpoints to A's end: after resume, a new
 // fetcher copies only what A accepted after the failback, never the tail.
+// --copy-stranded reports the same and moves nothing.
 func TestFailbackReportsTheStrandedTailAndSkipsIt(t *testing.T) {
 	r := startReplication(t)
 	src := kclient(t, r.source)
@@ -123,6 +124,17 @@ func TestFailbackReportsTheStrandedTailAndSkipsIt(t *testing.T) {
 	}
 	if l := r.status(t).Links[0]; l.State != linkstate.FailedOver || l.Partitions[0].Committed != 40 || l.Partitions[2].Committed != -1 {
 		t.Fatalf("failback --dry-run changed the link: %+v", l)
+	}
+
+	// --copy-stranded reports alike and leaves the checkpoints.
+	code, out, errOut = r.run(t, "ferryctl", "failback", "east", "--source-config", cfg, "--copy-stranded", "-o", "json")
+	var kept FailbackReport
+	if err := json.Unmarshal([]byte(out), &kept); code != exitOK || err != nil || !kept.CopyStranded || len(kept.Partitions) != 3 ||
+		kept.Partitions[0].StrandedTo != 65 || kept.Partitions[0].Checkpoint != nil {
+		t.Fatalf("failback --copy-stranded exited %d (%v): %s%s", code, err, out, errOut)
+	}
+	if l := r.status(t).Links[0]; l.Partitions[0].Committed != 40 || l.Partitions[2].Committed != -1 {
+		t.Fatalf("failback --copy-stranded moved a checkpoint: %+v", l.Partitions)
 	}
 
 	code, out, errOut = r.run(t, "ferryctl", "failback", "east", "--source-config", cfg)
