@@ -1459,6 +1459,255 @@ func (x *LinkGroupPartition) GetSyncedReadAtUnixMs() int64 {
 	return 0
 }
 
+// SetCheckpointsRequest names the checkpoints to set, of one link.
+type SetCheckpointsRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Link        string                 `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
+	Checkpoints []*CheckpointPosition  `protobuf:"bytes,2,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	// Reason is free text for people (at most 1024 bytes), logged.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetCheckpointsRequest) Reset() {
+	*x = SetCheckpointsRequest{}
+	mi := &file_ferry_v1_control_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetCheckpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetCheckpointsRequest) ProtoMessage() {}
+
+func (x *SetCheckpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetCheckpointsRequest.ProtoReflect.Descriptor instead.
+func (*SetCheckpointsRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetCheckpointsRequest) GetLink() string {
+	if x != nil {
+		return x.Link
+	}
+	return ""
+}
+
+func (x *SetCheckpointsRequest) GetCheckpoints() []*CheckpointPosition {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
+func (x *SetCheckpointsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// CheckpointPosition is a source partition's next source offset to copy.
+type CheckpointPosition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Topic is the source topic, as the link's fetchers read it.
+	Topic            string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition        int32  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	NextSourceOffset int64  `protobuf:"varint,3,opt,name=next_source_offset,json=nextSourceOffset,proto3" json:"next_source_offset,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CheckpointPosition) Reset() {
+	*x = CheckpointPosition{}
+	mi := &file_ferry_v1_control_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointPosition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointPosition) ProtoMessage() {}
+
+func (x *CheckpointPosition) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointPosition.ProtoReflect.Descriptor instead.
+func (*CheckpointPosition) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CheckpointPosition) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *CheckpointPosition) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *CheckpointPosition) GetNextSourceOffset() int64 {
+	if x != nil {
+		return x.NextSourceOffset
+	}
+	return 0
+}
+
+// SetCheckpointsResponse is each checkpoint as it was and as it is now.
+type SetCheckpointsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Writer is the answering writer's id.
+	Writer        string              `protobuf:"bytes,1,opt,name=writer,proto3" json:"writer,omitempty"`
+	Changes       []*CheckpointChange `protobuf:"bytes,2,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetCheckpointsResponse) Reset() {
+	*x = SetCheckpointsResponse{}
+	mi := &file_ferry_v1_control_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetCheckpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetCheckpointsResponse) ProtoMessage() {}
+
+func (x *SetCheckpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetCheckpointsResponse.ProtoReflect.Descriptor instead.
+func (*SetCheckpointsResponse) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SetCheckpointsResponse) GetWriter() string {
+	if x != nil {
+		return x.Writer
+	}
+	return ""
+}
+
+func (x *SetCheckpointsResponse) GetChanges() []*CheckpointChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+// CheckpointChange is one partition's checkpoint before and after.
+type CheckpointChange struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// PreviousNextSourceOffset is the checkpoint before, -1 when there was
+	// none.
+	PreviousNextSourceOffset int64 `protobuf:"varint,3,opt,name=previous_next_source_offset,json=previousNextSourceOffset,proto3" json:"previous_next_source_offset,omitempty"`
+	NextSourceOffset         int64 `protobuf:"varint,4,opt,name=next_source_offset,json=nextSourceOffset,proto3" json:"next_source_offset,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *CheckpointChange) Reset() {
+	*x = CheckpointChange{}
+	mi := &file_ferry_v1_control_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointChange) ProtoMessage() {}
+
+func (x *CheckpointChange) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointChange.ProtoReflect.Descriptor instead.
+func (*CheckpointChange) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CheckpointChange) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *CheckpointChange) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *CheckpointChange) GetPreviousNextSourceOffset() int64 {
+	if x != nil {
+		return x.PreviousNextSourceOffset
+	}
+	return 0
+}
+
+func (x *CheckpointChange) GetNextSourceOffset() int64 {
+	if x != nil {
+		return x.NextSourceOffset
+	}
+	return 0
+}
+
 var File_ferry_v1_control_proto protoreflect.FileDescriptor
 
 const file_ferry_v1_control_proto_rawDesc = "" +
@@ -1576,7 +1825,23 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\rtarget_offset\x18\x04 \x01(\x03R\ftargetOffset\x127\n" +
 	"\x18stands_for_source_offset\x18\x05 \x01(\x03R\x15standsForSourceOffset\x12\x12\n" +
 	"\x04note\x18\x06 \x01(\tR\x04note\x122\n" +
-	"\x16synced_read_at_unix_ms\x18\a \x01(\x03R\x12syncedReadAtUnixMs*r\n" +
+	"\x16synced_read_at_unix_ms\x18\a \x01(\x03R\x12syncedReadAtUnixMs\"\x83\x01\n" +
+	"\x15SetCheckpointsRequest\x12\x12\n" +
+	"\x04link\x18\x01 \x01(\tR\x04link\x12>\n" +
+	"\vcheckpoints\x18\x02 \x03(\v2\x1c.ferry.v1.CheckpointPositionR\vcheckpoints\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"v\n" +
+	"\x12CheckpointPosition\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12,\n" +
+	"\x12next_source_offset\x18\x03 \x01(\x03R\x10nextSourceOffset\"f\n" +
+	"\x16SetCheckpointsResponse\x12\x16\n" +
+	"\x06writer\x18\x01 \x01(\tR\x06writer\x124\n" +
+	"\achanges\x18\x02 \x03(\v2\x1a.ferry.v1.CheckpointChangeR\achanges\"\xb3\x01\n" +
+	"\x10CheckpointChange\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12=\n" +
+	"\x1bprevious_next_source_offset\x18\x03 \x01(\x03R\x18previousNextSourceOffset\x12,\n" +
+	"\x12next_source_offset\x18\x04 \x01(\x03R\x10nextSourceOffset*r\n" +
 	"\tLinkState\x12\x1a\n" +
 	"\x16LINK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12LINK_STATE_RUNNING\x10\x01\x12\x15\n" +
@@ -1587,11 +1852,12 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x17TRANSLATE_OUTCOME_EXACT\x10\x01\x12#\n" +
 	"\x1fTRANSLATE_OUTCOME_BEYOND_COPIED\x10\x02\x12\"\n" +
 	"\x1eTRANSLATE_OUTCOME_BEFORE_INDEX\x10\x03\x12\x1e\n" +
-	"\x1aTRANSLATE_OUTCOME_NO_INDEX\x10\x042\xe2\x01\n" +
+	"\x1aTRANSLATE_OUTCOME_NO_INDEX\x10\x042\xb7\x02\n" +
 	"\x0eControlService\x12;\n" +
 	"\x06Status\x12\x17.ferry.v1.StatusRequest\x1a\x18.ferry.v1.StatusResponse\x12M\n" +
 	"\fSetLinkState\x12\x1d.ferry.v1.SetLinkStateRequest\x1a\x1e.ferry.v1.SetLinkStateResponse\x12D\n" +
-	"\tTranslate\x12\x1a.ferry.v1.TranslateRequest\x1a\x1b.ferry.v1.TranslateResponseB<Z:github.com/ferry-replicator/ferry/pkg/gen/ferry/v1;ferryv1b\x06proto3"
+	"\tTranslate\x12\x1a.ferry.v1.TranslateRequest\x1a\x1b.ferry.v1.TranslateResponse\x12S\n" +
+	"\x0eSetCheckpoints\x12\x1f.ferry.v1.SetCheckpointsRequest\x1a .ferry.v1.SetCheckpointsResponseB<Z:github.com/ferry-replicator/ferry/pkg/gen/ferry/v1;ferryv1b\x06proto3"
 
 var (
 	file_ferry_v1_control_proto_rawDescOnce sync.Once
@@ -1606,7 +1872,7 @@ func file_ferry_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ferry_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_ferry_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_ferry_v1_control_proto_goTypes = []any{
 	(LinkState)(0),                    // 0: ferry.v1.LinkState
 	(TranslateOutcome)(0),             // 1: ferry.v1.TranslateOutcome
@@ -1626,6 +1892,10 @@ var file_ferry_v1_control_proto_goTypes = []any{
 	(*TranslateResponse)(nil),         // 15: ferry.v1.TranslateResponse
 	(*LinkGroup)(nil),                 // 16: ferry.v1.LinkGroup
 	(*LinkGroupPartition)(nil),        // 17: ferry.v1.LinkGroupPartition
+	(*SetCheckpointsRequest)(nil),     // 18: ferry.v1.SetCheckpointsRequest
+	(*CheckpointPosition)(nil),        // 19: ferry.v1.CheckpointPosition
+	(*SetCheckpointsResponse)(nil),    // 20: ferry.v1.SetCheckpointsResponse
+	(*CheckpointChange)(nil),          // 21: ferry.v1.CheckpointChange
 }
 var file_ferry_v1_control_proto_depIdxs = []int32{
 	4,  // 0: ferry.v1.StatusResponse.links:type_name -> ferry.v1.LinkStatus
@@ -1643,17 +1913,21 @@ var file_ferry_v1_control_proto_depIdxs = []int32{
 	12, // 12: ferry.v1.TranslateResponse.offset:type_name -> ferry.v1.OffsetTranslation
 	13, // 13: ferry.v1.TranslateResponse.group:type_name -> ferry.v1.GroupTranslation
 	17, // 14: ferry.v1.LinkGroup.partitions:type_name -> ferry.v1.LinkGroupPartition
-	2,  // 15: ferry.v1.ControlService.Status:input_type -> ferry.v1.StatusRequest
-	8,  // 16: ferry.v1.ControlService.SetLinkState:input_type -> ferry.v1.SetLinkStateRequest
-	10, // 17: ferry.v1.ControlService.Translate:input_type -> ferry.v1.TranslateRequest
-	3,  // 18: ferry.v1.ControlService.Status:output_type -> ferry.v1.StatusResponse
-	9,  // 19: ferry.v1.ControlService.SetLinkState:output_type -> ferry.v1.SetLinkStateResponse
-	15, // 20: ferry.v1.ControlService.Translate:output_type -> ferry.v1.TranslateResponse
-	18, // [18:21] is the sub-list for method output_type
-	15, // [15:18] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	19, // 15: ferry.v1.SetCheckpointsRequest.checkpoints:type_name -> ferry.v1.CheckpointPosition
+	21, // 16: ferry.v1.SetCheckpointsResponse.changes:type_name -> ferry.v1.CheckpointChange
+	2,  // 17: ferry.v1.ControlService.Status:input_type -> ferry.v1.StatusRequest
+	8,  // 18: ferry.v1.ControlService.SetLinkState:input_type -> ferry.v1.SetLinkStateRequest
+	10, // 19: ferry.v1.ControlService.Translate:input_type -> ferry.v1.TranslateRequest
+	18, // 20: ferry.v1.ControlService.SetCheckpoints:input_type -> ferry.v1.SetCheckpointsRequest
+	3,  // 21: ferry.v1.ControlService.Status:output_type -> ferry.v1.StatusResponse
+	9,  // 22: ferry.v1.ControlService.SetLinkState:output_type -> ferry.v1.SetLinkStateResponse
+	15, // 23: ferry.v1.ControlService.Translate:output_type -> ferry.v1.TranslateResponse
+	20, // 24: ferry.v1.ControlService.SetCheckpoints:output_type -> ferry.v1.SetCheckpointsResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1_control_proto_init() }
@@ -1671,7 +1945,7 @@ func file_ferry_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1_control_proto_rawDesc), len(file_ferry_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,9 +24,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ControlService_Status_FullMethodName       = "/ferry.v1.ControlService/Status"
-	ControlService_SetLinkState_FullMethodName = "/ferry.v1.ControlService/SetLinkState"
-	ControlService_Translate_FullMethodName    = "/ferry.v1.ControlService/Translate"
+	ControlService_Status_FullMethodName         = "/ferry.v1.ControlService/Status"
+	ControlService_SetLinkState_FullMethodName   = "/ferry.v1.ControlService/SetLinkState"
+	ControlService_Translate_FullMethodName      = "/ferry.v1.ControlService/Translate"
+	ControlService_SetCheckpoints_FullMethodName = "/ferry.v1.ControlService/SetCheckpoints"
 )
 
 // ControlServiceClient is the client API for ControlService service.
@@ -75,6 +76,24 @@ type ControlServiceClient interface {
 	//	                  partition or offset, a group id groupsync refuses
 	//	Unavailable       the target cluster could not be read; retry
 	Translate(ctx context.Context, in *TranslateRequest, opts ...grpc.CallOption) (*TranslateResponse, error)
+	// SetCheckpoints moves checkpoints of a failed-over link, signed by this
+	// writer as `ferry-writer checkpoint set` signs them: failback's way to
+	// make the original direction, once resumed, start at the old source's
+	// end rather than copy its stranded tail into the target
+	// (docs/disaster-recovery.md, "Failback"). It answers once this writer's
+	// view holds every checkpoint set; the other writers read them from the
+	// checkpoint topic.
+	//
+	// Errors:
+	//
+	//	PermissionDenied   the caller is not in control.allowed_ids
+	//	NotFound           the writer does not serve the link
+	//	InvalidArgument    no partition, more than 65536, an empty or
+	//	                   over-long topic, a negative partition or offset,
+	//	                   a partition named twice
+	//	FailedPrecondition the link is not failed_over
+	//	Unavailable        the target cluster could not be written; retry
+	SetCheckpoints(ctx context.Context, in *SetCheckpointsRequest, opts ...grpc.CallOption) (*SetCheckpointsResponse, error)
 }
 
 type controlServiceClient struct {
@@ -109,6 +128,16 @@ func (c *controlServiceClient) Translate(ctx context.Context, in *TranslateReque
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TranslateResponse)
 	err := c.cc.Invoke(ctx, ControlService_Translate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) SetCheckpoints(ctx context.Context, in *SetCheckpointsRequest, opts ...grpc.CallOption) (*SetCheckpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetCheckpointsResponse)
+	err := c.cc.Invoke(ctx, ControlService_SetCheckpoints_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +190,24 @@ type ControlServiceServer interface {
 	//	                  partition or offset, a group id groupsync refuses
 	//	Unavailable       the target cluster could not be read; retry
 	Translate(context.Context, *TranslateRequest) (*TranslateResponse, error)
+	// SetCheckpoints moves checkpoints of a failed-over link, signed by this
+	// writer as `ferry-writer checkpoint set` signs them: failback's way to
+	// make the original direction, once resumed, start at the old source's
+	// end rather than copy its stranded tail into the target
+	// (docs/disaster-recovery.md, "Failback"). It answers once this writer's
+	// view holds every checkpoint set; the other writers read them from the
+	// checkpoint topic.
+	//
+	// Errors:
+	//
+	//	PermissionDenied   the caller is not in control.allowed_ids
+	//	NotFound           the writer does not serve the link
+	//	InvalidArgument    no partition, more than 65536, an empty or
+	//	                   over-long topic, a negative partition or offset,
+	//	                   a partition named twice
+	//	FailedPrecondition the link is not failed_over
+	//	Unavailable        the target cluster could not be written; retry
+	SetCheckpoints(context.Context, *SetCheckpointsRequest) (*SetCheckpointsResponse, error)
 	mustEmbedUnimplementedControlServiceServer()
 }
 
@@ -179,6 +226,9 @@ func (UnimplementedControlServiceServer) SetLinkState(context.Context, *SetLinkS
 }
 func (UnimplementedControlServiceServer) Translate(context.Context, *TranslateRequest) (*TranslateResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Translate not implemented")
+}
+func (UnimplementedControlServiceServer) SetCheckpoints(context.Context, *SetCheckpointsRequest) (*SetCheckpointsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetCheckpoints not implemented")
 }
 func (UnimplementedControlServiceServer) mustEmbedUnimplementedControlServiceServer() {}
 func (UnimplementedControlServiceServer) testEmbeddedByValue()                        {}
@@ -255,6 +305,24 @@ func _ControlService_Translate_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControlService_SetCheckpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetCheckpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).SetCheckpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_SetCheckpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).SetCheckpoints(ctx, req.(*SetCheckpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControlService_ServiceDesc is the grpc.ServiceDesc for ControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -273,6 +341,10 @@ var ControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Translate",
 			Handler:    _ControlService_Translate_Handler,
+		},
+		{
+			MethodName: "SetCheckpoints",
+			Handler:    _ControlService_SetCheckpoints_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

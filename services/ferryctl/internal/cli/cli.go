@@ -5,7 +5,8 @@
 // writers named; status asks every writer and merges what they know.
 //
 // Exit codes: 0 done and healthy, 1 the action failed (a writer refused
-// it or none answered), 2 a usage error, 3 done but a link is unhealthy
+// it or none answered), 2 a usage error (or a configuration file that
+// does not load, failback's --source-config), 3 done but a link is unhealthy
 // (unhealthy: a running link with a shard no writer serves a stream of,
 // or a partition whose last heartbeat is older than --stale-after, or a
 // writer that did not answer).
@@ -35,6 +36,10 @@ const (
 // printed with it.
 var errUsage = errors.New("usage")
 
+// errBadConfig is a configuration file ferryctl cannot use; it exits as
+// a usage error, without the usage.
+var errBadConfig = errors.New("bad configuration")
+
 // errUnhealthy is a verb that did what it was asked and found a link
 // unhealthy.
 var errUnhealthy = errors.New("unhealthy")
@@ -56,6 +61,12 @@ type verbOpts struct {
 	dryRun     bool
 	planned    bool
 	groups     string
+	// sourceConfig and copyStranded are failback's.
+	sourceConfig string
+	copyStranded bool
+	// env is the environment (failback loads the fetcher's configuration
+	// under it, as the fetcher does).
+	env []string
 	// progress is where a long wait says what it waits for (stderr).
 	progress io.Writer
 }
@@ -79,6 +90,14 @@ var verbs = []verb{
 			fs.StringVar(&o.groups, "groups", "", "only the consumer groups this regular expression matches (anchored), in the report and the planned wait")
 			fs.DurationVar(&o.staleAfter, "stale-after", 5*time.Second, "--planned refuses when a partition's last heartbeat is older than this (the source side is not reporting)")
 		}, run: runFailover},
+	{name: "failback", args: "LINK", summary: "after a failover, report the old source's stranded tail, where the reverse link starts and where each group stands on the old source, and move the checkpoints to the old source's end (the link stays failed_over)",
+		flags: func(fs *flag.FlagSet, o *verbOpts) {
+			reasonFlag(fs, o)
+			fs.StringVar(&o.sourceConfig, "source-config", "", "the link's fetcher configuration (YAML): its source section reaches the old source (required)")
+			fs.BoolVar(&o.dryRun, "dry-run", false, "print the report and change nothing")
+			fs.BoolVar(&o.copyStranded, "copy-stranded", false, "leave the checkpoints: once resumed, the link copies the stranded tail into the target, after what was written there since")
+			fs.StringVar(&o.groups, "groups", "", "only the consumer groups this regular expression matches (anchored)")
+		}, run: runFailback},
 	offsetsListing,
 }
 
@@ -137,7 +156,7 @@ func runVerb(ctx context.Context, v verb, args, env []string, stdout, stderr io.
 	)
 	conn.flags(fs)
 	v.flags(fs, &o)
-	o.progress = stderr
+	o.progress, o.env = stderr, env
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: ferryctl %s [flags] %s\n\n%s.\n\nFlags:\n", v.name, v.args, capitalize(v.summary))
 		fs.PrintDefaults()
@@ -161,6 +180,9 @@ func runVerb(ctx context.Context, v verb, args, env []string, stdout, stderr io.
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
 		fs.Usage()
+		return exitUsage
+	case errors.Is(err, errBadConfig):
+		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
 		return exitUsage
 	case errors.Is(err, errUnhealthy):
 		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)

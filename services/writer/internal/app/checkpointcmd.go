@@ -149,18 +149,8 @@ func withStore(ctx context.Context, cfg *config.Config, log *slog.Logger, f func
 // setCheckpoint moves k's checkpoint to next, keeping what else its
 // checkpoint says.
 func setCheckpoint(ctx context.Context, store *checkpoint.Store, k checkpoint.Key, next int64, writer string, out io.Writer) error {
-	if err := store.Sync(ctx); err != nil {
-		return err
-	}
-	cur, ok, err := store.Get(k)
+	cur, ok, err := store.Move(ctx, k, next, writer+" (checkpoint set)")
 	if err != nil {
-		return fmt.Errorf("%w: forget the partition first, then set it", err)
-	}
-	cp := checkpoint.Checkpoint{NextSourceOffset: next, TargetOffset: -1, Writer: writer + " (checkpoint set)", Time: time.Now().UTC()}
-	if ok {
-		cp.TargetOffset, cp.SourceTopicID, cp.Epoch = cur.TargetOffset, cur.SourceTopicID, cur.Epoch
-	}
-	if err := store.Put(ctx, k, cp); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "set the checkpoint of %s to next source offset %d (was %d, found %v)\n", k, next, cur.NextSourceOffset, ok)

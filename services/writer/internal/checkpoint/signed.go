@@ -332,6 +332,27 @@ func (s *Store) Put(ctx context.Context, k Key, cp Checkpoint) error {
 	return nil
 }
 
+// Move sets k's next source offset to next, keeping what else its
+// checkpoint says (target offset, source topic id, epoch), signed like
+// every record the store writes: the operator's way to move a partition
+// (`ferry-writer checkpoint set`, ferryctl failback). It returns the
+// checkpoint before (found false: there was none). Like Put, it moves
+// forward only.
+func (s *Store) Move(ctx context.Context, k Key, next int64, writer string) (prev Checkpoint, found bool, err error) {
+	if err := s.Sync(ctx); err != nil {
+		return Checkpoint{}, false, err
+	}
+	cur, ok, err := s.Get(k)
+	if err != nil {
+		return Checkpoint{}, false, fmt.Errorf("%w: forget the partition first, then set it", err)
+	}
+	cp := Checkpoint{NextSourceOffset: next, TargetOffset: -1, Writer: writer, Time: time.Now().UTC()}
+	if ok {
+		cp.TargetOffset, cp.SourceTopicID, cp.Epoch = cur.TargetOffset, cur.SourceTopicID, cur.Epoch
+	}
+	return cur, ok, s.Put(ctx, k, cp)
+}
+
 // send produces rec outside any shard's round.
 func (s *Store) send(rec Record) error {
 	msg := &sarama.ProducerMessage{Topic: s.topic, Partition: rec.Partition, Key: sarama.ByteEncoder(rec.Key), Timestamp: rec.Time}

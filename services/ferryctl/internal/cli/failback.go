@@ -1,0 +1,417 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
+	"github.com/ferry-replicator/ferry/services/fetcher/sourceconfig"
+)
+
+// Failback, its first step (docs/disaster-recovery.md, "Failback"): once
+// the old source is back after an unplanned failover, report what it
+// holds that never reached the target (the stranded tail: per partition
+// [committed, its end)), where writes on the target began (the copied
+// end, where the reverse link starts) and where each group stands on the
+// old source, and move the link's checkpoints to the old source's end,
+// so that the original direction, once resumed, does not copy the tail
+// into the target after what the target's producers wrote. It does not
+// resume the link: the runbook orders the steps.
+
+// Carry values of a group's partition.
+const (
+	carryExact       = "exact"
+	carryReverseLink = "reverse_link"
+)
+
+// errNotFailedOver refuses a failback of a link that is not failed_over.
+var errNotFailedOver = errors.New("failback refused")
+
+// FailbackReport is what failback prints (-o json prints it as it is).
+type FailbackReport struct {
+	Link string `json:"link"`
+	// DryRun is set when nothing was changed; CopyStranded when the
+	// checkpoints were left where they were, so that the original
+	// direction copies the stranded tail once resumed.
+	DryRun       bool `json:"dry_run,omitempty"`
+	CopyStranded bool `json:"copy_stranded,omitempty"`
+	// Writer is the writer that signed the checkpoints moved.
+	Writer     string              `json:"writer,omitempty"`
+	Partitions []FailbackPartition `json:"partitions"`
+	Groups     []FailbackGroup     `json:"groups"`
+}
+
+// FailbackPartition is one source partition: its stranded tail on the old
+// source, where writes on the target began, and its checkpoint.
+type FailbackPartition struct {
+	Topic       string `json:"topic"`
+	TargetTopic string `json:"target_topic,omitempty"`
+	Partition   int32  `json:"partition"`
+	// Committed is the next source offset committed on the target (-1:
+	// nothing copied); SourceLogStart and SourceEnd the old source's log
+	// start and end (high watermark) as read now.
+	Committed      int64 `json:"committed_next_offset"`
+	SourceLogStart int64 `json:"source_log_start_offset"`
+	SourceEnd      int64 `json:"source_end_offset"`
+	// StrandedFrom and StrandedTo are the stranded tail [from, to): source
+	// offsets the old source holds that never reached the target.
+	// StrandedOffsets is to - from (transaction markers and aborted
+	// records take offsets too, so it bounds the records from above).
+	StrandedFrom    int64 `json:"stranded_from"`
+	StrandedTo      int64 `json:"stranded_to"`
+	StrandedOffsets int64 `json:"stranded_offsets"`
+	// TargetStart is the target offset where writes on the target began:
+	// the copied end at the failover, where the reverse link starts; -1
+	// when nothing was copied (the reverse link starts at the target
+	// partition's start).
+	TargetStart int64 `json:"target_start"`
+	// Checkpoint is the checkpoint as set (absent for a dry run or
+	// --copy-stranded); Note says anything unusual.
+	Checkpoint *int64 `json:"checkpoint,omitempty"`
+	Note       string `json:"note,omitempty"`
+}
+
+// FailbackGroup is a synced group's position on the target and, where
+// that is within what was copied from the old source, its exact position
+// there.
+type FailbackGroup struct {
+	Group      string                   `json:"group"`
+	Partitions []FailbackGroupPartition `json:"partitions"`
+	// Error is why the group's positions could not be read.
+	Error string `json:"error,omitempty"`
+}
+
+// FailbackGroupPartition is one partition of a group.
+type FailbackGroupPartition struct {
+	Topic        string `json:"topic"`
+	TargetTopic  string `json:"target_topic"`
+	Partition    int32  `json:"partition"`
+	TargetOffset int64  `json:"target_offset"`
+	// SourceOffset is the group's exact position on the old source, when
+	// its target position is below the copied end (Carry "exact"); else
+	// Carry is "reverse_link": the position is past what was copied, and
+	// the reverse link's group sync carries it.
+	SourceOffset *int64 `json:"source_offset,omitempty"`
+	Carry        string `json:"carry"`
+}
+
+func runFailback(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
+	link, err := oneLink(args)
+	if err != nil {
+		return err
+	}
+	re, err := groupFilter(o.groups)
+	if err != nil {
+		return err
+	}
+	src, err := loadSource(o.sourceConfig, o.env, link)
+	if err != nil {
+		return err
+	}
+	v, err := c.view(ctx, link)
+	if err != nil {
+		return err
+	}
+	if v.link.State != linkstate.FailedOver {
+		return fmt.Errorf("%w: link %s is %s, not failed_over: failback follows a failover", errNotFailedOver, link, v.link.State)
+	}
+	ends, err := c.sourceOffsets(ctx, src, topicsOf(v.link.Partitions))
+	if err != nil {
+		return fmt.Errorf("old source of link %s: %w", link, err)
+	}
+	rep := FailbackReport{Link: link, DryRun: o.dryRun, CopyStranded: o.copyStranded, Groups: []FailbackGroup{}}
+	if rep.Partitions, err = c.strandedTails(ctx, link, v.link.Partitions, ends); err != nil {
+		return err
+	}
+	rep.Groups = c.groupsBack(ctx, link, selectGroups(v.link.Groups, re), rep.Partitions)
+	if !o.dryRun && !o.copyStranded {
+		if err := c.moveCheckpoints(ctx, &rep, o.reason); err != nil {
+			return err
+		}
+	}
+	return c.print(stdout, rep, printFailback)
+}
+
+// loadSource reads the fetcher configuration at path with the fetcher's
+// own loader; it must be link's.
+func loadSource(path string, env []string, link string) (sourceconfig.Source, error) {
+	if path == "" {
+		return sourceconfig.Source{}, fmt.Errorf("%w: --source-config required: the link's fetcher configuration, whose source section reaches the old source", errUsage)
+	}
+	src, err := sourceconfig.Load(path, env)
+	if err != nil {
+		return sourceconfig.Source{}, fmt.Errorf("%w: --source-config %s: %v", errBadConfig, path, err)
+	}
+	if src.Link != link {
+		return sourceconfig.Source{}, fmt.Errorf("%w: --source-config %s is the configuration of link %q, not %q", errBadConfig, path, src.Link, link)
+	}
+	return src, nil
+}
+
+func topicsOf(ps []PartitionReport) []string {
+	var out []string
+	for _, p := range ps {
+		if !slices.Contains(out, p.Topic) {
+			out = append(out, p.Topic)
+		}
+	}
+	return out
+}
+
+// sourceRange is a partition's log start and end on the old source.
+type sourceRange struct{ start, end int64 }
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// sourceOffsets reads the log start and end (high watermark: what a
+// resumed fetcher would read up to, uncommitted and aborted records and
+// markers included) of every partition of topics on the old source, with
+// a client built from the fetcher's source section (TLS, SASL).
+func (c *client) sourceOffsets(ctx context.Context, src sourceconfig.Source, topics []string) (map[topicPartition]sourceRange, error) {
+	out := map[topicPartition]sourceRange{}
+	if len(topics) == 0 {
+		return out, nil
+	}
+	cl, err := sourceClient(src.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	starts, err := adm.ListStartOffsets(ctx, topics...)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("log start offsets: %w", err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("end offsets: %w", err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		start, _ := starts.Lookup(o.Topic, o.Partition)
+		out[topicPartition{o.Topic, o.Partition}] = sourceRange{start: start.Offset, end: o.Offset}
+	})
+	return out, nil
+}
+
+func sourceClient(cfg kafkaclient.Config) (*kgo.Client, error) {
+	opts, err := cfg.Franz()
+	if err != nil {
+		return nil, fmt.Errorf("source client: %w", err)
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("source client: %w", err)
+	}
+	return cl, nil
+}
+
+// strandedTails is each partition's stranded tail and where writes on
+// the target began. Partitions the old source holds that no heartbeat
+// named (added after the failover) have nothing committed: all they hold
+// is stranded.
+func (c *client) strandedTails(ctx context.Context, link string, meter []PartitionReport, ends map[topicPartition]sourceRange) ([]FailbackPartition, error) {
+	committed := map[topicPartition]int64{}
+	for _, p := range meter {
+		committed[topicPartition{p.Topic, p.Partition}] = p.Committed
+	}
+	var out []FailbackPartition
+	for tp, r := range ends {
+		next, ok := committed[tp]
+		if !ok {
+			next = -1
+		}
+		fp := stranded(tp, next, r)
+		if next >= 0 {
+			if err := c.targetStart(ctx, link, &fp); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, fp)
+	}
+	for tp, next := range committed {
+		if _, ok := ends[tp]; !ok {
+			out = append(out, FailbackPartition{Topic: tp.topic, Partition: tp.partition, Committed: next, SourceLogStart: -1, SourceEnd: -1,
+				StrandedFrom: -1, StrandedTo: -1, TargetStart: -1, Note: "not on the old source (topic deleted?): nothing to report or move"})
+		}
+	}
+	slices.SortFunc(out, func(a, b FailbackPartition) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.Partition - b.Partition)
+	})
+	return out, nil
+}
+
+// stranded is tp's tail [max(committed, log start), end): what the old
+// source holds above what the target committed. An end below what was
+// committed means the old source lost records the target holds.
+func stranded(tp topicPartition, committed int64, r sourceRange) FailbackPartition {
+	fp := FailbackPartition{Topic: tp.topic, Partition: tp.partition, Committed: committed, SourceLogStart: r.start, SourceEnd: r.end, TargetStart: -1}
+	fp.StrandedFrom = max(committed, r.start)
+	fp.StrandedTo = max(fp.StrandedFrom, r.end)
+	fp.StrandedOffsets = fp.StrandedTo - fp.StrandedFrom
+	if r.end < committed {
+		fp.StrandedFrom, fp.StrandedTo = r.end, r.end
+		fp.Note = fmt.Sprintf("the old source's end is %d below what the target committed: it lost records the target holds; its checkpoint is left (a resumed link stops there, on_data_loss)", committed-r.end)
+	}
+	return fp
+}
+
+// targetStart asks the offset index where fp's committed offset stands on
+// the target: the copied end, where writes on the target began.
+func (c *client) targetStart(ctx context.Context, link string, fp *FailbackPartition) error {
+	resp, err := c.translate(ctx, &ferryv1.TranslateRequest{Link: link, Query: &ferryv1.TranslateRequest_Offset{Offset: &ferryv1.OffsetQuery{
+		Topic: fp.Topic, Partition: fp.Partition, Offset: fp.Committed}}})
+	if err != nil {
+		return fmt.Errorf("translate %s/%d offset %d: %w", fp.Topic, fp.Partition, fp.Committed, err)
+	}
+	tr := translation(link, resp)
+	fp.TargetTopic = tr.TargetTopic
+	if tr.Translated == nil {
+		fp.Note = fmt.Sprintf("where writes on the target began is unknown (%s): start the reverse link on this partition by hand", tr.Outcome)
+		return nil
+	}
+	fp.TargetStart = *tr.Translated
+	return nil
+}
+
+// groupsBack is each group's position on the target and, below the copied
+// end, its exact position on the old source (Ferry's marker, or the
+// reverse translation of a consumer's commit); past the copied end the
+// reverse link's group sync carries it.
+func (c *client) groupsBack(ctx context.Context, link string, groups []GroupReport, parts []FailbackPartition) []FailbackGroup {
+	copied := map[topicPartition]int64{}
+	for _, p := range parts {
+		copied[topicPartition{p.Topic, p.Partition}] = p.TargetStart
+	}
+	out := []FailbackGroup{}
+	for _, g := range groups {
+		fg := FailbackGroup{Group: g.Group, Partitions: []FailbackGroupPartition{}}
+		resp, err := c.translate(ctx, &ferryv1.TranslateRequest{Link: link, Query: &ferryv1.TranslateRequest_Group{Group: g.Group}})
+		if err != nil {
+			fg.Error = err.Error()
+			out = append(out, fg)
+			continue
+		}
+		for _, p := range groupTranslationReport(link, resp).Partitions {
+			gp := FailbackGroupPartition{Topic: p.Topic, TargetTopic: p.TargetTopic, Partition: p.Partition, TargetOffset: p.TargetOffset, Carry: carryReverseLink}
+			if end, ok := copied[topicPartition{p.Topic, p.Partition}]; ok && end >= 0 && p.TargetOffset < end && p.Outcome == outcomeExact {
+				gp.SourceOffset, gp.Carry = p.SourceOffset, carryExact
+			}
+			fg.Partitions = append(fg.Partitions, gp)
+		}
+		out = append(out, fg)
+	}
+	return out
+}
+
+// moveCheckpoints sets each partition's checkpoint to the old source's
+// end, through the first writer that takes it (each signs with its own
+// key; every writer reads the result from the checkpoint topic).
+func (c *client) moveCheckpoints(ctx context.Context, rep *FailbackReport, reason string) error {
+	req := &ferryv1.SetCheckpointsRequest{Link: rep.Link, Reason: reason}
+	for _, p := range rep.Partitions {
+		if p.SourceEnd > p.Committed && p.Note == "" {
+			req.Checkpoints = append(req.Checkpoints, &ferryv1.CheckpointPosition{Topic: p.Topic, Partition: p.Partition, NextSourceOffset: p.SourceEnd})
+		}
+	}
+	if len(req.Checkpoints) == 0 {
+		return nil
+	}
+	var errs []string
+	for _, w := range c.writers {
+		var resp *ferryv1.SetCheckpointsResponse
+		err := c.call(ctx, func(ctx context.Context) (err error) {
+			resp, err = w.ctl.SetCheckpoints(ctx, req)
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("writer %s: %s", w.addr, describe(err)))
+			continue
+		}
+		rep.Writer = resp.GetWriter()
+		for _, ch := range resp.GetChanges() {
+			i := slices.IndexFunc(rep.Partitions, func(p FailbackPartition) bool { return p.Topic == ch.GetTopic() && p.Partition == ch.GetPartition() })
+			if i >= 0 {
+				next := ch.GetNextSourceOffset()
+				rep.Partitions[i].Checkpoint = &next
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("move the checkpoints of link %s to the old source's end: %s", rep.Link, strings.Join(errs, "; "))
+}
+
+func printFailback(w io.Writer, v any) {
+	rep := v.(FailbackReport)
+	switch {
+	case rep.DryRun:
+		fmt.Fprintf(w, "DRY RUN: link %s: nothing changed\n", rep.Link)
+	case rep.CopyStranded:
+		fmt.Fprintf(w, "link %s: checkpoints left as they were (--copy-stranded): once resumed, the link copies the stranded tail into the target, after what was written there since\n", rep.Link)
+	default:
+		fmt.Fprintf(w, "link %s: checkpoints moved to the old source's end (signed by writer %s); the link stays failed_over until `ferryctl resume`\n", rep.Link, rep.Writer)
+	}
+	fmt.Fprintln(w, "stranded tail: source offsets the old source holds that never reached the target, [from, to) (transaction markers and aborted records take offsets too);")
+	fmt.Fprintln(w, "TARGET_START: where writes on the target began (the copied end), where the reverse link starts (start: the partition's start)")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  PARTITION\tCOMMITTED\tSOURCE_END\tSTRANDED\tOFFSETS\tTARGET_START\tCHECKPOINT\tNOTE")
+	for _, p := range rep.Partitions {
+		start, cp := "start", "-"
+		if p.TargetStart >= 0 {
+			start = fmt.Sprintf("%s/%d@%d", p.TargetTopic, p.Partition, p.TargetStart)
+		}
+		if p.Checkpoint != nil {
+			cp = fmt.Sprint(*p.Checkpoint)
+		}
+		fmt.Fprintf(tw, "  %s/%d\t%d\t%d\t[%d, %d)\t%d\t%s\t%s\t%s\n", p.Topic, p.Partition, p.Committed, p.SourceEnd,
+			p.StrandedFrom, p.StrandedTo, p.StrandedOffsets, start, cp, p.Note)
+	}
+	tw.Flush()
+	printGroupsBack(w, rep.Groups)
+}
+
+func printGroupsBack(w io.Writer, gs []FailbackGroup) {
+	if len(gs) == 0 {
+		fmt.Fprintln(w, "  (no synced consumer group selected)")
+		return
+	}
+	fmt.Fprintln(w, "groups: position on the target and, within what was copied, the exact position on the old source")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  GROUP\tPARTITION\tTARGET_OFFSET\tSOURCE_OFFSET\tCARRIED_BY")
+	for _, g := range gs {
+		if g.Error != "" {
+			fmt.Fprintf(tw, "  %s\t-\t-\t-\tunread: %s\n", g.Group, g.Error)
+		}
+		for _, p := range g.Partitions {
+			if p.SourceOffset != nil {
+				fmt.Fprintf(tw, "  %s\t%s/%d\t%d\t%d\texact: commit it on the old source when consumers move back\n", g.Group, p.Topic, p.Partition, p.TargetOffset, *p.SourceOffset)
+				continue
+			}
+			fmt.Fprintf(tw, "  %s\t%s/%d\t%d\t-\tthe reverse link (past the copied end: its group sync carries it)\n", g.Group, p.Topic, p.Partition, p.TargetOffset)
+		}
+	}
+	tw.Flush()
+}

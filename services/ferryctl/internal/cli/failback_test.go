@@ -1,0 +1,253 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
+	fetcher "github.com/ferry-replicator/ferry/services/fetcher/inprocess"
+)
+
+// sourceConfig writes a fetcher configuration of link naming the source
+// at addrs, as the old source's fetchers ran with, and returns its path.
+func sourceConfig(t *testing.T, link string, addrs []string) string {
+	t.Helper()
+	yaml := fmt.Sprintf("id: f1\nlink:\n  name: %s\nsource:\n  bootstrap_servers: [%s]\nwriters:\n  addresses: [127.0.0.1:1]\n"+
+		"  tls:\n    cert_file: f.pem\n    key_file: f-key.pem\n    ca_file: ca.pem\n    allowed_ids: [spiffe://ferry.local/ferry/writer]\n",
+		link, strings.Join(addrs, ", "))
+	path := filepath.Join(t.TempDir(), "fetcher.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// produceTo writes n records to topic's partition p, values prefix-i.
+func produceTo(t *testing.T, cl *kgo.Client, topic string, p int32, prefix string, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		r := &kgo.Record{Topic: topic, Partition: p, Value: []byte(fmt.Sprintf("%s-%d", prefix, i))}
+		if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// copiedEnd is the target offset after the last record of t's partition p
+// whose value starts with prefix (those copied from the source).
+func copiedEnd(vals map[int64]string, prefix string) int64 {
+	end := int64(-1)
+	for off, v := range vals {
+		if strings.HasPrefix(v, prefix) && off+1 > end {
+			end = off + 1
+		}
+	}
+	return end
+}
+
+// Failback after an unplanned failover: the old source A accepted records
+// the target B never got (the fetcher stopped first), B's producers then
+// wrote on B. failback --dry-run prints each partition's stranded tail
+// [committed, A's end) exactly, where writes on B began (the copied end),
+// and each group's position on B with its exact position on A when it is
+// within what was copied (else the reverse link's); it changes nothing.
+// failback then moves the checkpoints to A's end: after resume, a new
+// fetcher copies only what A accepted after the failback, never the tail.
+// --copy-stranded reports the same and moves nothing.
+func TestFailbackReportsTheStrandedTailAndSkipsIt(t *testing.T) {
+	r := startReplication(t)
+	src := kclient(t, r.source)
+	produce(t, src, 0, 40)
+	commitGroup(t, r.source, "app", "orders", map[int32]int64{0: 17, 1: 33})
+	r.waitStatus(t, "orders copied and app synced", func(l LinkReport) bool {
+		return len(l.Partitions) == 3 && l.Partitions[0].Committed == 40 && l.Partitions[1].Committed == 40 &&
+			len(l.Groups) == 1 && len(l.Groups[0].Partitions) >= 2 &&
+			l.Groups[0].Partitions[0].StandsFor == 17 && l.Groups[0].Partitions[1].StandsFor == 33
+	})
+	r.fetcher.Stop()
+	produce(t, src, 1, 25)                  // the stranded tail: [40, 65) of orders/0 and 1
+	produceTo(t, src, "orders", 2, "p2", 5) // and [0, 5) of orders/2, of which nothing was copied
+	if code, _, errOut := r.run(t, "ferryctl", "failover", "east", "--reason", "region A lost"); code != exitOK {
+		t.Fatalf("failover exited %d: %s", code, errOut)
+	}
+	// B's producers and consumers carry on: app reads orders/1 past the copy.
+	tgt := kclient(t, r.cluster)
+	produceTo(t, tgt, "east.orders", 0, "B0", 10)
+	produceTo(t, tgt, "east.orders", 1, "B1", 10)
+	onB0, onB1 := values(t, r.cluster, "east.orders", 0, 50), values(t, r.cluster, "east.orders", 1, 50)
+	end0, end1 := copiedEnd(onB0, "p0-b0-"), copiedEnd(onB1, "p1-b0-")
+	commitGroup(t, r.cluster, "app", "east.orders", map[int32]int64{1: end1 + 4})
+	cfg := sourceConfig(t, "east", r.source.ListenAddrs())
+
+	code, out, errOut := r.run(t, "ferryctl", "failback", "east", "--source-config", cfg, "--dry-run", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("failback --dry-run exited %d: %s%s", code, out, errOut)
+	}
+	var rep FailbackReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := []FailbackPartition{
+		{Topic: "orders", TargetTopic: "east.orders", Partition: 0, Committed: 40, SourceEnd: 65, StrandedFrom: 40, StrandedTo: 65, StrandedOffsets: 25, TargetStart: end0},
+		{Topic: "orders", TargetTopic: "east.orders", Partition: 1, Committed: 40, SourceEnd: 65, StrandedFrom: 40, StrandedTo: 65, StrandedOffsets: 25, TargetStart: end1},
+		{Topic: "orders", Partition: 2, Committed: -1, SourceEnd: 5, StrandedFrom: 0, StrandedTo: 5, StrandedOffsets: 5, TargetStart: -1},
+	}
+	if !rep.DryRun || len(rep.Partitions) != len(want) {
+		t.Fatalf("failback --dry-run reported %+v, want a dry run of %d partitions", rep, len(want))
+	}
+	for i, w := range want {
+		got := rep.Partitions[i]
+		got.Note, got.TargetTopic = "", w.TargetTopic // the empty partition's target topic is named or not
+		if got != w {
+			t.Errorf("orders/%d reported %+v, want %+v", w.Partition, rep.Partitions[i], w)
+		}
+	}
+	if len(rep.Groups) != 1 || rep.Groups[0].Group != "app" || len(rep.Groups[0].Partitions) != 2 {
+		t.Fatalf("groups reported %+v, want app on orders/0 and 1", rep.Groups)
+	}
+	g0, g1 := rep.Groups[0].Partitions[0], rep.Groups[0].Partitions[1]
+	if g0.Carry != "exact" || g0.SourceOffset == nil || *g0.SourceOffset != 17 || g0.TargetOffset >= end0 || onB0[g0.TargetOffset] != "p0-b0-17" {
+		t.Errorf("app orders/0 reported %+v, want exact at source 17 (target %q)", g0, onB0[g0.TargetOffset])
+	}
+	if g1.Carry != "reverse_link" || g1.SourceOffset != nil || g1.TargetOffset != end1+4 {
+		t.Errorf("app orders/1 reported %+v, want target %d carried by the reverse link", g1, end1+4)
+	}
+	if l := r.status(t).Links[0]; l.State != linkstate.FailedOver || l.Partitions[0].Committed != 40 || l.Partitions[2].Committed != -1 {
+		t.Fatalf("failback --dry-run changed the link: %+v", l)
+	}
+
+	// --copy-stranded reports alike and leaves the checkpoints.
+	code, out, errOut = r.run(t, "ferryctl", "failback", "east", "--source-config", cfg, "--copy-stranded", "-o", "json")
+	var kept FailbackReport
+	if err := json.Unmarshal([]byte(out), &kept); code != exitOK || err != nil || !kept.CopyStranded || len(kept.Partitions) != 3 ||
+		kept.Partitions[0].StrandedTo != 65 || kept.Partitions[0].Checkpoint != nil {
+		t.Fatalf("failback --copy-stranded exited %d (%v): %s%s", code, err, out, errOut)
+	}
+	if l := r.status(t).Links[0]; l.Partitions[0].Committed != 40 || l.Partitions[2].Committed != -1 {
+		t.Fatalf("failback --copy-stranded moved a checkpoint: %+v", l.Partitions)
+	}
+
+	code, out, errOut = r.run(t, "ferryctl", "failback", "east", "--source-config", cfg)
+	if code != exitOK || !strings.Contains(out, "[40, 65)") || !strings.Contains(out, "reverse link") {
+		t.Fatalf("failback exited %d: %s%s", code, out, errOut)
+	}
+	l := r.status(t).Links[0]
+	for i, next := range []int64{65, 65, 5} {
+		if l.Partitions[i].Committed != next {
+			t.Errorf("orders/%d committed %d after failback, want A's end %d", i, l.Partitions[i].Committed, next)
+		}
+	}
+	if l.State != linkstate.FailedOver {
+		t.Errorf("failback resumed the link: %s", l.State)
+	}
+
+	// A accepts more; the original direction restarts and copies only that.
+	produce(t, src, 2, 7)
+	produceTo(t, src, "orders", 2, "p2-after", 3)
+	if code, _, errOut := r.run(t, "ferryctl", "resume", "east"); code != exitOK {
+		t.Fatalf("resume exited %d: %s", code, errOut)
+	}
+	r.fetcher = fetcher.Start(t, r.fetcherOpts)
+	r.waitStatus(t, "the records after the failback copied", func(l LinkReport) bool {
+		return len(l.Partitions) == 3 && l.Partitions[0].Committed == 72 && l.Partitions[1].Committed == 72 && l.Partitions[2].Committed == 8
+	})
+	for p, n := range map[int32]int{0: 57, 1: 57, 2: 3} {
+		seen := map[string]int{}
+		for _, v := range values(t, r.cluster, "east.orders", p, n) {
+			seen[v]++
+			if strings.Contains(v, "-b1-") || (p == 2 && !strings.HasPrefix(v, "p2-after")) {
+				t.Errorf("east.orders/%d holds %q of the stranded tail", p, v)
+			}
+		}
+		if want := fmt.Sprintf("p%d-b2-6", p); p < 2 && seen[want] != 1 {
+			t.Errorf("east.orders/%d holds %q %d times, want once", p, want, seen[want])
+		}
+		if len(seen) != n {
+			t.Errorf("east.orders/%d holds %d distinct records, want %d", p, len(seen), n)
+		}
+	}
+}
+
+// failback refuses, changing nothing: a link that is not failed_over (exit
+// 1, and the writers refuse SetCheckpoints for it too), a caller outside
+// control.allowed_ids (1), a missing, unreadable or other link's
+// --source-config (2); --help answers.
+func TestFailbackRefusals(t *testing.T) {
+	r := startReplication(t)
+	produce(t, kclient(t, r.source), 0, 5)
+	r.waitStatus(t, "orders copied", func(l LinkReport) bool {
+		return len(l.Partitions) == 3 && l.Partitions[0].Committed == 5
+	})
+	cfg := sourceConfig(t, "east", r.source.ListenAddrs())
+
+	code, out, errOut := r.run(t, "ferryctl", "failback", "east", "--source-config", cfg)
+	if code != exitFailed || !strings.Contains(errOut, "not failed_over") {
+		t.Fatalf("failback of a running link exited %d: %s%s", code, out, errOut)
+	}
+	var c conn
+	c.writers, c.ids = multi{r.writers[0].Addr}, multi{"spiffe://ferry.local/ferry/writer"}
+	c.cert, c.key, c.ca = filepath.Join(r.dir, "ferryctl.pem"), filepath.Join(r.dir, "ferryctl-key.pem"), filepath.Join(r.dir, "ca.pem")
+	c.output = "text"
+	cl, err := c.dial(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	_, err = cl.writers[0].ctl.SetCheckpoints(context.Background(), &ferryv1.SetCheckpointsRequest{Link: "east",
+		Checkpoints: []*ferryv1.CheckpointPosition{{Topic: "orders", Partition: 0, NextSourceOffset: 5}}})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("SetCheckpoints of a running link answered %v, want FailedPrecondition", err)
+	}
+
+	r.fetcher.Stop()
+	if code, _, errOut := r.run(t, "ferryctl", "failover", "east"); code != exitOK {
+		t.Fatalf("failover exited %d: %s", code, errOut)
+	}
+	// The writers refuse, writing nothing, a checkpoint moving back and
+	// requests that name no partition or one twice.
+	for _, bad := range []struct {
+		ps   []*ferryv1.CheckpointPosition
+		code codes.Code
+	}{
+		{[]*ferryv1.CheckpointPosition{{Topic: "orders", Partition: 1, NextSourceOffset: 9}, {Topic: "orders", Partition: 0, NextSourceOffset: 3}}, codes.FailedPrecondition},
+		{nil, codes.InvalidArgument},
+		{[]*ferryv1.CheckpointPosition{{Topic: "orders", NextSourceOffset: 9}, {Topic: "orders", NextSourceOffset: 9}}, codes.InvalidArgument},
+	} {
+		_, err := cl.writers[0].ctl.SetCheckpoints(context.Background(), &ferryv1.SetCheckpointsRequest{Link: "east", Checkpoints: bad.ps})
+		if status.Code(err) != bad.code {
+			t.Errorf("SetCheckpoints of %v answered %v, want %v", bad.ps, err, bad.code)
+		}
+	}
+	if code, _, errOut = r.run(t, "fetcher", "failback", "east", "--source-config", cfg); code != exitFailed || !strings.Contains(errOut, "PermissionDenied") {
+		t.Fatalf("failback as the fetcher exited %d: %s", code, errOut)
+	}
+	for _, bad := range []struct{ name, path, says string }{
+		{"missing", "", "--source-config"},
+		{"unreadable", filepath.Join(t.TempDir(), "none.yaml"), "none.yaml"},
+		{"another link's", sourceConfig(t, "west", r.source.ListenAddrs()), `"west"`},
+	} {
+		args := []string{"failback", "east"}
+		if bad.path != "" {
+			args = append(args, "--source-config", bad.path)
+		}
+		if code, _, errOut = r.run(t, "ferryctl", args...); code != exitUsage || !strings.Contains(errOut, bad.says) {
+			t.Errorf("failback with a %s --source-config exited %d: %s", bad.name, code, errOut)
+		}
+	}
+	if l := r.status(t).Links[0]; l.Partitions[0].Committed != 5 || l.Partitions[1].Committed != 5 {
+		t.Fatalf("a refused failback moved a checkpoint: %+v", l.Partitions)
+	}
+	if code, _, errOut = r.run(t, "ferryctl", "failback", "--help"); code != exitOK || !strings.Contains(errOut, "Usage: ferryctl failback") {
+		t.Errorf("failback --help exited %d: %s", code, errOut)
+	}
+}
