@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,8 @@ import (
 // before this one (docs/deploy.md, "Upgrades"). There is no tag yet, so it
 // is release v0.1.0's commit, the one whose wire contract is
 // proto/compat/v0.1.0.binpb. Move both at each release.
+// FERRY_UPGRADE_BASELINE names another commit to start from instead: a
+// build you run, to try its upgrade before making it.
 const upgradeBaseline = "2d17c7c4fe5eb87ffc784477e40c144be537c614"
 
 // TestRollingUpgrade replaces, under load, every fetcher and then every
@@ -29,7 +32,13 @@ const upgradeBaseline = "2d17c7c4fe5eb87ffc784477e40c144be537c614"
 // record once. Real Apache Kafka on both sides and a real Consul agent for
 // the fetchers' leases.
 func TestRollingUpgrade(t *testing.T) {
-	oldBin := buildBaseline(t, upgradeBaseline)
+	baseline := upgradeBaseline
+	if c := os.Getenv("FERRY_UPGRADE_BASELINE"); c != "" {
+		baseline = c
+	}
+	start := time.Now()
+	oldBin := buildBaseline(t, baseline)
+	t.Logf("baseline %s built in %v", baseline, time.Since(start).Round(time.Second))
 	brokers := startKafkas(t, "source", "target")
 	e := newEnvOn(t, []string{brokers[0].Addr()}, []string{brokers[1].Addr()})
 	e.delivery = "exactly_once"
@@ -40,6 +49,7 @@ func TestRollingUpgrade(t *testing.T) {
 		f.waitReady(f.addFetcher())
 	}
 	f.waitBalanced(f.fetchers, time.Minute)
+	t.Logf("baseline fleet running at %v", time.Since(start).Round(time.Second))
 
 	load := startLoad(t, f)
 	f.waitFlowing(500)
@@ -69,6 +79,7 @@ func TestRollingUpgrade(t *testing.T) {
 // its configuration, and waits until it is ready.
 func (f *fleet) upgrade(m *member, bin string) {
 	f.t.Helper()
+	begin := time.Now()
 	if err := m.proc.Stop(time.Minute); err != nil {
 		f.t.Fatalf("graceful stop of %s before its upgrade: %v (log %s)", m.proc.Name, err, m.proc.LogPath)
 	}
@@ -76,7 +87,7 @@ func (f *fleet) upgrade(m *member, bin string) {
 		f.t.Fatal(err)
 	}
 	f.waitReady(m)
-	f.t.Logf("%s upgraded", m.proc.Name)
+	f.t.Logf("%s upgraded (stopped, started, ready) in %v", m.proc.Name, time.Since(begin).Round(100*time.Millisecond))
 }
 
 func (f *fleet) waitReady(m *member) {
@@ -116,7 +127,7 @@ func buildBaseline(t *testing.T, commit string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// Stamped with the commit, as tools/release/build.sh stamps a release,
-	// so --version shows which build each process is.
+	// so --version names it (builds that have the flag).
 	ldflags := "-X github.com/ferry-replicator/ferry/pkg/service.commit=" + commit
 	for _, svc := range []string{"fetcher", "writer"} {
 		bin := filepath.Join(dir, "ferry-"+svc)
@@ -128,10 +139,6 @@ func buildBaseline(t *testing.T, commit string) string {
 		cmd.Dir = src
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("build the baseline's ferry-%s: %v\n%s", svc, err, out)
-		}
-		out, err := exec.Command(bin, "--version").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), commit) {
-			t.Fatalf("the baseline's ferry-%s --version: %q (err %v); want commit %s", svc, out, err, commit)
 		}
 	}
 	return dir
