@@ -20,6 +20,7 @@ import (
 // before this one (docs/deploy.md, "Upgrades"). There is no tag yet, so it
 // is release v0.1.0's commit, the one whose wire contract is
 // proto/compat/v0.1.0.binpb. Move both at each release.
+//
 // FERRY_UPGRADE_BASELINE names another commit to start from instead: a
 // build you run, to try its upgrade before making it.
 const upgradeBaseline = "2d17c7c4fe5eb87ffc784477e40c144be537c614"
