@@ -7,7 +7,7 @@ BIN       := bin
 CODEGEN   := $(GO) tool -modfile=tools/codegen/go.mod
 DEMO_ARGS ?=
 
-.PHONY: all build generate checkgenerate lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah chromium promtool dashboard image clean
+.PHONY: all build generate checkgenerate breaking lint test test-short demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah chromium promtool dashboard image clean
 
 all: build
 
@@ -24,8 +24,19 @@ generate:
 	$(CODEGEN) buf lint
 	$(CODEGEN) buf generate
 
-# checkgenerate fails when the checked-in generated code is stale.
-checkgenerate: generate
+# COMPAT_AGAINST is the wire contract of the last release, a buf image
+# checked in under proto/compat (docs/deploy.md, "Upgrades").
+COMPAT_AGAINST := proto/compat/v0.1.0.binpb
+
+# breaking fails on any change to proto/ferry/v1 that a fetcher or writer of
+# the last release could not talk across: the wire contract only grows, so
+# the two tiers can be upgraded one at a time, in either order.
+breaking:
+	$(CODEGEN) buf breaking --against $(COMPAT_AGAINST)
+
+# checkgenerate fails when the checked-in generated code is stale or the
+# contract broke compatibility with the last release.
+checkgenerate: generate breaking
 	@git diff --exit-code -- pkg/gen || (echo "pkg/gen is stale: run 'make generate' and commit" && exit 1)
 
 # dashboard regenerates the Grafana dashboard JSON from its Go source

@@ -41,11 +41,21 @@ type fleet struct {
 	consul   *consulagent.Agent
 	writers  []*member
 	fetchers []*member
+	// bin is the folder whose ferry-writer and ferry-fetcher the fleet
+	// starts: this build's (binDir) unless a test runs another.
+	bin string
 }
 
 func newFleet(t *testing.T, writers int, persistentConsul bool) *fleet {
 	t.Helper()
-	f := &fleet{env: newEnv(t)}
+	return newFleetOn(t, newEnv(t), binDir, writers, persistentConsul)
+}
+
+// newFleetOn starts a fleet's Consul agent and writers, of the binaries in
+// bin, on e's clusters.
+func newFleetOn(t *testing.T, e *env, bin string, writers int, persistentConsul bool) *fleet {
+	t.Helper()
+	f := &fleet{env: e, bin: bin}
 	opts := consulagent.Options{LogFile: filepath.Join(f.dir, "consul.log")}
 	if persistentConsul {
 		opts.Persistent, opts.DataDir = true, t.TempDir()
@@ -72,12 +82,15 @@ func (f *fleet) addWriter(register bool) *member {
 	addr, _ := harness.FreeAddr()
 	admin, _ := harness.FreeAddr()
 	link := map[string]any{"name": "test", "naming": "prefix", "prefix": f.prefix, "shards": leaseShards}
+	if f.delivery != "" {
+		link["delivery"] = f.delivery
+	}
 	name := fmt.Sprintf("writer-%d", len(f.writers))
 	cfg := harness.WriterConfig(name, addr, admin, f.dst, link)
 	if register {
 		cfg["registration"] = map[string]any{"address": f.consul.HTTPAddr()}
 	}
-	p, err := harness.Start(f.dir, filepath.Join(binDir, "ferry-writer"), name, cfg)
+	p, err := harness.Start(f.dir, filepath.Join(f.bin, "ferry-writer"), name, cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -126,7 +139,7 @@ func (f *fleet) addFetcherWith(tweak func(map[string]any)) *member {
 	if tweak != nil {
 		tweak(cfg)
 	}
-	p, err := harness.Start(f.dir, filepath.Join(binDir, "ferry-fetcher"), name, cfg)
+	p, err := harness.Start(f.dir, filepath.Join(f.bin, "ferry-fetcher"), name, cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}

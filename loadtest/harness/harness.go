@@ -164,6 +164,14 @@ func (p *Process) Restart() error {
 	return nil
 }
 
+// RestartWith starts bin in place of the process's binary, with the same
+// configuration and log, once the process has exited: a rolling upgrade's
+// new build over the old one.
+func (p *Process) RestartWith(bin string) error {
+	p.bin = bin
+	return p.Restart()
+}
+
 // WriterConfig is a writer configuration for a test or the demo.
 func WriterConfig(id, listen, admin string, target []string, links ...map[string]any) map[string]any {
 	return map[string]any{
