@@ -55,7 +55,6 @@ func TestRecentTraces(t *testing.T) {
 	}
 }
 
-
 // The status page searches the Jaeger UI for the name the spans carry,
 // which OTEL_SERVICE_NAME overrides.
 func TestServiceName(t *testing.T) {
