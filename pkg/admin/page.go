@@ -46,7 +46,7 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 <p class="meta">Rendered {{.Now}}; reloads every {{.Refresh}} s. The same data as <a href="/status">/status</a> (JSON); metrics at <a href="/metrics">/metrics</a>.</p>
 {{template "body" .Status}}
 {{with .Traces}}<h2>Traces</h2>
-<p class="meta">In the Jaeger UI: <a id="trace-search" href="{{.Search}}" rel="noreferrer">the traces of {{.Service}}</a>; the last sampled ones this process started, newest first:</p>
+<p class="meta">In the Jaeger UI: <a id="trace-search" href="{{.Search}}" rel="noreferrer">the traces of {{.Service}}</a>; the last sampled ones this process recorded, newest first:</p>
 <ul id="traces">
 {{range .Recent}}<li><a class="trace" href="{{.URL}}" rel="noreferrer">{{.ID}}</a></li>
 {{else}}<li class="meta">no sampled trace yet</li>

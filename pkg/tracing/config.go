@@ -41,7 +41,7 @@ type Config struct {
 	// UIURL is the Jaeger UI that shows these traces (for example
 	// http://jaeger:16686); empty (the default) links to none. When set,
 	// the status page links to the UI's search for the service and to
-	// the last sampled traces the process started.
+	// the last sampled traces the process recorded spans of.
 	UIURL string `yaml:"ui_url"`
 }
 

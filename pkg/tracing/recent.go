@@ -11,7 +11,7 @@ import (
 const RecentSize = 20
 
 // RecentTraces keeps the IDs of the last sampled traces a process
-// started, for the status page's links into the Jaeger UI. It is written
+// recorded spans of, for the status page's links into the Jaeger UI. It is written
 // where a trace starts (once per sampled batch), so a sampling ratio of
 // 0.01 takes its lock once in a hundred batches; the lock is held for a
 // copy of 16 bytes. A nil *RecentTraces keeps nothing: a process without
