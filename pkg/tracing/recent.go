@@ -11,11 +11,11 @@ import (
 const RecentSize = 20
 
 // RecentTraces keeps the IDs of the last sampled traces a process
-// recorded spans of, for the status page's links into the Jaeger UI. It is written
-// where a trace starts (once per sampled batch), so a sampling ratio of
-// 0.01 takes its lock once in a hundred batches; the lock is held for a
-// copy of 16 bytes. A nil *RecentTraces keeps nothing: a process without
-// a UI to link to (tracing.ui_url empty) or with tracing off holds nil.
+// recorded spans of, for the status page's links into the Jaeger UI. It
+// is written where the spans start, once per sampled batch, so at a
+// sampling ratio of 0.01 its lock is taken once in a hundred batches, and
+// held for a copy of 16 bytes. A nil *RecentTraces keeps nothing: a
+// process without a UI to link to (tracing.ui_url empty) holds nil.
 type RecentTraces struct {
 	mu   sync.Mutex
 	ids  [RecentSize]trace.TraceID
