@@ -70,6 +70,8 @@ type Options struct {
 	Page string
 	// Title heads the status page.
 	Title string
+	// Traces links the status page into a Jaeger UI; zero links to none.
+	Traces TraceLinks
 }
 
 // Listen binds cfg's addresses (host:port; port 0 picks one) and prepares
@@ -118,11 +120,14 @@ func Listen(cfg Config, reg *prometheus.Registry, opts Options, log *slog.Logger
 	}
 	if opts.Status != nil && opts.Page != "" {
 		page, err := parsePage(opts.Page)
+		if err == nil {
+			err = opts.Traces.parse()
+		}
 		if err != nil {
 			ln.Close()
 			return nil, err
 		}
-		mux.HandleFunc("GET /{$}", servePage(page, opts.Title, opts.Status))
+		mux.HandleFunc("GET /{$}", servePage(page, opts.Title, opts.Status, opts.Traces))
 	}
 	s := &Server{
 		http: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},

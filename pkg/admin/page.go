@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -15,7 +16,9 @@ import (
 // lands (topic, group and fetcher names come from users and peers), and
 // the page's Content-Security-Policy runs no script at all, so a name that
 // slipped through could still not run. It refreshes itself (meta refresh):
-// no script is needed, and none is allowed.
+// no script is needed, and none is allowed. The one thing the page shows
+// that /status does not is its links into the Jaeger UI (TraceLinks,
+// with tracing.ui_url): navigation for people, not status.
 
 // refreshSeconds is how often the page reloads itself.
 const refreshSeconds = 5
@@ -42,7 +45,13 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 <h1>{{.Title}}</h1>
 <p class="meta">Rendered {{.Now}}; reloads every {{.Refresh}} s. The same data as <a href="/status">/status</a> (JSON); metrics at <a href="/metrics">/metrics</a>.</p>
 {{template "body" .Status}}
-</body>
+{{with .Traces}}<h2>Traces</h2>
+<p class="meta">In the Jaeger UI: <a id="trace-search" href="{{.Search}}" rel="noreferrer">the traces of {{.Service}}</a>; the last sampled ones this process recorded, newest first:</p>
+<ul id="traces">
+{{range .Recent}}<li><a class="trace" href="{{.URL}}" rel="noreferrer">{{.ID}}</a></li>
+{{else}}<li class="meta">no sampled trace yet</li>
+{{end}}</ul>
+{{end}}</body>
 </html>
 {{end}}`
 
@@ -104,16 +113,71 @@ func parsePage(body string) (*template.Template, error) {
 	return t, nil
 }
 
+// TraceLinks link the status page into a Jaeger UI: to its search for
+// the service's traces and to each of the last sampled traces the
+// process started. The links are built with net/url and the page escapes
+// them again for the attribute they land in (html/template), so neither
+// a service name nor a trace ID can become markup.
+type TraceLinks struct {
+	// UI is the Jaeger UI's base URL (tracing.ui_url, validated by the
+	// tracing config); empty links to nothing.
+	UI string
+	// Service is the service name the spans carry.
+	Service string
+	// Recent returns the last sampled trace IDs, newest first.
+	Recent func() []string
+
+	base *url.URL // UI, parsed by Listen
+}
+
+func (l *TraceLinks) parse() error {
+	if l.UI == "" {
+		return nil
+	}
+	u, err := url.Parse(l.UI)
+	if err != nil {
+		return fmt.Errorf("admin status page: tracing.ui_url: %w", err)
+	}
+	l.base = u
+	return nil
+}
+
+// traceView is what the page shows of the links.
+type traceView struct {
+	Service, Search string
+	Recent          []traceLink
+}
+
+type traceLink struct{ ID, URL string }
+
+// view is the links as of now; nil without a UI, which leaves the
+// section out of the page.
+func (l TraceLinks) view() *traceView {
+	if l.base == nil {
+		return nil
+	}
+	search := l.base.JoinPath("search")
+	search.RawQuery = url.Values{"service": {l.Service}}.Encode()
+	v := &traceView{Service: l.Service, Search: search.String()}
+	if l.Recent != nil {
+		for _, id := range l.Recent() {
+			v.Recent = append(v.Recent, traceLink{ID: id, URL: l.base.JoinPath("trace", id).String()})
+		}
+	}
+	return v
+}
+
 // servePage renders the page into memory first, so a failure is a 500
 // rather than half a page.
-func servePage(page *template.Template, title string, status func() any) http.HandlerFunc {
+func servePage(page *template.Template, title string, status func() any, traces TraceLinks) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		var buf bytes.Buffer
 		err := page.ExecuteTemplate(&buf, "page", struct {
 			Title, Now string
 			Refresh    int
 			Status     any
-		}{title, time.Now().UTC().Format(time.DateTime), refreshSeconds, status()})
+			Traces     *traceView
+		}{title, time.Now().UTC().Format(time.DateTime), refreshSeconds, status(), traces.view()})
 		if err != nil {
 			http.Error(w, "status page: "+err.Error(), http.StatusInternalServerError)
 			return

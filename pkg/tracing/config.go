@@ -3,6 +3,7 @@ package tracing
 import (
 	"math"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -37,6 +38,11 @@ type Config struct {
 	// Set in the configuration file only: the config package cannot set a
 	// map from an environment variable or --set.
 	ResourceAttributes map[string]string `yaml:"resource_attributes"`
+	// UIURL is the Jaeger UI that shows these traces (for example
+	// http://jaeger:16686); empty (the default) links to none. When set,
+	// the status page links to the UI's search for the service and to
+	// the last sampled traces the process recorded spans of.
+	UIURL string `yaml:"ui_url"`
 }
 
 // DefaultConfig is tracing off, with the settings that apply once an
@@ -61,6 +67,29 @@ func (c Config) Validate(prefix string, p *config.Problems) {
 		if strings.TrimSpace(k) == "" {
 			p.Addf(prefix+".resource_attributes", "empty attribute name")
 		}
+	}
+	if c.UIURL != "" {
+		validateUIURL(prefix+".ui_url", c.UIURL, p)
+	}
+}
+
+// validateUIURL checks the Jaeger UI's address: the status page appends
+// /search and /trace/<id> to it, so it must be an absolute http(s) URL
+// without a query or fragment; and the page shows it to whoever reaches
+// the admin port, so it must hold no credentials.
+func validateUIURL(key, raw string, p *config.Problems) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		p.Addf(key, "%v", err)
+		return
+	}
+	switch {
+	case u.User != nil:
+		p.Addf(key, "no user or password in the URL: the status page shows it to whoever reaches the admin port")
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "":
+		p.Addf(key, "%q: want an absolute http or https URL of the Jaeger UI, such as http://jaeger:16686", raw)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		p.Addf(key, "%q: no query or fragment: /search and /trace/<id> are appended to it", raw)
 	}
 }
 

@@ -33,6 +33,14 @@ func TestValidate(t *testing.T) {
 		{"ratio negative", with(func(c *Config) { c.SamplingRatio = -0.1 }), []string{"tracing.sampling_ratio"}},
 		{"ratio NaN", with(func(c *Config) { c.SamplingRatio = math.NaN() }), []string{"tracing.sampling_ratio"}},
 		{"empty attribute", with(func(c *Config) { c.ResourceAttributes = map[string]string{" ": "x"} }), []string{"tracing.resource_attributes: empty attribute name"}},
+		{"ui url", with(func(c *Config) { c.UIURL = "http://jaeger:16686" }), nil},
+		{"ui url with a path", with(func(c *Config) { c.UIURL = "https://ops.example/jaeger/" }), nil},
+		{"ui url relative", with(func(c *Config) { c.UIURL = "jaeger:16686" }), []string{`tracing.ui_url: "jaeger:16686": want an absolute http or https URL`}},
+		{"ui url no host", with(func(c *Config) { c.UIURL = "http:///search" }), []string{"tracing.ui_url: \"http:///search\": want an absolute http or https URL"}},
+		{"ui url script", with(func(c *Config) { c.UIURL = "javascript:alert(1)" }), []string{"tracing.ui_url: \"javascript:alert(1)\": want an absolute http or https URL"}},
+		{"ui url query", with(func(c *Config) { c.UIURL = "http://jaeger:16686/?x=1" }), []string{"tracing.ui_url: \"http://jaeger:16686/?x=1\": no query or fragment"}},
+		{"ui url credentials", with(func(c *Config) { c.UIURL = "http://u:p@jaeger:16686" }), []string{"tracing.ui_url: no user or password"}},
+		{"ui url unparsable", with(func(c *Config) { c.UIURL = "http://jae ger:1" }), []string{"tracing.ui_url: "}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,7 +65,7 @@ func TestLoadFromConfigFile(t *testing.T) {
 		Tracing Config `yaml:"tracing"`
 	}
 	path := filepath.Join(t.TempDir(), "svc.yaml")
-	yaml := "tracing:\n  endpoint: 127.0.0.1:4317\n  sampling_ratio: 0.5\n  resource_attributes: {region: eu-west-1, deployment.environment: prod}\n"
+	yaml := "tracing:\n  endpoint: 127.0.0.1:4317\n  ui_url: http://jaeger:16686\n  sampling_ratio: 0.5\n  resource_attributes: {region: eu-west-1, deployment.environment: prod}\n"
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +75,7 @@ func TestLoadFromConfigFile(t *testing.T) {
 	}
 	want := Config{
 		Endpoint:           "127.0.0.1:4317",
+		UIURL:              "http://jaeger:16686",
 		Insecure:           true,
 		SamplingRatio:      0.25,
 		ResourceAttributes: map[string]string{"region": "eu-west-1", "deployment.environment": "prod"},

@@ -62,6 +62,20 @@ func Setup(ctx context.Context, cfg Config, serviceName string, attrs ...attribu
 	return tp, tp.Shutdown, nil
 }
 
+// ServiceName is the service.name of Setup's spans for the same
+// arguments: serviceName unless resource_attributes or the OTEL_*
+// variables name another. The status page searches the Jaeger UI for it.
+func ServiceName(ctx context.Context, cfg Config, serviceName string, attrs ...attribute.KeyValue) string {
+	res, err := newResource(ctx, cfg, serviceName, attrs)
+	if err != nil {
+		return serviceName // Setup fails the same way, and says why
+	}
+	if v, ok := res.Set().Value(semconv.ServiceNameKey); ok {
+		return v.AsString()
+	}
+	return serviceName
+}
+
 // Tracer returns tp's tracer of the given name, or nil when tp is the no-op
 // provider: Ferry's span code reads a nil tracer as "tracing off" and skips
 // even the work of building attributes.

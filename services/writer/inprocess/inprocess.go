@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	ferryconfig "github.com/ferry-replicator/ferry/pkg/config"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 	"github.com/ferry-replicator/ferry/services/writer/internal/app"
@@ -41,6 +42,10 @@ type Options struct {
 	// Links are the link names served, each with naming prefix "<link>."
 	// and exactly-once delivery.
 	Links []string
+	// MaxMessageBytes, when not 0, is producer.max_message_bytes (and
+	// producer.merge_below is 0): a record above it is refused for good,
+	// and its partition stopped.
+	MaxMessageBytes int
 }
 
 // Writer is a running writer.
@@ -67,6 +72,9 @@ func Start(t testing.TB, o Options) *Writer {
 	cfg.TLS.AllowedIDs = []string{devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "fetcher")}
 	cfg.Control.AllowedIDs = o.ControlIDs
 	cfg.Producer.TransactionTimeout = config.MinTransactionTimeout(cfg.Producer.Timeout)
+	if o.MaxMessageBytes != 0 {
+		cfg.Producer.MaxMessageBytes, cfg.Producer.MergeBelow = ferryconfig.ByteSize(o.MaxMessageBytes), 0
+	}
 	for _, name := range o.Links {
 		cfg.Links = append(cfg.Links, config.Link{Name: name, Naming: "prefix", Prefix: name + "."})
 	}

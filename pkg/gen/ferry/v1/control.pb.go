@@ -272,7 +272,10 @@ type LinkStatus struct {
 	// Partitions are those with a heartbeat: the failover meter.
 	Partitions []*LinkPartition `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	// Groups are the link's consumer groups this writer has synced.
-	Groups        []*LinkGroup `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	Groups []*LinkGroup `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Stopped are the link's partitions this writer refused for good: their
+	// fetcher stopped them, so they copy nothing until an operator acts.
+	Stopped       []*LinkStoppedPartition `protobuf:"bytes,7,rep,name=stopped,proto3" json:"stopped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -345,6 +348,13 @@ func (x *LinkStatus) GetPartitions() []*LinkPartition {
 func (x *LinkStatus) GetGroups() []*LinkGroup {
 	if x != nil {
 		return x.Groups
+	}
+	return nil
+}
+
+func (x *LinkStatus) GetStopped() []*LinkStoppedPartition {
+	if x != nil {
+		return x.Stopped
 	}
 	return nil
 }
@@ -1708,6 +1718,90 @@ func (x *CheckpointChange) GetNextSourceOffset() int64 {
 	return 0
 }
 
+// LinkStoppedPartition is a source partition a writer refused for good
+// (record_too_large, batch_too_large, target_refused,
+// checkpoint_unverified): its fetcher stopped copying it, and it stays
+// stopped until a stream opens it again.
+type LinkStoppedPartition struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Reason is the refusal's label in ferry_writer_rejected_total; Error
+	// says it in words.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Error  string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// SinceUnixMs is when the writer refused it (Unix ms, the writer's
+	// clock).
+	SinceUnixMs   int64 `protobuf:"varint,5,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkStoppedPartition) Reset() {
+	*x = LinkStoppedPartition{}
+	mi := &file_ferry_v1_control_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkStoppedPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkStoppedPartition) ProtoMessage() {}
+
+func (x *LinkStoppedPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkStoppedPartition.ProtoReflect.Descriptor instead.
+func (*LinkStoppedPartition) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LinkStoppedPartition) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *LinkStoppedPartition) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *LinkStoppedPartition) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *LinkStoppedPartition) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *LinkStoppedPartition) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
 var File_ferry_v1_control_proto protoreflect.FileDescriptor
 
 const file_ferry_v1_control_proto_rawDesc = "" +
@@ -1719,7 +1813,7 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x06writer\x18\x01 \x01(\tR\x06writer\x12*\n" +
 	"\x05links\x18\x02 \x03(\v2\x14.ferry.v1.LinkStatusR\x05links\x12 \n" +
 	"\ftime_unix_ms\x18\x03 \x01(\x03R\n" +
-	"timeUnixMs\"\x87\x02\n" +
+	"timeUnixMs\"\xc1\x02\n" +
 	"\n" +
 	"LinkStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
@@ -1729,7 +1823,8 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x05 \x03(\v2\x17.ferry.v1.LinkPartitionR\n" +
 	"partitions\x12+\n" +
-	"\x06groups\x18\x06 \x03(\v2\x13.ferry.v1.LinkGroupR\x06groups\"\xa2\x01\n" +
+	"\x06groups\x18\x06 \x03(\v2\x13.ferry.v1.LinkGroupR\x06groups\x128\n" +
+	"\astopped\x18\a \x03(\v2\x1e.ferry.v1.LinkStoppedPartitionR\astopped\"\xa2\x01\n" +
 	"\vLinkControl\x12)\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x13.ferry.v1.LinkStateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x0e\n" +
@@ -1841,7 +1936,13 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12=\n" +
 	"\x1bprevious_next_source_offset\x18\x03 \x01(\x03R\x18previousNextSourceOffset\x12,\n" +
-	"\x12next_source_offset\x18\x04 \x01(\x03R\x10nextSourceOffset*r\n" +
+	"\x12next_source_offset\x18\x04 \x01(\x03R\x10nextSourceOffset\"\x9c\x01\n" +
+	"\x14LinkStoppedPartition\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\"\n" +
+	"\rsince_unix_ms\x18\x05 \x01(\x03R\vsinceUnixMs*r\n" +
 	"\tLinkState\x12\x1a\n" +
 	"\x16LINK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12LINK_STATE_RUNNING\x10\x01\x12\x15\n" +
@@ -1872,7 +1973,7 @@ func file_ferry_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ferry_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_ferry_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_ferry_v1_control_proto_goTypes = []any{
 	(LinkState)(0),                    // 0: ferry.v1.LinkState
 	(TranslateOutcome)(0),             // 1: ferry.v1.TranslateOutcome
@@ -1896,6 +1997,7 @@ var file_ferry_v1_control_proto_goTypes = []any{
 	(*CheckpointPosition)(nil),        // 19: ferry.v1.CheckpointPosition
 	(*SetCheckpointsResponse)(nil),    // 20: ferry.v1.SetCheckpointsResponse
 	(*CheckpointChange)(nil),          // 21: ferry.v1.CheckpointChange
+	(*LinkStoppedPartition)(nil),      // 22: ferry.v1.LinkStoppedPartition
 }
 var file_ferry_v1_control_proto_depIdxs = []int32{
 	4,  // 0: ferry.v1.StatusResponse.links:type_name -> ferry.v1.LinkStatus
@@ -1903,31 +2005,32 @@ var file_ferry_v1_control_proto_depIdxs = []int32{
 	6,  // 2: ferry.v1.LinkStatus.shard_states:type_name -> ferry.v1.LinkShard
 	7,  // 3: ferry.v1.LinkStatus.partitions:type_name -> ferry.v1.LinkPartition
 	16, // 4: ferry.v1.LinkStatus.groups:type_name -> ferry.v1.LinkGroup
-	0,  // 5: ferry.v1.LinkControl.state:type_name -> ferry.v1.LinkState
-	0,  // 6: ferry.v1.SetLinkStateRequest.state:type_name -> ferry.v1.LinkState
-	5,  // 7: ferry.v1.SetLinkStateResponse.control:type_name -> ferry.v1.LinkControl
-	11, // 8: ferry.v1.TranslateRequest.offset:type_name -> ferry.v1.OffsetQuery
-	1,  // 9: ferry.v1.OffsetTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
-	14, // 10: ferry.v1.GroupTranslation.partitions:type_name -> ferry.v1.GroupPartitionTranslation
-	1,  // 11: ferry.v1.GroupPartitionTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
-	12, // 12: ferry.v1.TranslateResponse.offset:type_name -> ferry.v1.OffsetTranslation
-	13, // 13: ferry.v1.TranslateResponse.group:type_name -> ferry.v1.GroupTranslation
-	17, // 14: ferry.v1.LinkGroup.partitions:type_name -> ferry.v1.LinkGroupPartition
-	19, // 15: ferry.v1.SetCheckpointsRequest.checkpoints:type_name -> ferry.v1.CheckpointPosition
-	21, // 16: ferry.v1.SetCheckpointsResponse.changes:type_name -> ferry.v1.CheckpointChange
-	2,  // 17: ferry.v1.ControlService.Status:input_type -> ferry.v1.StatusRequest
-	8,  // 18: ferry.v1.ControlService.SetLinkState:input_type -> ferry.v1.SetLinkStateRequest
-	10, // 19: ferry.v1.ControlService.Translate:input_type -> ferry.v1.TranslateRequest
-	18, // 20: ferry.v1.ControlService.SetCheckpoints:input_type -> ferry.v1.SetCheckpointsRequest
-	3,  // 21: ferry.v1.ControlService.Status:output_type -> ferry.v1.StatusResponse
-	9,  // 22: ferry.v1.ControlService.SetLinkState:output_type -> ferry.v1.SetLinkStateResponse
-	15, // 23: ferry.v1.ControlService.Translate:output_type -> ferry.v1.TranslateResponse
-	20, // 24: ferry.v1.ControlService.SetCheckpoints:output_type -> ferry.v1.SetCheckpointsResponse
-	21, // [21:25] is the sub-list for method output_type
-	17, // [17:21] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	22, // 5: ferry.v1.LinkStatus.stopped:type_name -> ferry.v1.LinkStoppedPartition
+	0,  // 6: ferry.v1.LinkControl.state:type_name -> ferry.v1.LinkState
+	0,  // 7: ferry.v1.SetLinkStateRequest.state:type_name -> ferry.v1.LinkState
+	5,  // 8: ferry.v1.SetLinkStateResponse.control:type_name -> ferry.v1.LinkControl
+	11, // 9: ferry.v1.TranslateRequest.offset:type_name -> ferry.v1.OffsetQuery
+	1,  // 10: ferry.v1.OffsetTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
+	14, // 11: ferry.v1.GroupTranslation.partitions:type_name -> ferry.v1.GroupPartitionTranslation
+	1,  // 12: ferry.v1.GroupPartitionTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
+	12, // 13: ferry.v1.TranslateResponse.offset:type_name -> ferry.v1.OffsetTranslation
+	13, // 14: ferry.v1.TranslateResponse.group:type_name -> ferry.v1.GroupTranslation
+	17, // 15: ferry.v1.LinkGroup.partitions:type_name -> ferry.v1.LinkGroupPartition
+	19, // 16: ferry.v1.SetCheckpointsRequest.checkpoints:type_name -> ferry.v1.CheckpointPosition
+	21, // 17: ferry.v1.SetCheckpointsResponse.changes:type_name -> ferry.v1.CheckpointChange
+	2,  // 18: ferry.v1.ControlService.Status:input_type -> ferry.v1.StatusRequest
+	8,  // 19: ferry.v1.ControlService.SetLinkState:input_type -> ferry.v1.SetLinkStateRequest
+	10, // 20: ferry.v1.ControlService.Translate:input_type -> ferry.v1.TranslateRequest
+	18, // 21: ferry.v1.ControlService.SetCheckpoints:input_type -> ferry.v1.SetCheckpointsRequest
+	3,  // 22: ferry.v1.ControlService.Status:output_type -> ferry.v1.StatusResponse
+	9,  // 23: ferry.v1.ControlService.SetLinkState:output_type -> ferry.v1.SetLinkStateResponse
+	15, // 24: ferry.v1.ControlService.Translate:output_type -> ferry.v1.TranslateResponse
+	20, // 25: ferry.v1.ControlService.SetCheckpoints:output_type -> ferry.v1.SetCheckpointsResponse
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1_control_proto_init() }
@@ -1945,7 +2048,7 @@ func file_ferry_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1_control_proto_rawDesc), len(file_ferry_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

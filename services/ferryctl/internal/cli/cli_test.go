@@ -34,7 +34,7 @@ type target struct {
 	cluster *kfake.Cluster
 }
 
-func startTarget(t *testing.T) target {
+func startTarget(t *testing.T, opts ...func(*inprocess.Options)) target {
 	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -47,10 +47,14 @@ func startTarget(t *testing.T) target {
 	}
 	tg := target{dir: dir, seeds: cluster.ListenAddrs(), cluster: cluster}
 	for _, id := range []string{"w1", "w2"} {
-		tg.writers = append(tg.writers, inprocess.Start(t, inprocess.Options{
+		o := inprocess.Options{
 			ID: id, Target: cluster.ListenAddrs(), CertDir: dir, Links: []string{"east"},
 			ControlIDs: []string{devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "ferryctl")},
-		}))
+		}
+		for _, f := range opts {
+			f(&o)
+		}
+		tg.writers = append(tg.writers, inprocess.Start(t, o))
 	}
 	return tg
 }

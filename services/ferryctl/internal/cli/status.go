@@ -45,6 +45,9 @@ type LinkReport struct {
 	Partitions []PartitionReport `json:"partitions"`
 	// Groups are the link's synced consumer groups (groups.go).
 	Groups []GroupReport `json:"groups,omitempty"`
+	// Stopped are the partitions a writer refused for good: they copy
+	// nothing until an operator acts (docs/operations.md).
+	Stopped []StoppedReport `json:"stopped,omitempty"`
 	// Problems say why the link is unhealthy; empty when it is not.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -57,6 +60,19 @@ type ShardReport struct {
 	Active  bool   `json:"active"`
 	Fetcher string `json:"fetcher,omitempty"`
 	Writer  string `json:"writer,omitempty"`
+}
+
+// StoppedReport is a partition a writer refused for good, and its
+// fetcher stopped.
+type StoppedReport struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// Reason is the refusal's label (record_too_large, batch_too_large,
+	// target_refused, checkpoint_unverified); Error says it in words.
+	Reason string     `json:"reason"`
+	Error  string     `json:"error"`
+	Writer string     `json:"writer"`
+	Since  *time.Time `json:"since,omitempty"`
 }
 
 // PartitionReport is a partition's line of the failover meter: what the
@@ -225,6 +241,9 @@ func mergeLink(l *LinkReport, ls *ferryv1.LinkStatus, addr string) {
 	for _, g := range ls.GetGroups() {
 		mergeGroup(l, g)
 	}
+	for _, p := range ls.GetStopped() {
+		mergeStopped(l, p, addr)
+	}
 	slices.SortFunc(l.Partitions, func(a, b PartitionReport) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
 			return c
@@ -262,6 +281,30 @@ func mergePartition(l *LinkReport, p *ferryv1.LinkPartition) {
 	cur.LagRecords = max(0, cur.SourceHighWatermark-max(cur.Committed, cur.SourceLogStart))
 }
 
+// mergeStopped adds a partition a writer refused; one that several
+// writers refused (its fetcher tried each) is listed once, as the first
+// refused it.
+func mergeStopped(l *LinkReport, p *ferryv1.LinkStoppedPartition, addr string) {
+	next := StoppedReport{Topic: p.GetTopic(), Partition: p.GetPartition(), Reason: p.GetReason(), Error: p.GetError(), Writer: addr}
+	if ms := p.GetSinceUnixMs(); ms > 0 {
+		t := time.UnixMilli(ms).UTC()
+		next.Since = &t
+	}
+	i := slices.IndexFunc(l.Stopped, func(r StoppedReport) bool { return r.Topic == next.Topic && r.Partition == next.Partition })
+	switch {
+	case i < 0:
+		l.Stopped = append(l.Stopped, next)
+		slices.SortFunc(l.Stopped, func(a, b StoppedReport) int {
+			if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+				return c
+			}
+			return int(a.Partition - b.Partition)
+		})
+	case next.Since != nil && (l.Stopped[i].Since == nil || next.Since.Before(*l.Stopped[i].Since)):
+		l.Stopped[i] = next
+	}
+}
+
 // problems says why a running link is unhealthy. A link an operator
 // paused or failed over is not: its shards are idle on purpose.
 func problems(l LinkReport, staleAfter time.Duration) []string {
@@ -278,6 +321,11 @@ func problems(l LinkReport, staleAfter time.Duration) []string {
 		if age := time.Duration(p.HeartbeatAge * float64(time.Second)); age > staleAfter {
 			out = append(out, fmt.Sprintf("%s/%d: last heartbeat %s old, above %s", p.Topic, p.Partition, age.Round(time.Second), staleAfter))
 		}
+	}
+	// A stopped partition's shard may stream on and its heartbeats stay
+	// fresh, yet the partition copies nothing.
+	for _, s := range l.Stopped {
+		out = append(out, fmt.Sprintf("%s/%d is stopped (%s) on writer %s: it copies nothing until an operator acts", s.Topic, s.Partition, s.Reason, s.Writer))
 	}
 	return out
 }
@@ -314,6 +362,9 @@ func printStatus(w io.Writer, v any) {
 		if len(l.Groups) > 0 {
 			printGroups(w, l.Groups)
 		}
+		if len(l.Stopped) > 0 {
+			printStopped(w, l.Stopped)
+		}
 		for _, p := range l.Problems {
 			fmt.Fprintf(w, "  UNHEALTHY: %s\n", p)
 		}
@@ -321,6 +372,19 @@ func printStatus(w io.Writer, v any) {
 	for _, u := range rep.Unreachable {
 		fmt.Fprintf(w, "UNREACHABLE writer %s: %s\n", u.Writer, u.Error)
 	}
+}
+
+func printStopped(w io.Writer, ss []StoppedReport) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  STOPPED\tREASON\tWRITER\tSINCE\tERROR")
+	for _, s := range ss {
+		since := "?"
+		if s.Since != nil {
+			since = s.Since.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "  %s/%d\t%s\t%s\t%s\t%s\n", s.Topic, s.Partition, s.Reason, s.Writer, since, s.Error)
+	}
+	tw.Flush()
 }
 
 func printMeter(w io.Writer, ps []PartitionReport) {

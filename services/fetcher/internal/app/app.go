@@ -63,6 +63,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, reg *pro
 		return err
 	}
 	defer tracing.Stop(endTracing)
+	recent, traceLinks := jaegerLinks(ctx, cfg)
 	sc, err := cfg.Source.Sarama()
 	if err != nil {
 		return err
@@ -93,8 +94,9 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, reg *pro
 			}
 			return map[string]any{"fetcher": cfg.ID, "link": cfg.Link.Name, "starting": wait.Err().Error()}
 		},
-		Page:  statusPage,
-		Title: "Ferry fetcher",
+		Page:   statusPage,
+		Title:  "Ferry fetcher",
+		Traces: traceLinks,
 	}, log)
 	if err != nil {
 		return err
@@ -179,7 +181,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, reg *pro
 		HeartbeatInterval: cfg.Link.Heartbeat.Interval,
 	}
 	deps := shard.Deps{Client: client, Writers: writers, Codecs: codecs, Metrics: m, Log: log.With("link", cfg.Link.Name),
-		Tracer: tracing.Tracer(tp, "github.com/ferry-replicator/ferry/fetcher"),
+		Tracer: tracing.Tracer(tp, "github.com/ferry-replicator/ferry/fetcher"), Recent: recent,
 		Budget: budget.New(int64(cfg.Link.MaxBufferedBytes), func(n int64) { m.BufferedBytes.Set(float64(n)) })}
 	raw, err := newRawFetcher(cfg)
 	if err != nil {
@@ -274,6 +276,21 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, reg *pro
 	})
 	log.Info("fetcher running", "link", cfg.Link.Name, "writers", cfg.Writers.Addresses)
 	return g.Wait()
+}
+
+// jaegerLinks are the status page's links into the Jaeger UI
+// (tracing.ui_url) and the ring of recent batch traces they list; none
+// without a UI, and then no batch takes the ring's lock.
+func jaegerLinks(ctx context.Context, cfg *config.Config) (*tracing.RecentTraces, admin.TraceLinks) {
+	if cfg.Tracing.UIURL == "" {
+		return nil, admin.TraceLinks{}
+	}
+	recent := &tracing.RecentTraces{}
+	return recent, admin.TraceLinks{
+		UI:      cfg.Tracing.UIURL,
+		Service: tracing.ServiceName(ctx, cfg.Tracing, "ferry-fetcher", tracing.LinkName(cfg.Link.Name)),
+		Recent:  recent.IDs,
+	}
 }
 
 // rawFetcher is the shards' Fetcher of the source and the client it owns.

@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-replicator/ferry/pkg/tracing"
+	"github.com/ferry-replicator/ferry/pkg/tracing/otlptest"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/config"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/shard"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/writertest"
@@ -22,7 +24,12 @@ import (
 // its shards and each partition's lag in records, and the partition its
 // writer refused as stopped, with the reason. (The writer's page is read
 // in Chromium: services/writer/internal/app TestStatusPageInChromium.)
+// With tracing at sampling 1 and tracing.ui_url set, it links to the
+// Jaeger UI's search for ferry-fetcher and to the trace of a batch the
+// writer received, a trace the fetcher exported.
 func TestStatusPageShowsPartitions(t *testing.T) {
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100") // ms: spans reach the receiver soon
+	spans := otlptest.Start(t)
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t", "u"))
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +58,7 @@ func TestStatusPageShowsPartitions(t *testing.T) {
 	cfg.Link.Name = "east"
 	cfg.Link.Shards = 1
 	cfg.Link.DiscoveryInterval = 200 * time.Millisecond
+	cfg.Tracing.Endpoint, cfg.Tracing.SamplingRatio, cfg.Tracing.UIURL = spans.Addr, 1, "http://jaeger.example:16686"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +101,19 @@ func TestStatusPageShowsPartitions(t *testing.T) {
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("status page lacks %q:\n%s", want, page)
+		}
+	}
+
+	// The batch's trace, as the writer received it in the batch's
+	// traceparent; exported, and linked from the page.
+	trace := tracing.ParseTraceparent(writer.Received()[0].GetTraceparent()).TraceID().String()
+	writertest.WaitFor(t, 30*time.Second, "the batch's trace exported", func() bool { return spans.Has(trace) })
+	for _, want := range []string{
+		`href="http://jaeger.example:16686/search?service=ferry-fetcher"`,
+		`href="http://jaeger.example:16686/trace/` + trace + `"`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("status page lacks %s:\n%s", want, page)
 		}
 	}
 }

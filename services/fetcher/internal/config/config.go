@@ -390,7 +390,8 @@ func (c *Config) refuseInert(p *config.Problems) {
 		refuse("has no effect without tracing.endpoint (tracing is off); set the endpoint or remove this",
 			config.Setting{Key: "tracing.insecure", Set: t.Insecure != dt.Insecure},
 			config.Setting{Key: "tracing.sampling_ratio", Set: t.SamplingRatio != dt.SamplingRatio},
-			config.Setting{Key: "tracing.resource_attributes", Set: len(t.ResourceAttributes) > 0})
+			config.Setting{Key: "tracing.resource_attributes", Set: len(t.ResourceAttributes) > 0},
+			config.Setting{Key: "tracing.ui_url", Set: t.UIURL != ""})
 	}
 }
 

@@ -70,6 +70,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "writer discovery setting without discovery", yaml: valid, sets: []string{"writers.consul.service=w"}, want: "writers.consul.service: has no effect without writers.consul.address"},
 		{name: "certificate in plaintext", yaml: valid, sets: []string{"writers.tls.cert_file=/x.pem"}, want: "writers.tls.cert_file: has no effect with writers.tls.insecure"},
 		{name: "sampling without tracing", yaml: valid, sets: []string{"tracing.sampling_ratio=0.5"}, want: "tracing.sampling_ratio: has no effect without tracing.endpoint"},
+		{name: "jaeger ui without tracing", yaml: valid, sets: []string{"tracing.ui_url=http://jaeger:16686"}, want: "tracing.ui_url: has no effect without tracing.endpoint"},
+		{name: "jaeger ui not a URL", yaml: valid, sets: []string{"tracing.endpoint=127.0.0.1:4317", "tracing.ui_url=jaeger"}, want: `tracing.ui_url: "jaeger": want an absolute http or https URL`},
+		{name: "jaeger ui", yaml: valid, sets: []string{"tracing.endpoint=127.0.0.1:4317", "tracing.ui_url=https://jaeger.example"}},
 		{name: "lease settings with leases", yaml: valid, sets: []string{"lease.address=127.0.0.1:8500", "lease.session_ttl=30s"}},
 		// Consul's TLS and token settings, the same keys in every Consul
 		// section (pkg/consulclient).

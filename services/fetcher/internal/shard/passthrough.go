@@ -93,7 +93,7 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 			wireBytes: r.deps.Metrics.WireBytes.WithLabelValues(r.set.Link, p.Topic, part),
 		}
 	}
-	tr := newBatchTracer(r.deps.Tracer, r.set.Link, r.shard, r.epoch, r.log)
+	tr := newBatchTracer(r.deps.Tracer, r.deps.Recent, r.set.Link, r.shard, r.epoch, r.log)
 	s.fetchStage = r.deps.Metrics.Stages.WithLabelValues(r.set.Link, stages.Fetch)
 	// The session's own rounds: each of its partitions takes its turn at
 	// the front of their leader's request, whatever other shards fetch.

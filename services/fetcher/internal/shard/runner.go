@@ -28,6 +28,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
+	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
@@ -88,6 +89,9 @@ type Deps struct {
 	// Tracer emits batch and sampled-record spans; nil when tracing is off,
 	// which costs nothing: no batch is decoded for it.
 	Tracer trace.Tracer
+	// Recent keeps the IDs of the last sampled batch traces, for the
+	// status page's links into the Jaeger UI; nil keeps none.
+	Recent *tracing.RecentTraces
 	// RawFetch reads the source's Kafka record batches and offsets;
 	// required.
 	RawFetch *rawfetch.Fetcher

@@ -37,6 +37,7 @@ import (
 // batchTracer follows one partition's batches.
 type batchTracer struct {
 	tracer trace.Tracer
+	recent *tracing.RecentTraces // nil keeps none
 	link   string
 	shard  int
 	epoch  uint64
@@ -47,8 +48,8 @@ type batchTracer struct {
 	links []trace.Link
 }
 
-func newBatchTracer(t trace.Tracer, link string, shard int, epoch uint64, log *slog.Logger) *batchTracer {
-	return &batchTracer{tracer: t, link: link, shard: shard, epoch: epoch, log: log}
+func newBatchTracer(t trace.Tracer, recent *tracing.RecentTraces, link string, shard int, epoch uint64, log *slog.Logger) *batchTracer {
+	return &batchTracer{tracer: t, recent: recent, link: link, shard: shard, epoch: epoch, log: log}
 }
 
 // recordKafka notes a record decoded from a fetched Kafka batch.
@@ -143,6 +144,7 @@ func (t *batchTracer) seal(ctx context.Context, b *ferryv1.Batch, rawBytes int, 
 
 	sc := span.SpanContext()
 	b.Traceparent = tracing.FormatTraceparent(sc)
+	t.recent.Add(sc) // once per sampled batch: the status page links to it
 	t.log.Debug("batch sealed", "topic", b.Topic, "partition", b.Partition, "last_offset", b.LastOffset,
 		"trace_id", sc.TraceID().String(), "span_id", sc.SpanID().String())
 	return span

@@ -80,6 +80,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 		return err
 	}
 	defer tracing.Stop(endTracing)
+	recent, traceLinks := jaegerLinks(ctx, cfg)
 	base, err := cfg.Target.Sarama()
 	if err != nil {
 		return err
@@ -132,8 +133,9 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 			}
 			return map[string]any{"writer": cfg.ID, "starting": wait.Err().Error()}
 		},
-		Page:  statusPage,
-		Title: "Ferry writer",
+		Page:   statusPage,
+		Title:  "Ferry writer",
+		Traces: traceLinks,
 	}, log)
 	if err != nil {
 		return err
@@ -254,6 +256,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 		MaxStreams:        cfg.MaxStreams,
 		MaxStreamsPerPeer: cfg.MaxStreamsPerPeer,
 		Tracer:            tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
+		Recent:            recent,
 		Recorder:          recorder,
 		Index:             index,
 		Heartbeats:        beats.table,
@@ -384,6 +387,17 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 	})
 	log.Info("writer serving", "listen", lis.Addr().String(), "links", len(links))
 	return g.Wait()
+}
+
+// jaegerLinks are the status page's links into the Jaeger UI
+// (tracing.ui_url) and the ring of recent batch traces they list; none
+// without a UI, and then no round takes the ring's lock.
+func jaegerLinks(ctx context.Context, cfg *config.Config) (*tracing.RecentTraces, admin.TraceLinks) {
+	if cfg.Tracing.UIURL == "" {
+		return nil, admin.TraceLinks{}
+	}
+	recent := &tracing.RecentTraces{}
+	return recent, admin.TraceLinks{UI: cfg.Tracing.UIURL, Service: tracing.ServiceName(ctx, cfg.Tracing, "ferry-writer"), Recent: recent.IDs}
 }
 
 // checkpointTrust returns what signs the writer's checkpoint records and

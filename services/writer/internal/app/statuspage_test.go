@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,11 +17,14 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/tracing"
+	"github.com/ferry-replicator/ferry/pkg/tracing/otlptest"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
 	"github.com/ferry-replicator/ferry/services/writer/internal/server"
 )
@@ -38,7 +42,9 @@ const (
 // Chromium (Debian's chromium, driven with chromedp): after a copy, it
 // shows the partition's lag in records and seconds, the partition the
 // writer refused with its reason, and the group and fetcher names as the
-// text they are, running nothing. A screenshot is kept as the test's
+// text they are, running nothing; with tracing.ui_url set, it links to the
+// Jaeger UI's search for ferry-writer and to the trace of the batch the
+// fetcher sampled, which the writer exported. A screenshot is kept as the test's
 // artifact (go test -artifacts keeps it). Without chromium the test fails:
 // `make chromium` installs it.
 func TestStatusPageInChromium(t *testing.T) {
@@ -51,8 +57,11 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100") // ms: spans reach the receiver soon
+	spans := otlptest.Start(t)
 	cfg, stop := runWriterWith(t, cluster.ListenAddrs()[0], func(c *config.Config) {
 		c.Producer.MaxMessageBytes, c.Producer.MergeBelow = 100_000, 0
+		c.Tracing.Endpoint, c.Tracing.UIURL = spans.Addr, "http://jaeger.example:16686"
 	})
 	defer stop()
 	conn, err := grpc.NewClient(cfg.Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -87,6 +96,12 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	copied := codecs.Seal(&enc, ferryv1.Codec_CODEC_NONE)
 	copied.Sequence, copied.Epoch, copied.Topic, copied.Partition, copied.SourceHighWatermark = 1, 1, "orders", 0, 40
+	// The fetcher sampled this batch: the writer follows its decision.
+	sampled := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:  trace.SpanID{0, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}, TraceFlags: trace.FlagsSampled,
+	})
+	copied.Traceparent = tracing.FormatTraceparent(sampled)
 	send(t, stream, &ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: copied}})
 	waitAck(t, stream, 1)
 	enc.Reset()
@@ -115,6 +130,13 @@ func TestStatusPageInChromium(t *testing.T) {
 		return lagged && active && len(st.Stopped) == 1 && len(st.Groups) == 1
 	})
 
+	traceID := sampled.TraceID().String()
+	for deadline := time.Now().Add(30 * time.Second); !spans.Has(traceID); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no span of trace %s exported within 30s", traceID)
+		}
+	}
+
 	page := readPage(t, browser, "http://"+cfg.Admin.Listen+"/")
 	if page.title != "Ferry writer" {
 		t.Errorf("page title %q, want Ferry writer", page.title)
@@ -130,6 +152,12 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	if !strings.Contains(page.shards, evilFetcher) {
 		t.Errorf("shards shown as %q, want the fetcher's name as text %q", page.shards, evilFetcher)
+	}
+	if want := "http://jaeger.example:16686/search?service=ferry-writer"; page.search != want {
+		t.Errorf("Jaeger search link %q, want %q", page.search, want)
+	}
+	if want := []string{"http://jaeger.example:16686/trace/" + traceID}; !slices.Equal(page.traces, want) {
+		t.Errorf("trace links %q, want %q", page.traces, want)
 	}
 	if page.elements != 0 || page.pwned != "" {
 		t.Errorf("the page holds %d img or script elements and ran %q: a name was rendered as markup", page.elements, page.pwned)
@@ -216,6 +244,9 @@ func waitStatus(t *testing.T, admin string, ok func(pageStatus) bool) {
 type shownPage struct {
 	title, lagRecords, lagSeconds, stopped, group, shards, pwned string
 	elements                                                     int
+	// search and traces are the hrefs of the links into the Jaeger UI.
+	search string
+	traces []string
 }
 
 // readPage loads url in a fresh headless Chromium (the flags
@@ -280,6 +311,11 @@ func readPage(t *testing.T, browser, url string) shownPage {
 		t.Fatal(err)
 	}
 	p.elements = n
+	// The links' hrefs as the browser resolved them, "" and none without.
+	p.search = must(chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector("#trace-search") || {}).href || ""`)))
+	if p.traces, err = chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#traces a.trace"), a => a.href)`)); err != nil {
+		t.Fatal(err)
+	}
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)

@@ -100,6 +100,8 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		{"control allowed id not an identity", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\ncontrol: {allowed_ids: ['*.ops']}\nlinks: [{name: a, topics: {include: ['.*']}}]\n",
 			`control.allowed_ids: "*.ops"`},
 		{"sampling without tracing", base + "tracing: {sampling_ratio: 0.5}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "tracing.sampling_ratio: has no effect without tracing.endpoint"},
+		{"jaeger ui without tracing", base + "tracing: {ui_url: 'http://jaeger:16686'}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "tracing.ui_url: has no effect without tracing.endpoint"},
+		{"jaeger ui not a URL", base + "tracing: {endpoint: '127.0.0.1:4317', ui_url: 'ftp://jaeger'}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", `tracing.ui_url: "ftp://jaeger": want an absolute http or https URL`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -109,13 +109,14 @@ func (c *Control) Status(ctx context.Context, req *ferryv1.StatusRequest) (*ferr
 		}
 	}
 	resp := &ferryv1.StatusResponse{Writer: s.opts.ID, TimeUnixMs: time.Now().UnixMilli()}
-	shards, meter, groups := s.Status(), s.Failover(), s.Groups()
+	shards, meter, groups, stopped := s.Status(), s.Failover(), s.Groups(), s.Stopped()
 	for _, ls := range s.LinkStates() {
 		if req.GetLink() != "" && ls.Link != req.GetLink() {
 			continue
 		}
 		out := c.linkStatus(ls, shards, meter)
 		out.Groups = groupsProto(ls.Link, groups)
+		out.Stopped = stoppedProto(ls.Link, stopped)
 		resp.Links = append(resp.Links, out)
 	}
 	return resp, nil
@@ -142,6 +143,19 @@ func (c *Control) linkStatus(ls LinkState, shards []ShardStatus, meter []Exposur
 			p.LagSeconds, p.HasLagSeconds = *e.Seconds, true
 		}
 		out.Partitions = append(out.Partitions, p)
+	}
+	return out
+}
+
+// stoppedProto is link's part of the stopped partitions.
+func stoppedProto(link string, all []StoppedPartition) []*ferryv1.LinkStoppedPartition {
+	var out []*ferryv1.LinkStoppedPartition
+	for _, p := range all {
+		if p.Link == link {
+			out = append(out, &ferryv1.LinkStoppedPartition{
+				Topic: p.Topic, Partition: p.Partition, Reason: p.Reason, Error: p.Error, SinceUnixMs: p.Since.UnixMilli(),
+			})
+		}
 	}
 	return out
 }

@@ -26,6 +26,9 @@ type observer struct {
 	metrics *metrics.Metrics
 	// tracer is nil with tracing off.
 	tracer trace.Tracer
+	// recent keeps the traces of the last traced batches written, for the
+	// status page; nil keeps none.
+	recent *tracing.RecentTraces
 	log    *slog.Logger
 	// beats keeps the source timestamp each partition's commits reach,
 	// for the failover meter (heartbeat.go).
@@ -115,6 +118,7 @@ func (o *observer) trace(ctx context.Context, group []work, start, produced time
 				trace.WithAttributes(tracing.Stream(o.link.Name, int(o.shard), o.epoch)...))
 			span.End(trace.WithTimestamp(produced))
 			w.span = span.SpanContext()
+			o.recent.Add(w.span) // once per traced batch of the round
 			o.log.Debug("batch written", "link", o.link.Name, "topic", b.GetTopic(), "partition", b.GetPartition(),
 				"last_offset", b.GetLastOffset(), "trace_id", w.span.TraceID().String(), "span_id", w.span.SpanID().String())
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
+	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
@@ -86,6 +87,9 @@ type Options struct {
 	MaxBufferedBytes int64
 	// Tracer emits batch and sampled-record spans; nil: tracing off.
 	Tracer trace.Tracer
+	// Recent keeps the IDs of the last traced batches the writer wrote,
+	// for the status page's links into the Jaeger UI; nil keeps none.
+	Recent *tracing.RecentTraces
 	// Recorder records each stream's producer id in the target before
 	// anything is produced with it, so that links reading the target skip
 	// what Ferry wrote (pkg/provenance). Nil records nothing (tests only).

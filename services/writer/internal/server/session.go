@@ -125,7 +125,7 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 	}
 	sess.progress = newProgress(link.Name, s.opts.ID, sess.epoch, s.store, sess.topicIDs)
 	sess.progress.index = s.opts.Index
-	sess.obs = &observer{link: link, shard: sess.shard, epoch: sess.epoch, metrics: s.metrics, tracer: s.opts.Tracer, log: s.log, beats: s.beats,
+	sess.obs = &observer{link: link, shard: sess.shard, epoch: sess.epoch, metrics: s.metrics, tracer: s.opts.Tracer, recent: s.opts.Recent, log: s.log, beats: s.beats,
 		commitStage: s.metrics.Stages.WithLabelValues(link.Name, stages.Commit)}
 	sess.transit = s.metrics.Stages.WithLabelValues(link.Name, stages.Transit)
 	sess.queueBytes = int64(s.opts.MaxGroupBytes)
