@@ -42,6 +42,9 @@ func TestPlannedFailoverOnApacheKafka(t *testing.T) {
 	const records = 8000
 	e.produce(ctx, workload.Options{Topic: drillTopic, Partitions: drillPartitions, Records: records, ValueBytes: 200, Rate: 4000, Seed: 23})
 	src := readValues(ctx, t, e.src, drillTopic)
+	if n := len(src[0]) + len(src[1]) + len(src[2]) + len(src[3]); len(src) != drillPartitions || n != records {
+		t.Fatalf("the source holds %d records in %d partitions, want %d in %d", n, len(src), records, drillPartitions)
+	}
 	at := map[int32]int64{}
 	for p, vals := range src {
 		at[p] = int64(len(vals) / 2)
@@ -345,13 +348,71 @@ func readGroup(ctx context.Context, t *testing.T, addrs []string, topic string, 
 func readValues(ctx context.Context, t *testing.T, addrs []string, topic string) map[int32][][]byte {
 	t.Helper()
 	out := map[int32][][]byte{}
-	readTopic(ctx, t, addrs, nil, topic, kgo.ReadCommitted(), func(r *kgo.Record) {
+	readCommitted(ctx, t, addrs, topic, func(r *kgo.Record) {
 		if int64(len(out[r.Partition])) != r.Offset {
 			t.Fatalf("%s/%d: record at offset %d after %d records: not a plain producer's log", topic, r.Partition, r.Offset, len(out[r.Partition]))
 		}
 		out[r.Partition] = append(out[r.Partition], r.Value)
 	})
 	return out
+}
+
+// readCommitted calls f with every committed data record of topic, read
+// read_committed up to each partition's last stable offset as it is when
+// called. The transaction markers are read too (KeepControlRecords), so a
+// partition whose committed end is a marker, or aborted records before
+// it, is known to be read to its end: no quiet period is guessed.
+func readCommitted(ctx context.Context, t *testing.T, addrs []string, topic string, f func(*kgo.Record)) {
+	t.Helper()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends, err := kadm.NewClient(adm).ListCommittedOffsets(ctx, topic)
+	adm.Close()
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatalf("last stable offsets of %s: %v", topic, err)
+	}
+	left := map[int32]int64{}
+	from := map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition], from[o.Partition] = o.Offset, kgo.NewOffset().AtStart()
+		}
+	})
+	if len(left) == 0 {
+		return
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s: %v with partitions left to their last stable offsets %v", topic, ctx.Err(), left)
+		}
+		fs.EachError(func(_ string, p int32, err error) { t.Fatalf("read %s/%d: %v", topic, p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := left[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				f(r)
+			}
+			if r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+		})
+	}
 }
 
 // checkReportedLoss compares, per partition, the loss ferryctl reported
@@ -361,7 +422,7 @@ func checkReportedLoss(ctx context.Context, t *testing.T, e *env, ch ctlChange) 
 	t.Helper()
 	src := readValues(ctx, t, e.src, drillTopic)
 	onTarget := map[int32]map[string]bool{}
-	readTopic(ctx, t, e.dst, nil, drillTarget, kgo.ReadCommitted(), func(r *kgo.Record) {
+	readCommitted(ctx, t, e.dst, drillTarget, func(r *kgo.Record) {
 		if onTarget[r.Partition] == nil {
 			onTarget[r.Partition] = map[string]bool{}
 		}
