@@ -90,7 +90,8 @@ func TestPlannedFailoverOnApacheKafka(t *testing.T) {
 }
 
 // TestUnplannedFailoverOnApacheKafka loses the source region while the
-// target lags (the writer frozen while producers write): the source broker
+// target lags (behind after the writer was frozen while producers wrote):
+// the source broker
 // and the fetcher are killed, `ferryctl failover` is run from the target
 // side alone, and the loss it reports per partition (the committed next
 // offset to the last heartbeat's high watermark) must be exactly the
@@ -99,31 +100,41 @@ func TestPlannedFailoverOnApacheKafka(t *testing.T) {
 func TestUnplannedFailoverOnApacheKafka(t *testing.T) {
 	ctx := context.Background()
 	e, brokers := startDrill(t)
-	stopProducing := e.produceUntilStopped(workload.Options{Topic: drillTopic, Partitions: drillPartitions, Records: 1_000_000, ValueBytes: 200, Rate: 3000, Seed: 24})
+	stopProducing := e.produceUntilStopped(workload.Options{Topic: drillTopic, Partitions: drillPartitions, Records: 1_000_000, ValueBytes: 200, Rate: 5000, Seed: 24})
 	e.waitGrowth(ctx, drillTarget, 2000)
 	e.waitReporting(ctx)
 	commitGroupAt(ctx, t, e.src, drillTopic, map[int32]int64{0: 100, 1: 100, 2: 100, 3: 100})
 
-	// Frozen, the writer commits nothing while the source grows and the
-	// fetcher's heartbeats queue on the stream: the target lags.
+	// Frozen, the writer takes nothing while the source grows: the
+	// fetcher, blocked on the stream, falls behind the source. Once the
+	// writer runs again, the fetcher's heartbeats carry the source's high
+	// watermark far ahead of what is copied; the region is lost while the
+	// writer's meter shows that lag.
 	if err := e.writer.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	grown := sum(e.sourceEnds(ctx, drillTopic)) + 3000
-	waitUntil(t, time.Minute, "the source to grow by 3000 records while the writer is frozen", func() error {
+	grown := sum(e.sourceEnds(ctx, drillTopic)) + 15000
+	waitUntil(t, time.Minute, "the source to grow by 15000 records while the writer is frozen", func() error {
 		if n := sum(e.sourceEnds(ctx, drillTopic)); n < grown {
 			return fmt.Errorf("source holds %d, want %d", n, grown)
 		}
 		return nil
+	})
+	if err := e.writer.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, time.Minute, "the writer's failover meter to show the target lagging", func() error {
+		n, err := harness.Metric(ctx, e.writerAdmin, "ferry_failover_exposure_records")
+		if err == nil && n < 1000 {
+			err = fmt.Errorf("%v records at risk", n)
+		}
+		return err
 	})
 	var wg sync.WaitGroup
 	wg.Go(brokers[0].Kill)
 	wg.Go(e.fetcher.Kill)
 	wg.Wait()
 	stopProducing()
-	if err := e.writer.Resume(); err != nil {
-		t.Fatal(err)
-	}
 	// The writer reads what the stream held, then its end: the report is
 	// read once no stream is left.
 	waitUntil(t, time.Minute, "the writer to end the dead fetcher's streams", func() error {
