@@ -101,7 +101,6 @@ func TestUnplannedFailoverOnApacheKafka(t *testing.T) {
 	ctx := context.Background()
 	e, brokers := startDrill(t)
 	stopProducing := e.produceUntilStopped(workload.Options{Topic: drillTopic, Partitions: drillPartitions, Records: 1_000_000, ValueBytes: 200, Rate: 5000, Seed: 24})
-	e.waitGrowth(ctx, drillTarget, 2000)
 	e.waitReporting(ctx)
 	commitGroupAt(ctx, t, e.src, drillTopic, map[int32]int64{0: 100, 1: 100, 2: 100, 3: 100})
 
