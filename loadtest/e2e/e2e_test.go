@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,19 +115,27 @@ func newEnvOn(t *testing.T, src, dst []string) *env {
 
 // startKafkas starts one Apache Kafka broker per name, each a cluster of
 // its own with its data in a kept folder (kafka-<name>), stopped when the
-// test ends.
+// test ends. They start at once: a JVM's start is mostly waiting, and
+// the tests that join make test have a tight budget.
 func startKafkas(t *testing.T, names ...string) []*kafkabroker.Broker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	brokers := make([]*kafkabroker.Broker, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
 	for i, name := range names {
-		b, err := kafkabroker.Start(ctx, kafkabroker.Options{DataDir: keptDir(t, "kafka-"+name)})
-		if err != nil {
-			t.Fatalf("start Apache Kafka %s: %v", name, err)
+		dir := keptDir(t, "kafka-"+name)
+		wg.Go(func() { brokers[i], errs[i] = kafkabroker.Start(ctx, kafkabroker.Options{DataDir: dir}) })
+	}
+	wg.Wait()
+	for i, b := range brokers {
+		if b != nil {
+			t.Cleanup(func() { _ = b.Stop() })
 		}
-		t.Cleanup(func() { _ = b.Stop() })
-		brokers[i] = b
+		if errs[i] != nil {
+			t.Fatalf("start Apache Kafka %s: %v", names[i], errs[i])
+		}
 	}
 	return brokers
 }

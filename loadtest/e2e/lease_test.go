@@ -243,12 +243,15 @@ func owned(admin string) (map[int]uint64, bool) {
 	return out, true
 }
 
-// statusShard is what the lease tests read of a shard in a fetcher's
-// /status.
+// statusShard is what the lease tests and the failover drills read of a
+// shard in a fetcher's /status.
 type statusShard struct {
 	Shard  int    `json:"shard"`
 	Epoch  uint64 `json:"epoch"`
 	Writer string `json:"writer"`
+	// LinkState is set while the writers refuse the shard's opens
+	// (paused, failed_over).
+	LinkState string `json:"link_state"`
 }
 
 // statusShards reads a fetcher's /status shards; ok is false when the

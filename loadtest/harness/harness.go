@@ -40,23 +40,29 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// Build compiles ferry-fetcher and ferry-writer into dir; with race, with
-// the race detector, so the process-level tests check the binaries too
-// (Process.Crashes reads what the detector reported).
+// Build compiles ferry-fetcher, ferry-writer and ferryctl into dir (the
+// drills and the ferry-dr soak fail links over with ferryctl, as an
+// operator does); with race, with the race detector, so the process-level
+// tests check the binaries too (Process.Crashes reads what the detector
+// reported).
 func Build(ctx context.Context, dir string, race bool) error {
 	root, err := RepoRoot()
 	if err != nil {
 		return err
 	}
-	for _, svc := range []string{"fetcher", "writer"} {
-		args := []string{"build", "-o", filepath.Join(dir, "ferry-"+svc)}
+	for _, b := range []struct{ bin, pkg string }{
+		{"ferry-fetcher", "./services/fetcher"},
+		{"ferry-writer", "./services/writer"},
+		{"ferryctl", "./services/ferryctl"},
+	} {
+		args := []string{"build", "-o", filepath.Join(dir, b.bin)}
 		if race {
 			args = append(args, "-race")
 		}
-		cmd := exec.CommandContext(ctx, "go", append(args, "./services/"+svc)...)
+		cmd := exec.CommandContext(ctx, "go", append(args, b.pkg)...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build ferry-%s: %w\n%s", svc, err, out)
+			return fmt.Errorf("build %s: %w\n%s", b.bin, err, out)
 		}
 	}
 	return nil
