@@ -130,7 +130,9 @@ func (r *reads) add(recs []*kgo.Record) {
 // end of every partition and nothing came for untilIdle.
 // The returned channel is closed when it has ended; stop ends it and
 // closes the client.
-func consume(ctx context.Context, addr string, topics []string, untilIdle time.Duration) (*reads, <-chan struct{}, func(), error) {
+// With perSecond > 0 it reads at most that many records a second (an
+// application slower than its producers, behind when the region goes).
+func consume(ctx context.Context, addr string, topics []string, untilIdle time.Duration, perSecond int) (*reads, <-chan struct{}, func(), error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup(appGroup), kgo.ConsumeTopics(topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -159,6 +161,11 @@ func consume(ctx context.Context, addr string, topics []string, untilIdle time.D
 			}
 			if untilIdle > 0 && len(pending) == 0 && time.Since(lastRead) > untilIdle {
 				return
+			}
+			if perSecond > 0 && len(recs) > 0 {
+				if sleep(ctx, time.Duration(len(recs))*time.Second/time.Duration(perSecond)) != nil {
+					return
+				}
 			}
 		}
 	}()
@@ -305,7 +312,9 @@ func (e *env) regionLoss(ctx context.Context, stopLoad func()) *DR {
 		dr.Errors = append(dr.Errors, msg)
 		return dr
 	}
-	srcApp, _, stopSrcApp, err := consume(ctx, e.src.Addr(), []string{topicIdem, topicTxn}, 0)
+	// Slower than the producers (half their rate): behind when the region
+	// goes, so it carries on on the target and the RTO is measured.
+	srcApp, _, stopSrcApp, err := consume(ctx, e.src.Addr(), []string{topicIdem, topicTxn}, 0, max(1, e.opts.Rate/2))
 	if err != nil {
 		stopLoad()
 		return fail("source application: %v", err)
@@ -355,15 +364,16 @@ func (e *env) regionLoss(ctx context.Context, stopLoad func()) *DR {
 		dr.ReportedLost += max(0, p.HW-p.Committed)
 	}
 	e.log.Info("region loss: the application reads on the target", "lost_offsets_reported", dr.ReportedLost)
-	dstApp, dstDone, stopDstApp, err := consume(ctx, e.dst.Addr(), []string{targetPrefix + topicIdem, targetPrefix + topicTxn}, 15*time.Second)
+	dstApp, dstDone, stopDstApp, err := consume(ctx, e.dst.Addr(), []string{targetPrefix + topicIdem, targetPrefix + topicTxn}, 15*time.Second, 0)
 	if err != nil {
 		return fail("target application: %v", err)
 	}
 	<-dstDone // read to the end, then nothing for 15 s
 	stopDstApp()
-	if !dstApp.first.IsZero() {
-		dr.RTO = dstApp.first.Sub(failStart)
+	if dstApp.first.IsZero() {
+		return fail("the application read nothing on the target: no RTO to measure")
 	}
+	dr.RTO = dstApp.first.Sub(failStart)
 	// The source comes back only to be read; nothing writes to it again:
 	// the producers' clients are closed (startProducers).
 	select {
