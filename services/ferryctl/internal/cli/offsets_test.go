@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
-	"log/slog"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,15 +15,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
-	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
-	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 )
 
 // sourceBatch is an uncompressed Kafka batch as a source broker stores
@@ -56,36 +50,7 @@ func sourceBatch(base int64, deltas ...int32) []byte {
 // compaction left 60, 62 and 63 of 60..64; then 65..69.
 func (tg target) copyOrders(ctx context.Context, t *testing.T) {
 	t.Helper()
-	src, err := tlsconfig.NewSource(tlsconfig.Config{
-		CertFile: filepath.Join(tg.dir, "fetcher.pem"), KeyFile: filepath.Join(tg.dir, "fetcher-key.pem"), CAFile: filepath.Join(tg.dir, "ca.pem"),
-		AllowedIDs: []string{devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "writer")},
-	}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(tg.writers[0].Addr, grpc.WithTransportCredentials(credentials.NewTLS(src.ClientTLS())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := ferryv1.NewReplicationServiceClient(conn).Replicate(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := &ferryv1.Open{Link: "east", Shard: 1, Epoch: 1, Fetcher: "f",
-		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
-		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
-	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
-		t.Fatal(err)
-	}
-	if resp, err := stream.Recv(); err != nil || resp.GetOpened() == nil {
-		t.Fatalf("open answered %v, %v", resp, err)
-	}
-	codecs, err := batch.NewCodecs(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer codecs.Close()
+	stream, codecs := tg.openOrders(ctx, t)
 	for i, round := range []struct {
 		first int64
 		raw   []byte

@@ -89,6 +89,30 @@ func contains(ss []string, sub string) bool {
 // stream, stopping the partition.
 func (tg target) stopOrders(ctx context.Context, t *testing.T) {
 	t.Helper()
+	stream, codecs := tg.openOrders(ctx, t)
+	var enc batch.Encoder
+	enc.Append(7, time.Now().UnixMilli(), []byte("big"), bytes.Repeat([]byte("x"), 150_000), nil)
+	b := codecs.Seal(&enc, ferryv1.Codec_CODEC_NONE)
+	b.Sequence, b.Epoch, b.Topic, b.Partition = 1, 1, "orders", 0
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return // refused: the stream ended
+		}
+		if resp.GetAck() != nil {
+			t.Fatal("the record above producer.max_message_bytes was acknowledged")
+		}
+	}
+}
+
+// openOrders opens shard 1 (orders/0) of link east on the first writer as
+// its fetcher would, with the fetcher's certificate; the stream and the
+// codecs to seal its batches end with the test.
+func (tg target) openOrders(ctx context.Context, t *testing.T) (ferryv1.ReplicationService_ReplicateClient, *batch.Codecs) {
+	t.Helper()
 	src, err := tlsconfig.NewSource(tlsconfig.Config{
 		CertFile: filepath.Join(tg.dir, "fetcher.pem"), KeyFile: filepath.Join(tg.dir, "fetcher-key.pem"), CAFile: filepath.Join(tg.dir, "ca.pem"),
 		AllowedIDs: []string{devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "writer")},
@@ -100,7 +124,7 @@ func (tg target) stopOrders(ctx context.Context, t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	stream, err := ferryv1.NewReplicationServiceClient(conn).Replicate(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -118,21 +142,6 @@ func (tg target) stopOrders(ctx context.Context, t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer codecs.Close()
-	var enc batch.Encoder
-	enc.Append(7, time.Now().UnixMilli(), []byte("big"), bytes.Repeat([]byte("x"), 150_000), nil)
-	b := codecs.Seal(&enc, ferryv1.Codec_CODEC_NONE)
-	b.Sequence, b.Epoch, b.Topic, b.Partition = 1, 1, "orders", 0
-	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			return // refused: the stream ended
-		}
-		if resp.GetAck() != nil {
-			t.Fatal("the record above producer.max_message_bytes was acknowledged")
-		}
-	}
+	t.Cleanup(codecs.Close)
+	return stream, codecs
 }
