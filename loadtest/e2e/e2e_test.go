@@ -369,24 +369,36 @@ func readTopic(ctx context.Context, t *testing.T, addrs []string, opts []kgo.Opt
 	if len(want) == 0 {
 		return
 	}
+	// Transaction markers are kept (and not passed to f), so a partition
+	// ending in one is known to be read to its end.
 	rc, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}),
-		kgo.FetchIsolationLevel(isolation)}, opts...)...)
+		kgo.FetchIsolationLevel(isolation), kgo.KeepControlRecords()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	// Done when a partition's last record is read, or it stays quiet (its
-	// end is a marker, or aborted records read_committed skips).
-	for quiet := 0; len(remaining) > 0 && quiet < 4; {
+	// Done when every partition is read to its end offset; or, once
+	// something was read, when it stays quiet for 4 s (aborted records
+	// read_committed skips at a partition's end, or a transaction still
+	// open below it). Nothing read yet is not quiet, for 30 s: a busy
+	// machine's first fetch can take seconds.
+	seen, giveUp := false, time.Now().Add(30*time.Second)
+	for quiet := 0; len(remaining) > 0 && quiet < 8 && ctx.Err() == nil && (seen || time.Now().Before(giveUp)); {
 		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		fs := rc.PollFetches(pctx)
 		cancel()
 		if fs.NumRecords() == 0 {
-			quiet++
+			if seen {
+				quiet++
+			}
+			continue
 		}
+		seen, quiet = true, 0
 		fs.EachRecord(func(r *kgo.Record) {
-			f(r)
+			if !r.Attrs.IsControl() {
+				f(r)
+			}
 			if r.Offset+1 >= remaining[r.Partition] {
 				delete(remaining, r.Partition)
 			}
