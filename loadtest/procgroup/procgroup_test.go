@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferry-replicator/ferry/pkg/testwait"
 )
 
 // start runs a shell script as the child, logging to a temporary file.
@@ -25,13 +27,7 @@ func start(t *testing.T, script string) (*Proc, string) {
 // waitFor polls cond for up to 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, 10*time.Second, what, cond)
 }
 
 // alive reports whether a process with pid exists and is not a zombie.

@@ -24,6 +24,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/refusal"
+	"github.com/ferry-replicator/ferry/pkg/testwait"
 )
 
 // Checkpoints are the next offsets committed, by topic and partition.
@@ -370,11 +371,5 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 // WaitFor fails the test unless cond holds within timeout, polling it.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, timeout, what, cond)
 }

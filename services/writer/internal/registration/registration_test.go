@@ -14,6 +14,7 @@ import (
 
 	"github.com/ferry-replicator/ferry/loadtest/consulagent"
 	"github.com/ferry-replicator/ferry/pkg/consulclient"
+	"github.com/ferry-replicator/ferry/pkg/testwait"
 )
 
 // logLines collects log messages, so the test can wait for the retry.
@@ -129,11 +130,5 @@ func TestNewRefusesABadAdvertiseAddress(t *testing.T) {
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.For(t, 20*time.Second, what, ok)
 }
