@@ -109,7 +109,7 @@ func (ss *session) groupOffsets(m *ferryv1.GroupOffsets) error {
 			parts[tp] = wantPart{reported: p.GetOffset(), readAt: readAt, pos: pos, ok: ok, why: why,
 				target: groupcommit.TopicPartition{Topic: ss.link.Naming.Target(tp.topic), Partition: tp.partition}}
 		}
-		ss.s.groups.offer(groupKey{ss.link.Name, g.GetGroup()}, parts)
+		ss.s.groups.offer(groupKey{ss.link.Name, g.GetGroup()}, parts, ss.progress.tr)
 	}
 	return nil
 }
@@ -128,11 +128,24 @@ type wantPart struct {
 
 // groupSyncer commits the latest translation of each group, one group at
 // a time, on its own goroutine (run), and keeps what each sync did.
+//
+// A group that landed at the copied end, behind what it had read on the
+// source, moves on as data arrives: every followEvery the syncer
+// translates its last reported offset again through the translator of
+// the stream that reported it (advance), without waiting for the next
+// read of the source group (link.groups.interval, 10 s by default). It
+// bounds what a group would read again after a failover to what it read
+// in the last followEvery, rather than the last interval, and commits at
+// most once a followEvery per lagging group.
 type groupSyncer struct {
 	commit  GroupCommitter
 	metrics *metrics.Metrics
 	log     *slog.Logger
 	wake    chan struct{}
+	// refused is nil while a link runs (Server.linkRefusal): a link failed
+	// over or paused is not followed, so its groups stay where the failover
+	// report found them.
+	refused func(link string) error
 
 	mu sync.Mutex
 	// pending are the translations not synced yet, latest per partition;
@@ -143,6 +156,24 @@ type groupSyncer struct {
 	// bounded by groupsync.MaxGroups.
 	state   map[groupKey]*groupState
 	perLink map[string]int
+	// follow is, per link and source partition, the translator of the
+	// stream that last reported a group's offset on it, and its target
+	// partition: what advance translates through.
+	follow map[linkPartition]following
+}
+
+// followEvery is how often a group behind what it read on the source is
+// translated again (advance).
+const followEvery = time.Second
+
+type linkPartition struct {
+	link string
+	tp   topicPartition
+}
+
+type following struct {
+	tr     *translator
+	target groupcommit.TopicPartition
 }
 
 // groupState is what the writer knows of a group's sync.
@@ -157,6 +188,8 @@ type groupState struct {
 // groupPart is one partition of a group's state.
 type groupPart struct {
 	reported int64 // the source offset the fetcher last read
+	// reportedAt is when it read it.
+	reportedAt time.Time
 	// target and standsFor are where Ferry's marker puts the group on the
 	// target and the source offset that stands for; -1 when unknown (not
 	// synced yet, or the group is someone else's now).
@@ -166,15 +199,24 @@ type groupPart struct {
 	note     string
 }
 
-func newGroupSyncer(commit GroupCommitter, m *metrics.Metrics, log *slog.Logger) *groupSyncer {
-	return &groupSyncer{commit: commit, metrics: m, log: log, wake: make(chan struct{}, 1),
-		pending: map[groupKey]map[topicPartition]wantPart{}, state: map[groupKey]*groupState{}, perLink: map[string]int{}}
+func newGroupSyncer(commit GroupCommitter, m *metrics.Metrics, log *slog.Logger, refused func(link string) error) *groupSyncer {
+	return &groupSyncer{commit: commit, metrics: m, log: log, wake: make(chan struct{}, 1), refused: refused,
+		pending: map[groupKey]map[topicPartition]wantPart{}, state: map[groupKey]*groupState{}, perLink: map[string]int{},
+		follow: map[linkPartition]following{}}
 }
 
-// offer queues a group's translated partitions, replacing what is queued
-// of the same partitions.
-func (g *groupSyncer) offer(k groupKey, parts map[topicPartition]wantPart) {
+// offer queues a group's partitions as tr translated them, replacing what
+// is queued of the same partitions.
+func (g *groupSyncer) offer(k groupKey, parts map[topicPartition]wantPart, tr *translator) {
 	g.mu.Lock()
+	for tp, w := range parts {
+		g.follow[linkPartition{k.link, tp}] = following{tr: tr, target: w.target}
+	}
+	g.queue(k, parts)
+}
+
+// queue is offer's bookkeeping, called with g.mu held; it releases it.
+func (g *groupSyncer) queue(k groupKey, parts map[topicPartition]wantPart) {
 	if g.state[k] == nil {
 		if g.perLink[k.link] >= groupsync.MaxGroups {
 			g.mu.Unlock()
@@ -191,7 +233,7 @@ func (g *groupSyncer) offer(k groupKey, parts map[topicPartition]wantPart) {
 			gp = &groupPart{target: -1, standsFor: -1}
 			st.parts[tp] = gp
 		}
-		gp.reported = w.reported
+		gp.reported, gp.reportedAt = w.reported, w.readAt
 	}
 	q, queued := g.pending[k]
 	if !queued {
@@ -209,13 +251,18 @@ func (g *groupSyncer) offer(k groupKey, parts map[topicPartition]wantPart) {
 	}
 }
 
-// run syncs what is offered until ctx ends.
+// run syncs what is offered, and every followEvery moves on the groups
+// behind what they read, until ctx ends.
 func (g *groupSyncer) run(ctx context.Context) {
+	tick := time.NewTicker(followEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-g.wake:
+		case <-tick.C:
+			g.advance()
 		}
 		for ctx.Err() == nil {
 			k, parts, ok := g.next()
@@ -224,6 +271,53 @@ func (g *groupSyncer) run(ctx context.Context) {
 			}
 			g.sync(k, parts)
 		}
+	}
+}
+
+// advance queues again every group partition that stands on the target
+// for less than what the group last read on the source, where the copy
+// has moved on since: translated again, the group moves forward as data
+// arrives. Partitions not Ferry's (target -1: active or owned), queued
+// already, or of a link that does not run are left alone.
+func (g *groupSyncer) advance() {
+	type lagging struct {
+		k        groupKey
+		tp       topicPartition
+		reported int64
+		readAt   time.Time
+		stands   int64
+		f        following
+	}
+	g.mu.Lock()
+	var todo []lagging
+	for k, st := range g.state {
+		if g.refused != nil && g.refused(k.link) != nil {
+			continue
+		}
+		for tp, gp := range st.parts {
+			f, ok := g.follow[linkPartition{k.link, tp}]
+			if _, queued := g.pending[k][tp]; queued || !ok || gp.target < 0 || gp.standsFor >= gp.reported {
+				continue
+			}
+			todo = append(todo, lagging{k, tp, gp.reported, gp.reportedAt, gp.standsFor, f})
+		}
+	}
+	g.mu.Unlock()
+	// Translated without g.mu: the translator has a lock of its own.
+	moved := map[groupKey]map[topicPartition]wantPart{}
+	for _, l := range todo {
+		pos, _, ok := l.f.tr.translate(l.tp, l.reported)
+		if !ok || pos.Source <= l.stands {
+			continue // nothing new copied up to what the group read
+		}
+		if moved[l.k] == nil {
+			moved[l.k] = map[topicPartition]wantPart{}
+		}
+		moved[l.k][l.tp] = wantPart{reported: l.reported, readAt: l.readAt, target: l.f.target, pos: pos, ok: true}
+	}
+	for k, parts := range moved {
+		g.mu.Lock()
+		g.queue(k, parts)
 	}
 }
 

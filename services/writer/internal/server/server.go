@@ -201,7 +201,7 @@ func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Stor
 	}
 	m.Failover.SetSource(s.failoverMetrics)
 	if opts.Groups != nil {
-		s.groups = newGroupSyncer(opts.Groups, m, log.With("component", "group-sync"))
+		s.groups = newGroupSyncer(opts.Groups, m, log.With("component", "group-sync"), s.linkRefusal)
 		m.Groups.SetSource(s.groupMetrics)
 	}
 	return s
