@@ -683,7 +683,14 @@ type Opened struct {
 	Heartbeats bool `protobuf:"varint,4,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
 	// GroupOffsets is true when the writer takes GroupOffsets messages; a
 	// fetcher sends none to a writer that does not set it (an older one).
-	GroupOffsets  bool `protobuf:"varint,5,opt,name=group_offsets,json=groupOffsets,proto3" json:"group_offsets,omitempty"`
+	GroupOffsets bool `protobuf:"varint,5,opt,name=group_offsets,json=groupOffsets,proto3" json:"group_offsets,omitempty"`
+	// Reports is true when the writer takes this stream's heartbeats and
+	// group offsets on a Report stream bound to it; a fetcher sends them on
+	// the Replicate stream to a writer that does not set it (an older one).
+	Reports bool `protobuf:"varint,6,opt,name=reports,proto3" json:"reports,omitempty"`
+	// Session identifies this stream among the shard's streams on this
+	// writer, for a ReportOpen to name (set with reports).
+	Session       uint64 `protobuf:"varint,7,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -751,6 +758,20 @@ func (x *Opened) GetGroupOffsets() bool {
 		return x.GroupOffsets
 	}
 	return false
+}
+
+func (x *Opened) GetReports() bool {
+	if x != nil {
+		return x.Reports
+	}
+	return false
+}
+
+func (x *Opened) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
 }
 
 // PartitionPosition is a partition's committed progress.
@@ -1487,6 +1508,216 @@ func (x *TopicAcl) GetOperation() AclOperation {
 	return AclOperation_ACL_OPERATION_UNSPECIFIED
 }
 
+// ReportRequest is one message of a Report stream.
+type ReportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*ReportRequest_Open
+	//	*ReportRequest_Heartbeat
+	//	*ReportRequest_GroupOffsets
+	Msg           isReportRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRequest) Reset() {
+	*x = ReportRequest{}
+	mi := &file_ferry_v1_replication_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRequest) ProtoMessage() {}
+
+func (x *ReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_replication_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
+func (*ReportRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_replication_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReportRequest) GetMsg() isReportRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *ReportRequest) GetOpen() *ReportOpen {
+	if x != nil {
+		if x, ok := x.Msg.(*ReportRequest_Open); ok {
+			return x.Open
+		}
+	}
+	return nil
+}
+
+func (x *ReportRequest) GetHeartbeat() *Heartbeat {
+	if x != nil {
+		if x, ok := x.Msg.(*ReportRequest_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
+func (x *ReportRequest) GetGroupOffsets() *GroupOffsets {
+	if x != nil {
+		if x, ok := x.Msg.(*ReportRequest_GroupOffsets); ok {
+			return x.GroupOffsets
+		}
+	}
+	return nil
+}
+
+type isReportRequest_Msg interface {
+	isReportRequest_Msg()
+}
+
+type ReportRequest_Open struct {
+	// Open binds the stream to a Replicate stream. Sent once, first.
+	Open *ReportOpen `protobuf:"bytes,1,opt,name=open,proto3,oneof"`
+}
+
+type ReportRequest_Heartbeat struct {
+	// Heartbeat is as on the Replicate stream.
+	Heartbeat *Heartbeat `protobuf:"bytes,2,opt,name=heartbeat,proto3,oneof"`
+}
+
+type ReportRequest_GroupOffsets struct {
+	// GroupOffsets is as on the Replicate stream.
+	GroupOffsets *GroupOffsets `protobuf:"bytes,3,opt,name=group_offsets,json=groupOffsets,proto3,oneof"`
+}
+
+func (*ReportRequest_Open) isReportRequest_Msg() {}
+
+func (*ReportRequest_Heartbeat) isReportRequest_Msg() {}
+
+func (*ReportRequest_GroupOffsets) isReportRequest_Msg() {}
+
+// ReportOpen names the Replicate stream a Report stream carries the
+// reports of: the Open's link, shard and epoch, and the session its
+// Opened named.
+type ReportOpen struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Link          string                 `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
+	Shard         uint32                 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Session       uint64                 `protobuf:"varint,4,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportOpen) Reset() {
+	*x = ReportOpen{}
+	mi := &file_ferry_v1_replication_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportOpen) ProtoMessage() {}
+
+func (x *ReportOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_replication_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportOpen.ProtoReflect.Descriptor instead.
+func (*ReportOpen) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_replication_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReportOpen) GetLink() string {
+	if x != nil {
+		return x.Link
+	}
+	return ""
+}
+
+func (x *ReportOpen) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ReportOpen) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReportOpen) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+// ReportResponse ends a Report stream the fetcher closed.
+type ReportResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportResponse) Reset() {
+	*x = ReportResponse{}
+	mi := &file_ferry_v1_replication_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportResponse) ProtoMessage() {}
+
+func (x *ReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_replication_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
+func (*ReportResponse) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_replication_proto_rawDescGZIP(), []int{17}
+}
+
 var File_ferry_v1_replication_proto protoreflect.FileDescriptor
 
 const file_ferry_v1_replication_proto_rawDesc = "" +
@@ -1523,7 +1754,7 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"D\n" +
 	"\x0eTopicPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\xc6\x01\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\xfa\x01\n" +
 	"\x06Opened\x123\n" +
 	"\x06resume\x18\x01 \x03(\v2\x1b.ferry.v1.PartitionPositionR\x06resume\x12\x16\n" +
 	"\x06writer\x18\x02 \x01(\tR\x06writer\x12*\n" +
@@ -1531,7 +1762,9 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\n" +
 	"heartbeats\x18\x04 \x01(\bR\n" +
 	"heartbeats\x12#\n" +
-	"\rgroup_offsets\x18\x05 \x01(\bR\fgroupOffsets\"\xb7\x01\n" +
+	"\rgroup_offsets\x18\x05 \x01(\bR\fgroupOffsets\x12\x18\n" +
+	"\areports\x18\x06 \x01(\bR\areports\x12\x18\n" +
+	"\asession\x18\a \x01(\x04R\asession\"\xb7\x01\n" +
 	"\x11PartitionPosition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1f\n" +
@@ -1591,7 +1824,19 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\bTopicAcl\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x124\n" +
-	"\toperation\x18\x03 \x01(\x0e2\x16.ferry.v1.AclOperationR\toperation*_\n" +
+	"\toperation\x18\x03 \x01(\x0e2\x16.ferry.v1.AclOperationR\toperation\"\xb6\x01\n" +
+	"\rReportRequest\x12*\n" +
+	"\x04open\x18\x01 \x01(\v2\x14.ferry.v1.ReportOpenH\x00R\x04open\x123\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x13.ferry.v1.HeartbeatH\x00R\theartbeat\x12=\n" +
+	"\rgroup_offsets\x18\x03 \x01(\v2\x16.ferry.v1.GroupOffsetsH\x00R\fgroupOffsetsB\x05\n" +
+	"\x03msg\"f\n" +
+	"\n" +
+	"ReportOpen\x12\x12\n" +
+	"\x04link\x18\x01 \x01(\tR\x04link\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x18\n" +
+	"\asession\x18\x04 \x01(\x04R\asession\"\x10\n" +
+	"\x0eReportResponse*_\n" +
 	"\x05Codec\x12\x15\n" +
 	"\x11CODEC_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1607,9 +1852,10 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\fAclOperation\x12\x1d\n" +
 	"\x19ACL_OPERATION_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ACL_OPERATION_READ\x10\x01\x12\x1a\n" +
-	"\x16ACL_OPERATION_DESCRIBE\x10\x022^\n" +
+	"\x16ACL_OPERATION_DESCRIBE\x10\x022\x9d\x01\n" +
 	"\x12ReplicationService\x12H\n" +
-	"\tReplicate\x12\x1a.ferry.v1.ReplicateRequest\x1a\x1b.ferry.v1.ReplicateResponse(\x010\x01B<Z:github.com/ferry-replicator/ferry/pkg/gen/ferry/v1;ferryv1b\x06proto3"
+	"\tReplicate\x12\x1a.ferry.v1.ReplicateRequest\x1a\x1b.ferry.v1.ReplicateResponse(\x010\x01\x12=\n" +
+	"\x06Report\x12\x17.ferry.v1.ReportRequest\x1a\x18.ferry.v1.ReportResponse(\x01B<Z:github.com/ferry-replicator/ferry/pkg/gen/ferry/v1;ferryv1b\x06proto3"
 
 var (
 	file_ferry_v1_replication_proto_rawDescOnce sync.Once
@@ -1624,7 +1870,7 @@ func file_ferry_v1_replication_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1_replication_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ferry_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_ferry_v1_replication_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_ferry_v1_replication_proto_goTypes = []any{
 	(Codec)(0),                   // 0: ferry.v1.Codec
 	(PayloadFormat)(0),           // 1: ferry.v1.PayloadFormat
@@ -1644,7 +1890,10 @@ var file_ferry_v1_replication_proto_goTypes = []any{
 	(*GroupOffset)(nil),          // 15: ferry.v1.GroupOffset
 	(*GroupPartitionOffset)(nil), // 16: ferry.v1.GroupPartitionOffset
 	(*TopicAcl)(nil),             // 17: ferry.v1.TopicAcl
-	nil,                          // 18: ferry.v1.TopicSpec.ConfigsEntry
+	(*ReportRequest)(nil),        // 18: ferry.v1.ReportRequest
+	(*ReportOpen)(nil),           // 19: ferry.v1.ReportOpen
+	(*ReportResponse)(nil),       // 20: ferry.v1.ReportResponse
+	nil,                          // 21: ferry.v1.TopicSpec.ConfigsEntry
 }
 var file_ferry_v1_replication_proto_depIdxs = []int32{
 	5,  // 0: ferry.v1.ReplicateRequest.open:type_name -> ferry.v1.Open
@@ -1655,7 +1904,7 @@ var file_ferry_v1_replication_proto_depIdxs = []int32{
 	11, // 5: ferry.v1.ReplicateResponse.ack:type_name -> ferry.v1.Ack
 	6,  // 6: ferry.v1.Open.topics:type_name -> ferry.v1.TopicSpec
 	7,  // 7: ferry.v1.Open.partitions:type_name -> ferry.v1.TopicPartition
-	18, // 8: ferry.v1.TopicSpec.configs:type_name -> ferry.v1.TopicSpec.ConfigsEntry
+	21, // 8: ferry.v1.TopicSpec.configs:type_name -> ferry.v1.TopicSpec.ConfigsEntry
 	17, // 9: ferry.v1.TopicSpec.acls:type_name -> ferry.v1.TopicAcl
 	9,  // 10: ferry.v1.Opened.resume:type_name -> ferry.v1.PartitionPosition
 	0,  // 11: ferry.v1.Batch.codec:type_name -> ferry.v1.Codec
@@ -1665,13 +1914,18 @@ var file_ferry_v1_replication_proto_depIdxs = []int32{
 	15, // 15: ferry.v1.GroupOffsets.groups:type_name -> ferry.v1.GroupOffset
 	16, // 16: ferry.v1.GroupOffset.partitions:type_name -> ferry.v1.GroupPartitionOffset
 	2,  // 17: ferry.v1.TopicAcl.operation:type_name -> ferry.v1.AclOperation
-	3,  // 18: ferry.v1.ReplicationService.Replicate:input_type -> ferry.v1.ReplicateRequest
-	4,  // 19: ferry.v1.ReplicationService.Replicate:output_type -> ferry.v1.ReplicateResponse
-	19, // [19:20] is the sub-list for method output_type
-	18, // [18:19] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	19, // 18: ferry.v1.ReportRequest.open:type_name -> ferry.v1.ReportOpen
+	12, // 19: ferry.v1.ReportRequest.heartbeat:type_name -> ferry.v1.Heartbeat
+	14, // 20: ferry.v1.ReportRequest.group_offsets:type_name -> ferry.v1.GroupOffsets
+	3,  // 21: ferry.v1.ReplicationService.Replicate:input_type -> ferry.v1.ReplicateRequest
+	18, // 22: ferry.v1.ReplicationService.Report:input_type -> ferry.v1.ReportRequest
+	4,  // 23: ferry.v1.ReplicationService.Replicate:output_type -> ferry.v1.ReplicateResponse
+	20, // 24: ferry.v1.ReplicationService.Report:output_type -> ferry.v1.ReportResponse
+	23, // [23:25] is the sub-list for method output_type
+	21, // [21:23] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1_replication_proto_init() }
@@ -1689,13 +1943,18 @@ func file_ferry_v1_replication_proto_init() {
 		(*ReplicateResponse_Opened)(nil),
 		(*ReplicateResponse_Ack)(nil),
 	}
+	file_ferry_v1_replication_proto_msgTypes[15].OneofWrappers = []any{
+		(*ReportRequest_Open)(nil),
+		(*ReportRequest_Heartbeat)(nil),
+		(*ReportRequest_GroupOffsets)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1_replication_proto_rawDesc), len(file_ferry_v1_replication_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	ReplicationService_Replicate_FullMethodName = "/ferry.v1.ReplicationService/Replicate"
+	ReplicationService_Report_FullMethodName    = "/ferry.v1.ReplicationService/Report"
 )
 
 // ReplicationServiceClient is the client API for ReplicationService service.
@@ -59,6 +60,29 @@ type ReplicationServiceClient interface {
 	//	ResourceExhausted  a message above the writer's size limit
 	//	Unavailable        the target cluster could not be reached; retry
 	Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateRequest, ReplicateResponse], error)
+	// Report carries a Replicate stream's heartbeats and group offsets on a
+	// stream of their own, to a writer whose Opened sets reports: on the
+	// Replicate stream they would queue behind batches wherever the writer
+	// holds data back from a slow target (the fetcher's send, HTTP/2 flow
+	// control, the writer's receiver), and the target side's view of the
+	// source would age by as long. The first request must be a ReportOpen
+	// naming a Replicate stream open on this writer; every later one is a
+	// Heartbeat or GroupOffsets of that stream, checked as on the Replicate
+	// stream. The stream ends with the Replicate stream it is bound to; the
+	// response is sent when the fetcher closes it first.
+	//
+	// Errors end the stream with a gRPC status:
+	//
+	//	PermissionDenied   the caller is not admitted for the link, exactly
+	//	                   as for Replicate
+	//	FailedPrecondition no such Replicate stream open on this writer
+	//	                   (unknown link, shard, epoch or session, or one
+	//	                   that has ended), a stale epoch, or a second
+	//	                   Report of the same stream
+	//	InvalidArgument    a malformed first message, and every refusal of
+	//	                   a heartbeat or group offsets the Replicate
+	//	                   stream makes (which end that stream too)
+	Report(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ReportRequest, ReportResponse], error)
 }
 
 type replicationServiceClient struct {
@@ -81,6 +105,19 @@ func (c *replicationServiceClient) Replicate(ctx context.Context, opts ...grpc.C
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ReplicationService_ReplicateClient = grpc.BidiStreamingClient[ReplicateRequest, ReplicateResponse]
+
+func (c *replicationServiceClient) Report(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ReportRequest, ReportResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ReplicationService_ServiceDesc.Streams[1], ReplicationService_Report_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReportRequest, ReportResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ReplicationService_ReportClient = grpc.ClientStreamingClient[ReportRequest, ReportResponse]
 
 // ReplicationServiceServer is the server API for ReplicationService service.
 // All implementations must embed UnimplementedReplicationServiceServer
@@ -109,6 +146,29 @@ type ReplicationServiceServer interface {
 	//	ResourceExhausted  a message above the writer's size limit
 	//	Unavailable        the target cluster could not be reached; retry
 	Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateResponse]) error
+	// Report carries a Replicate stream's heartbeats and group offsets on a
+	// stream of their own, to a writer whose Opened sets reports: on the
+	// Replicate stream they would queue behind batches wherever the writer
+	// holds data back from a slow target (the fetcher's send, HTTP/2 flow
+	// control, the writer's receiver), and the target side's view of the
+	// source would age by as long. The first request must be a ReportOpen
+	// naming a Replicate stream open on this writer; every later one is a
+	// Heartbeat or GroupOffsets of that stream, checked as on the Replicate
+	// stream. The stream ends with the Replicate stream it is bound to; the
+	// response is sent when the fetcher closes it first.
+	//
+	// Errors end the stream with a gRPC status:
+	//
+	//	PermissionDenied   the caller is not admitted for the link, exactly
+	//	                   as for Replicate
+	//	FailedPrecondition no such Replicate stream open on this writer
+	//	                   (unknown link, shard, epoch or session, or one
+	//	                   that has ended), a stale epoch, or a second
+	//	                   Report of the same stream
+	//	InvalidArgument    a malformed first message, and every refusal of
+	//	                   a heartbeat or group offsets the Replicate
+	//	                   stream makes (which end that stream too)
+	Report(grpc.ClientStreamingServer[ReportRequest, ReportResponse]) error
 	mustEmbedUnimplementedReplicationServiceServer()
 }
 
@@ -121,6 +181,9 @@ type UnimplementedReplicationServiceServer struct{}
 
 func (UnimplementedReplicationServiceServer) Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Replicate not implemented")
+}
+func (UnimplementedReplicationServiceServer) Report(grpc.ClientStreamingServer[ReportRequest, ReportResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Report not implemented")
 }
 func (UnimplementedReplicationServiceServer) mustEmbedUnimplementedReplicationServiceServer() {}
 func (UnimplementedReplicationServiceServer) testEmbeddedByValue()                            {}
@@ -150,6 +213,13 @@ func _ReplicationService_Replicate_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ReplicationService_ReplicateServer = grpc.BidiStreamingServer[ReplicateRequest, ReplicateResponse]
 
+func _ReplicationService_Report_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ReplicationServiceServer).Report(&grpc.GenericServerStream[ReportRequest, ReportResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ReplicationService_ReportServer = grpc.ClientStreamingServer[ReportRequest, ReportResponse]
+
 // ReplicationService_ServiceDesc is the grpc.ServiceDesc for ReplicationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -162,6 +232,11 @@ var ReplicationService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Replicate",
 			Handler:       _ReplicationService_Replicate_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Report",
+			Handler:       _ReplicationService_Report_Handler,
 			ClientStreams: true,
 		},
 	},

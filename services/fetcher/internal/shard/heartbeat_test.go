@@ -102,3 +102,34 @@ func TestNoHeartbeatsToOlderWriter(t *testing.T) {
 		t.Fatalf("%d opens, %d restarts, connected %v: the older writer's stream must stay up", writer.Opens(), st.Restarts, st.Connected)
 	}
 }
+
+// Heartbeats and group offsets do not wait behind batches the writer is
+// holding (a slow target): with the writer holding the first batch
+// unacknowledged, the source's new high watermark and a group's new
+// offset still reach it within about their interval.
+func TestReportsOvertakeHeldBatches(t *testing.T) {
+	const topic = "t"
+	src := newSource(t, topic)
+	cps := writertest.NewCheckpoints()
+	writer := writertest.Start(t, "127.0.0.1:0", cps)
+	writer.TakeHeartbeats()
+	writer.TakeGroupOffsets()
+	writer.HoldAcks()
+	poller := startPoller(t, src)
+	startRunnerDeps(t, src, newWriters(t, writer.Addr()), metrics.New(prometheus.NewRegistry()), func(*Settings) {},
+		func(d *Deps) { d.Groups = poller }, make(chan struct{}), topic)
+
+	src.produce(t, topic, 5)
+	writertest.WaitFor(t, 10*time.Second, "a batch held at the writer", func() bool { return writer.Batches() > 0 })
+	src.produce(t, topic, 5)
+	src.commitGroup(t, "app", topic, 7, "")
+	writertest.WaitFor(t, 3*time.Second, "a heartbeat with high watermark 10 while the batch is held", func() bool {
+		return lastHeartbeat(writer, topic).GetHighWatermark() == 10
+	})
+	writertest.WaitFor(t, 3*time.Second, "app at 7 while the batch is held", func() bool { o, _ := sentOffset(t, writer, "app", topic); return o == 7 })
+	if n, _ := cps.Next(topic, 0); n != 0 {
+		t.Fatalf("committed to %d while the writer held the batch", n)
+	}
+	writer.ReleaseAcks()
+	writertest.WaitFor(t, 10*time.Second, "10 records committed", func() bool { n, _ := cps.Next(topic, 0); return n == 10 })
+}

@@ -23,10 +23,10 @@ import (
 )
 
 // startGroupWriter is a writer over a kfake target that syncs groups:
-// its group syncer runs until the test ends.
-func startGroupWriter(t *testing.T, exactlyOnce bool) *testWriter {
+// its group syncer runs until the test ends. edits edit its options.
+func startGroupWriter(t *testing.T, exactlyOnce bool, edits ...func(*Options)) *testWriter {
 	t.Helper()
-	w := startGroupWriterIdle(t, exactlyOnce)
+	w := startGroupWriterIdle(t, exactlyOnce, edits...)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -37,7 +37,7 @@ func startGroupWriter(t *testing.T, exactlyOnce bool) *testWriter {
 
 // startGroupWriterIdle is startGroupWriter whose group syncer does not
 // run: the test drives it (syncPending, advance).
-func startGroupWriterIdle(t *testing.T, exactlyOnce bool) *testWriter {
+func startGroupWriterIdle(t *testing.T, exactlyOnce bool, edits ...func(*Options)) *testWriter {
 	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -55,7 +55,12 @@ func startGroupWriterIdle(t *testing.T, exactlyOnce bool) *testWriter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startWriterOn(t, cluster, passthroughLinks(t, exactlyOnce), func(o *Options) { o.Groups = gc }, nil, nil, insecure.NewCredentials())
+	return startWriterOn(t, cluster, passthroughLinks(t, exactlyOnce), func(o *Options) {
+		o.Groups = gc
+		for _, edit := range edits {
+			edit(o)
+		}
+	}, nil, nil, insecure.NewCredentials())
 }
 
 // syncPending syncs what the idle syncer has queued, as its run does.
