@@ -76,6 +76,7 @@ var statusTable = []struct {
 	{errLinkPaused, codes.FailedPrecondition, "link_paused"},
 	{errLinkFailedOver, codes.FailedPrecondition, "link_failed_over"},
 	{errOutOfOrder, codes.FailedPrecondition, "out_of_order"},
+	{errNoSession, codes.FailedPrecondition, ""},
 	{errSuperseded, codes.Aborted, ""},
 	{errDraining, codes.Unavailable, ""},
 	{context.Canceled, codes.Canceled, ""},

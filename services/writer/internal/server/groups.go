@@ -85,7 +85,7 @@ func (ss *session) groupOffsets(m *ferryv1.GroupOffsets) error {
 		for j, p := range g.GetPartitions() {
 			tp := topicPartition{p.GetTopic(), p.GetPartition()}
 			pf := fmt.Sprintf("%s.partitions[%d]", field, j)
-			if _, ok := ss.next[tp]; !ok {
+			if !ss.opened[tp] {
 				return fmt.Errorf("%w: %s: %s/%d is not in shard %d's open", errBadGroupOffsets, pf, clip(tp.topic), tp.partition, ss.shard)
 			}
 			if seen[tp] {

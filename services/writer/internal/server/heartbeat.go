@@ -51,7 +51,7 @@ func (ss *session) heartbeat(hb *ferryv1.Heartbeat) error {
 	for i, p := range hb.GetPartitions() {
 		tp := topicPartition{p.GetTopic(), p.GetPartition()}
 		field := fmt.Sprintf("heartbeat.partitions[%d]", i)
-		if _, ok := ss.next[tp]; !ok {
+		if !ss.opened[tp] {
 			return fmt.Errorf("%w: %s: %s/%d is not in shard %d's open", errBadHeartbeat, field, clip(tp.topic), tp.partition, ss.shard)
 		}
 		if seen[tp] {

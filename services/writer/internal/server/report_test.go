@@ -33,11 +33,39 @@ func heldShard(ctx context.Context, t *testing.T, w *testWriter, n int) (stream 
 	return stream, opened, release
 }
 
-// sendReport sends req's heartbeat or group offsets for the shard as
-// today's fetcher does: on the data stream.
-func sendReport(ctx context.Context, t *testing.T, w *testWriter, stream ferryv1.ReplicationService_ReplicateClient, opened *ferryv1.Opened, req *ferryv1.ReplicateRequest) {
+// openReport opens a Report stream on c bound to shard 1 of link east at
+// epoch, session.
+func openReport(ctx context.Context, t *testing.T, c ferryv1.ReplicationServiceClient, epoch, session uint64) ferryv1.ReplicationService_ReportClient {
 	t.Helper()
-	if err := stream.Send(req); err != nil {
+	rep, err := c.Report(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bind := &ferryv1.ReportOpen{Link: "east", Shard: 1, Epoch: epoch, Session: session}
+	if err := rep.Send(&ferryv1.ReportRequest{Msg: &ferryv1.ReportRequest_Open{Open: bind}}); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// asReport is a Replicate stream's heartbeat or group offsets as a Report
+// stream carries them.
+func asReport(req *ferryv1.ReplicateRequest) *ferryv1.ReportRequest {
+	if hb := req.GetHeartbeat(); hb != nil {
+		return &ferryv1.ReportRequest{Msg: &ferryv1.ReportRequest_Heartbeat{Heartbeat: hb}}
+	}
+	return &ferryv1.ReportRequest{Msg: &ferryv1.ReportRequest_GroupOffsets{GroupOffsets: req.GetGroupOffsets()}}
+}
+
+// sendReport sends req's heartbeat or group offsets for the shard as a
+// fetcher does to a writer that takes reports: on a Report stream bound
+// to the shard's stream.
+func sendReport(ctx context.Context, t *testing.T, w *testWriter, opened *ferryv1.Opened, req *ferryv1.ReplicateRequest) {
+	t.Helper()
+	if !opened.GetReports() || opened.GetSession() == 0 {
+		t.Fatalf("Opened %v does not offer a report stream", opened)
+	}
+	if err := openReport(ctx, t, w.client, 1, opened.GetSession()).Send(asReport(req)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -68,7 +96,7 @@ func TestHeartbeatOvertakesHeldData(t *testing.T) {
 
 	now := time.Now().UnixMilli()
 	hb := &ferryv1.PartitionHeartbeat{Topic: "orders", Partition: 0, HighWatermark: 1000, LogStartOffset: 0, HeadOffset: -1, HeadTimestamp: -1, ObservedAt: now}
-	sendReport(ctx, t, w, stream, opened, &ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Heartbeat{
+	sendReport(ctx, t, w, opened, &ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Heartbeat{
 		Heartbeat: &ferryv1.Heartbeat{Epoch: 1, Partitions: []*ferryv1.PartitionHeartbeat{hb}}}})
 	waitWithin(t, reportBound, "the heartbeat in the meter while the data waits", func() bool {
 		for _, e := range w.srv.Failover() {
@@ -98,7 +126,7 @@ func TestGroupOffsetsOvertakeHeldData(t *testing.T) {
 	defer cancel()
 	stream, opened, release := heldShard(ctx, t, w, n)
 
-	sendReport(ctx, t, w, stream, opened, groupOffsets(map[string]int64{"billing": 42}))
+	sendReport(ctx, t, w, opened, groupOffsets(map[string]int64{"billing": 42}))
 	waitWithin(t, reportBound, "billing's offset at the writer while the data waits", func() bool {
 		g, ok := groupOf(w, "billing")
 		return ok && len(g.Partitions) == 1 && g.Partitions[0].SourceOffset == 42

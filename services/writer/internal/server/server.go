@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -160,6 +161,9 @@ type Server struct {
 	// stops are the partitions the writer refused for good (stopped.go).
 	stops stoppedTable
 
+	// sessions numbers the streams (session.id), for Report to name.
+	sessionIDs atomic.Uint64
+
 	mu sync.Mutex
 	// shards holds only shards of the writer's links below their shard
 	// counts (admit), so it is bounded by the links' settings.
@@ -217,10 +221,8 @@ func (s *Server) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 }
 
 func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) error {
-	if !s.opts.ReplicateIDs.Empty() {
-		if err := s.opts.ReplicateIDs.AdmitPeer(stream.Context()); err != nil {
-			return reject(s.metrics, unknownLink, fmt.Errorf("%w: Replicate admits only tls.allowed_ids: %v", errPeerRefused, err))
-		}
+	if err := s.admitPeer(stream.Context()); err != nil {
+		return err
 	}
 	req, err := stream.Recv()
 	if err != nil {
@@ -267,14 +269,9 @@ func (s *Server) replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 // raise its epoch (refusing the real owner until the writer restarts) nor
 // supersede its stream.
 func (s *Server) admit(ctx context.Context, open *ferryv1.Open) (Link, error) {
-	link, ok := s.links[open.GetLink()]
-	if !ok {
-		return Link{}, reject(s.metrics, unknownLink, fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, clip(open.GetLink())))
-	}
-	if !link.AllowedIDs.Empty() {
-		if err := link.AllowedIDs.AdmitPeer(ctx); err != nil {
-			return Link{}, reject(s.metrics, link.Name, fmt.Errorf("%w: link %q admits only its links[].allowed_ids: %v", errPeerRefused, link.Name, err))
-		}
+	link, err := s.admitLink(ctx, open.GetLink())
+	if err != nil {
+		return Link{}, err
 	}
 	if open.GetShard() >= link.Shards {
 		return Link{}, reject(s.metrics, link.Name, fmt.Errorf("%w: open of shard %d, but link %q has links[].shards %d (shards 0..%d)",
@@ -284,6 +281,34 @@ func (s *Server) admit(ctx context.Context, open *ferryv1.Open) (Link, error) {
 	// neither writes nor fences anything (control.go).
 	if err := s.linkRefusal(link.Name); err != nil {
 		return Link{}, reject(s.metrics, link.Name, err)
+	}
+	return link, nil
+}
+
+// admitPeer refuses a caller that is not one of tls.allowed_ids, when
+// they are set: the TLS interceptors also admit the operators of
+// control.allowed_ids, who may not write a link or report for one.
+func (s *Server) admitPeer(ctx context.Context) error {
+	if s.opts.ReplicateIDs.Empty() {
+		return nil
+	}
+	if err := s.opts.ReplicateIDs.AdmitPeer(ctx); err != nil {
+		return reject(s.metrics, unknownLink, fmt.Errorf("%w: the replication service admits only tls.allowed_ids: %v", errPeerRefused, err))
+	}
+	return nil
+}
+
+// admitLink returns the link named name if the caller's identity is one
+// the link admits (links[].allowed_ids).
+func (s *Server) admitLink(ctx context.Context, name string) (Link, error) {
+	link, ok := s.links[name]
+	if !ok {
+		return Link{}, reject(s.metrics, unknownLink, fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, clip(name)))
+	}
+	if !link.AllowedIDs.Empty() {
+		if err := link.AllowedIDs.AdmitPeer(ctx); err != nil {
+			return Link{}, reject(s.metrics, link.Name, fmt.Errorf("%w: link %q admits only its links[].allowed_ids: %v", errPeerRefused, link.Name, err))
+		}
 	}
 	return link, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/stages"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
@@ -38,6 +40,15 @@ type session struct {
 	// next is the lowest source offset the next batch of each partition may
 	// start at; it refuses overlaps and replays within the stream.
 	next map[topicPartition]int64
+	// opened are the Open's partitions. Unlike next it never changes, so
+	// the Report stream (report.go) reads it beside the receiver.
+	opened map[topicPartition]bool
+	// id numbers the stream among the writer's (Opened.session), and peer
+	// is its caller's identity: a Report stream binds to it by both.
+	id   uint64
+	peer string
+	// reporting is set once a Report stream is bound to the stream.
+	reporting atomic.Bool
 	// probe picks the passing batches decoded for tracing (parts).
 	probe *tracing.RecordProbe
 	// progress is what the shard's rounds commit beside their records.
@@ -117,7 +128,7 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 	}
 	sess := &session{
 		s: s, link: link, shard: open.GetShard(), epoch: open.GetEpoch(), fetcher: open.GetFetcher(),
-		open: open, next: map[topicPartition]int64{}, done: make(chan struct{}), topicIDs: map[string][]byte{},
+		open: open, next: map[topicPartition]int64{}, opened: map[topicPartition]bool{}, done: make(chan struct{}), topicIDs: map[string][]byte{},
 		probe: tracing.NewRecordProbe(),
 	}
 	for _, t := range open.GetTopics() {
@@ -141,7 +152,10 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 			return nil, fmt.Errorf("%w: partition %s/%d listed twice", errBadOpen, tp.topic, tp.partition)
 		}
 		sess.next[tp] = 0
+		sess.opened[tp] = true
 	}
+	sess.id = s.sessionIDs.Add(1)
+	sess.peer = tlsconfig.PeerIdentity(ctx)
 	return sess, nil
 }
 
@@ -182,6 +196,9 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		return reject(s.metrics, ss.link.Name, err)
 	}
 	opened.Heartbeats = true // this writer takes them (heartbeat.go)
+	// On a Report stream too, where batches the writer holds back do not
+	// delay them (report.go).
+	opened.Reports, opened.Session = true, ss.id
 	// Group offsets only when it syncs groups: a fetcher sends none to a
 	// writer that does not (groups.go).
 	opened.GroupOffsets = s.groups != nil
