@@ -2,10 +2,14 @@ package server
 
 import (
 	"context"
+	"io"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 )
 
 // reportBound is how soon a heartbeat or group offsets sent while the
@@ -134,5 +138,131 @@ func TestGroupOffsetsOvertakeHeldData(t *testing.T) {
 	release()
 	if err := awaitAck(stream, n); err != nil {
 		t.Fatalf("stream ended: %v", err)
+	}
+}
+
+// openAt opens shard 1 of link over orders/0 at epoch on c and returns
+// the stream and the writer's Opened.
+func openAt(ctx context.Context, t *testing.T, c ferryv1.ReplicationServiceClient, link string, epoch uint64) (ferryv1.ReplicationService_ReplicateClient, *ferryv1.Opened) {
+	t.Helper()
+	stream, err := c.Replicate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := &ferryv1.Open{Link: link, Shard: 1, Epoch: epoch, Fetcher: "f",
+		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
+		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil || resp.GetOpened() == nil {
+		t.Fatalf("open answered %v, %v; want Opened", resp, err)
+	}
+	return stream, resp.GetOpened()
+}
+
+// reportAnswer binds a Report stream on c as bind says and closes it: nil
+// when the writer took it.
+func reportAnswer(ctx context.Context, t *testing.T, c ferryv1.ReplicationServiceClient, bind *ferryv1.ReportOpen) error {
+	t.Helper()
+	rep, err := c.Report(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Send(&ferryv1.ReportRequest{Msg: &ferryv1.ReportRequest_Open{Open: bind}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = rep.CloseAndRecv()
+	return err
+}
+
+// A Report stream binds only to a Replicate stream open on the writer, of
+// the shard's current epoch and session, from the identity that opened it
+// (admitted for the link as for Replicate), once; anything else is
+// refused, and the Replicate stream goes on.
+func TestReportIsBoundToAnOpenStream(t *testing.T) {
+	w, east, west := boundWriter(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bind := func(link string, epoch, session uint64) *ferryv1.ReportOpen {
+		return &ferryv1.ReportOpen{Link: link, Shard: 1, Epoch: epoch, Session: session}
+	}
+
+	wantRefusal(t, reportAnswer(ctx, t, east, bind("east", 1, 1)), codes.FailedPrecondition, "not open on this writer")
+	wantRefusal(t, reportAnswer(ctx, t, east, bind("nowhere", 1, 1)), codes.FailedPrecondition, "unknown link")
+
+	_, old := openAt(ctx, t, east, "east", 1)
+	stream, opened := openAt(ctx, t, east, "east", 2) // supersedes epoch 1's stream
+	if !opened.GetReports() || opened.GetSession() == old.GetSession() {
+		t.Fatalf("Opened %v after %v: want reports and a new session", opened, old)
+	}
+	wantRefusal(t, reportAnswer(ctx, t, east, bind("east", 1, old.GetSession())), codes.FailedPrecondition, "stale epoch", "epoch 1", "epoch 2 exists")
+	wantRefusal(t, reportAnswer(ctx, t, east, bind("east", 2, old.GetSession())), codes.FailedPrecondition, "not open on this writer")
+	wantRefusal(t, reportAnswer(ctx, t, east, bind("east", 3, opened.GetSession())), codes.FailedPrecondition, "not open on this writer")
+	wantRefusal(t, reportAnswer(ctx, t, west, bind("east", 2, opened.GetSession())), codes.PermissionDenied, `link "east"`, westFetcher, "links[].allowed_ids")
+
+	if err := reportAnswer(ctx, t, east, bind("east", 2, opened.GetSession())); err != nil {
+		t.Fatalf("the stream's own report refused: %v", err)
+	}
+	wantRefusal(t, reportAnswer(ctx, t, east, bind("east", 2, opened.GetSession())), codes.FailedPrecondition, "has a report stream already")
+	b := wireKafka(t, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0))
+	b.Sequence, b.Epoch, b.Topic, b.Partition = 1, 2, "orders", 0
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitAck(stream, 1); err != nil {
+		t.Fatalf("the Replicate stream ended after refused reports: %v", err)
+	}
+
+	// West's link admits any fetcher, but a report comes from the one
+	// that opened the stream.
+	_, wopened := openAt(ctx, t, east, "west", 1)
+	w2 := &ferryv1.ReportOpen{Link: "west", Shard: 1, Epoch: 1, Session: wopened.GetSession()}
+	wantRefusal(t, reportAnswer(ctx, t, west, w2), codes.PermissionDenied, westFetcher, eastFetcher)
+	if got := w.rejected(t, "east", "stale_epoch"); got != 1 {
+		t.Errorf("rejected{link=east,reason=stale_epoch} = %v, want 1", got)
+	}
+}
+
+// A report the writer refuses ends the Replicate stream too, as it would
+// on the Replicate stream; a Report stream ends when its Replicate stream
+// does.
+func TestReportEndsWithItsStream(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, false))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	stream, opened := w.openOrdersFrom(ctx, t, "east", "")
+	rep := openReport(ctx, t, w.client, 1, opened.GetSession())
+	bad := &ferryv1.Heartbeat{Epoch: 1, Partitions: []*ferryv1.PartitionHeartbeat{{Topic: "orders", Partition: 7, ObservedAt: 1}}}
+	if err := rep.Send(&ferryv1.ReportRequest{Msg: &ferryv1.ReportRequest_Heartbeat{Heartbeat: bad}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := rep.CloseAndRecv()
+	wantRefusal(t, err, codes.InvalidArgument, "orders/7 is not in shard 1")
+	_, err = stream.Recv()
+	wantRefusal(t, err, codes.InvalidArgument, "orders/7 is not in shard 1")
+	if got := w.rejected(t, "east", "bad_heartbeat"); got != 1 {
+		t.Errorf("rejected{reason=bad_heartbeat} = %v, want 1", got)
+	}
+
+	stream, opened = w.openOrdersFrom(ctx, t, "east", "")
+	rep = openReport(ctx, t, w.client, 1, opened.GetSession())
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("Replicate stream ended with %v, want its clean end", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := rep.CloseAndRecv(); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("report stream ended with %v, want its clean end", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the report stream outlived its Replicate stream")
 	}
 }
