@@ -27,7 +27,7 @@ func (s *session) groupOffsets(ctx context.Context, src GroupSource, opened map[
 		if ok {
 			for _, m := range s.r.groupMessages(snap, opened) {
 				req := &ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_GroupOffsets{GroupOffsets: m}}
-				if err := s.sendRequest(req); err != nil {
+				if err := s.report(req); err != nil {
 					return fmt.Errorf("send group offsets: %w", err)
 				}
 			}

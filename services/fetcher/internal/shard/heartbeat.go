@@ -16,7 +16,7 @@ func (s *session) heartbeats(ctx context.Context) error {
 	for {
 		read, next := s.r.lastRead()
 		if hb := s.r.heartbeat(read); hb != nil {
-			if err := s.sendRequest(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Heartbeat{Heartbeat: hb}}); err != nil {
+			if err := s.report(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Heartbeat{Heartbeat: hb}}); err != nil {
 				return fmt.Errorf("send heartbeat: %w", err)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -130,6 +131,48 @@ func TestReportsOvertakeHeldBatches(t *testing.T) {
 	if n, _ := cps.Next(topic, 0); n != 0 {
 		t.Fatalf("committed to %d while the writer held the batch", n)
 	}
+	if writer.ReportStreams() != 1 {
+		t.Fatalf("%d report streams, want the session's one", writer.ReportStreams())
+	}
 	writer.ReleaseAcks()
 	writertest.WaitFor(t, 10*time.Second, "10 records committed", func() bool { n, _ := cps.Next(topic, 0); return n == 10 })
+}
+
+// To a writer older than the Report stream (its Opened does not offer
+// it), heartbeats and group offsets go on the Replicate stream, as
+// before, and the stream stays up.
+func TestReportsInStreamToOlderWriter(t *testing.T) {
+	const topic = "t"
+	src := newSource(t, topic)
+	src.commitGroup(t, "app", topic, 0, "")
+	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
+	writer.TakeHeartbeats()
+	writer.TakeGroupOffsets()
+	writer.NoReports()
+	poller := startPoller(t, src)
+	r, _, _ := startRunnerDeps(t, src, newWriters(t, writer.Addr()), metrics.New(prometheus.NewRegistry()), func(*Settings) {},
+		func(d *Deps) { d.Groups = poller }, make(chan struct{}), topic)
+	src.produce(t, topic, 3)
+	writertest.WaitFor(t, 10*time.Second, "a heartbeat with high watermark 3", func() bool { return lastHeartbeat(writer, topic).GetHighWatermark() == 3 })
+	writertest.WaitFor(t, 10*time.Second, "app at 0", func() bool { _, ok := sentOffset(t, writer, "app", topic); return ok })
+	if st := r.Status(); writer.ReportStreams() != 0 || writer.Opens() != 1 || st.Restarts != 0 {
+		t.Fatalf("%d report streams, %d opens, %d restarts: want the one Replicate stream only", writer.ReportStreams(), writer.Opens(), st.Restarts)
+	}
+}
+
+// A Report stream the writer refuses ends the session, as a refused data
+// stream does: it reconnects, counting the restart under the refusal's
+// code.
+func TestRefusedReportsEndTheSession(t *testing.T) {
+	const topic = "t"
+	src := newSource(t, topic)
+	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
+	writer.TakeHeartbeats()
+	writer.RefuseReports()
+	m := metrics.New(prometheus.NewRegistry())
+	startRunnerOn(t, src, newWriters(t, writer.Addr()), m, func(*Settings) {}, topic)
+	writertest.WaitFor(t, 10*time.Second, "a second open after the refused report stream", func() bool { return writer.Opens() >= 2 })
+	writertest.WaitFor(t, 10*time.Second, "the restart counted as invalid_argument", func() bool {
+		return testutil.ToFloat64(m.StreamRestarts.WithLabelValues(testLink, "invalid_argument")) >= 1
+	})
 }

@@ -77,6 +77,11 @@ type session struct {
 	// sendMu orders the sender's and the heartbeats' sends: a gRPC stream
 	// takes one Send at a time.
 	sendMu sync.Mutex
+	// reports is the Report stream the heartbeats and group offsets go on,
+	// beside the data (report); nil: they go on stream, to a writer older
+	// than it. reportMu orders their sends on it.
+	reports  ferryv1.ReplicationService_ReportClient
+	reportMu sync.Mutex
 
 	mu       sync.Mutex
 	seq      uint64
@@ -165,13 +170,23 @@ func (r *Runner) session(ctx context.Context, attempt int) (progressed bool, err
 	if err != nil {
 		return false, err
 	}
+	heartbeats := opened.GetHeartbeats() // an older writer ends the stream at a heartbeat
+	groupSrc := r.deps.Groups
+	if !opened.GetGroupOffsets() { // likewise
+		groupSrc = nil
+	}
+	if opened.GetReports() && (heartbeats || groupSrc != nil) {
+		if s.reports, err = r.openReports(sctx, conn, opened); err != nil {
+			return false, fmt.Errorf("open report stream to %s: %w", addr, err)
+		}
+	}
 	g.Go(func() error { return s.passThrough(gctx, pos) })
 	g.Go(func() error { return s.send(gctx) })
-	if opened.GetHeartbeats() { // an older writer ends the stream at a heartbeat
+	if heartbeats {
 		g.Go(func() error { return s.heartbeats(gctx) })
 	}
-	if src := r.deps.Groups; src != nil && opened.GetGroupOffsets() { // likewise
-		g.Go(func() error { return s.groupOffsets(gctx, src, openedParts) })
+	if groupSrc != nil {
+		g.Go(func() error { return s.groupOffsets(gctx, groupSrc, openedParts) })
 	}
 	sendDone := make(chan error, 1)
 	go func() { sendDone <- g.Wait() }()

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
@@ -102,6 +104,118 @@ type Writer struct {
 	// link is the link's state as an operator set it: not running, every
 	// open is refused and a stream ends at its next message.
 	link linkstate.State
+	// noReports makes the writer one older than the Report stream: its
+	// Opened does not offer it, and heartbeats and group offsets come on
+	// the Replicate stream.
+	noReports bool
+	// refuseReports makes every Report stream end with a refusal.
+	refuseReports bool
+	// sessions are the open Replicate streams by Opened.session, each
+	// with a channel closed when it ends; reportStreams counts the Report
+	// streams bound to one.
+	sessions      map[uint64]chan struct{}
+	lastSession   uint64
+	reportStreams int
+}
+
+// NoReports makes the writer one older than the Report stream: the
+// fetcher sends its heartbeats and group offsets on the Replicate stream.
+func (w *Writer) NoReports() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.noReports = true
+}
+
+// RefuseReports makes the writer refuse every Report stream once bound,
+// as a real one refuses a report it cannot take.
+func (w *Writer) RefuseReports() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refuseReports = true
+}
+
+// ReportStreams counts the Report streams bound to a Replicate stream.
+func (w *Writer) ReportStreams() int { return w.count(&w.reportStreams) }
+
+// Report takes the heartbeats and group offsets of an open Replicate
+// stream, as the Replicate stream would, until that stream ends.
+func (w *Writer) Report(stream ferryv1.ReplicationService_ReportServer) error {
+	req, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	ended, ok := w.sessions[req.GetOpen().GetSession()]
+	if ok {
+		w.reportStreams++
+	}
+	refuse := w.refuseReports
+	w.mu.Unlock()
+	if !ok {
+		return status.Error(codes.FailedPrecondition, "no such replication stream")
+	}
+	if refuse {
+		return status.Error(codes.InvalidArgument, "bad heartbeat: refused by the test")
+	}
+	reqs, failed := make(chan *ferryv1.ReportRequest), make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				failed <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-stream.Context().Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ended:
+			return stream.SendAndClose(&ferryv1.ReportResponse{})
+		case err := <-failed:
+			if errors.Is(err, io.EOF) {
+				return stream.SendAndClose(&ferryv1.ReportResponse{})
+			}
+			return err
+		case req := <-reqs:
+			w.keep(req.GetHeartbeat(), req.GetGroupOffsets())
+		}
+	}
+}
+
+// keep keeps a heartbeat or group offsets (nil: none).
+func (w *Writer) keep(hb *ferryv1.Heartbeat, g *ferryv1.GroupOffsets) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if hb != nil {
+		w.heartbeats = append(w.heartbeats, hb)
+	}
+	if g != nil {
+		w.groupOffsets = append(w.groupOffsets, g)
+	}
+}
+
+// session registers a Replicate stream for Report to bind to; end
+// forgets it.
+func (w *Writer) session() (id uint64, end func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sessions == nil {
+		w.sessions = map[uint64]chan struct{}{}
+	}
+	w.lastSession++
+	id, ended := w.lastSession, make(chan struct{})
+	w.sessions[id] = ended
+	return id, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.sessions, id)
+		close(ended)
+	}
 }
 
 // TakeGroupOffsets makes the writer say in its Opened that it takes group
@@ -279,9 +393,14 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 	}
 	w.mu.Lock()
 	opened := &ferryv1.Opened{Writer: w.addr, TargetClusterId: w.targetCluster, Heartbeats: w.takeHeartbeats, GroupOffsets: w.takeGroupOffsets}
-	unverified := w.unverified
+	unverified, reports := w.unverified, !w.noReports
 	w.openMsgs = append(w.openMsgs, open)
 	w.mu.Unlock()
+	if reports {
+		id, end := w.session()
+		defer end()
+		opened.Reports, opened.Session = true, id
+	}
 	if err := w.linkRefusal(open.GetLink()); err != nil {
 		return err
 	}
@@ -318,15 +437,11 @@ func (w *Writer) Replicate(stream ferryv1.ReplicationService_ReplicateServer) er
 			return err
 		}
 		if hb := req.GetHeartbeat(); hb != nil && opened.GetHeartbeats() {
-			w.mu.Lock()
-			w.heartbeats = append(w.heartbeats, hb)
-			w.mu.Unlock()
+			w.keep(hb, nil)
 			continue
 		}
 		if g := req.GetGroupOffsets(); g != nil && opened.GetGroupOffsets() {
-			w.mu.Lock()
-			w.groupOffsets = append(w.groupOffsets, g)
-			w.mu.Unlock()
+			w.keep(nil, g)
 			continue
 		}
 		b := req.GetBatch()
