@@ -309,7 +309,9 @@ type ReplicateRequest_Batch struct {
 type ReplicateRequest_Heartbeat struct {
 	// Heartbeat reports what the source holds, whether or not data flows.
 	// Sent only to a writer whose Opened sets heartbeats: a writer older
-	// than the field ends the stream at any message but a Batch.
+	// than the field ends the stream at any message but a Batch. A
+	// fetcher sends it on the Report stream instead to a writer whose
+	// Opened sets reports; writers take it here still, from older ones.
 	Heartbeat *Heartbeat `protobuf:"bytes,3,opt,name=heartbeat,proto3,oneof"`
 }
 
@@ -317,7 +319,8 @@ type ReplicateRequest_GroupOffsets struct {
 	// GroupOffsets carries the committed offsets of the source's consumer
 	// groups on the shard's partitions, for the writer to translate and
 	// commit to the same groups on the target (group sync). Sent only to
-	// a writer whose Opened sets group_offsets.
+	// a writer whose Opened sets group_offsets; on the Report stream
+	// instead when it sets reports too.
 	GroupOffsets *GroupOffsets `protobuf:"bytes,4,opt,name=group_offsets,json=groupOffsets,proto3,oneof"`
 }
 
