@@ -60,11 +60,26 @@ func (s *session) report(req *ferryv1.ReplicateRequest) error {
 	}
 	s.reportMu.Lock()
 	defer s.reportMu.Unlock()
-	if err := s.reports.Send(rr); err != nil {
-		return reportEnded(s.reports, err)
+	if s.reportsClosed {
+		return nil
 	}
-	return nil
+	err := s.reports.Send(rr)
+	if err == nil {
+		return nil
+	}
+	if err = reportEnded(s.reports, err); errors.Is(err, errReportsClosed) {
+		// The writer ends a Report stream cleanly only as its Replicate
+		// stream ends, whose status says why (a refusal may stop a
+		// partition): the session reads it there, and this must not race
+		// it with an error of its own. Reports stop until then.
+		s.reportsClosed = true
+		return nil
+	}
+	return err
 }
+
+// errReportsClosed is a Report stream the writer ended cleanly.
+var errReportsClosed = errors.New("writer ended the report stream")
 
 // reportEnded is why the Report stream rep ended, when a Send on it
 // failed with err: gRPC answers io.EOF to a Send on a stream the writer
@@ -76,5 +91,5 @@ func reportEnded(rep ferryv1.ReplicationService_ReportClient, err error) error {
 	if _, err := rep.CloseAndRecv(); err != nil {
 		return fmt.Errorf("report stream: %w", err)
 	}
-	return errors.New("writer ended the report stream")
+	return errReportsClosed
 }

@@ -79,9 +79,11 @@ type session struct {
 	sendMu sync.Mutex
 	// reports is the Report stream the heartbeats and group offsets go on,
 	// beside the data (report); nil: they go on stream, to a writer older
-	// than it. reportMu orders their sends on it.
-	reports  ferryv1.ReplicationService_ReportClient
-	reportMu sync.Mutex
+	// than it. reportMu orders their sends on it, and guards reportsClosed:
+	// the writer ended it cleanly (report).
+	reports       ferryv1.ReplicationService_ReportClient
+	reportMu      sync.Mutex
+	reportsClosed bool
 
 	mu       sync.Mutex
 	seq      uint64
