@@ -74,7 +74,8 @@ type ReplicationServiceClient interface {
 	// Errors end the stream with a gRPC status:
 	//
 	//	PermissionDenied   the caller is not admitted for the link, exactly
-	//	                   as for Replicate
+	//	                   as for Replicate, or is not the identity that
+	//	                   opened the Replicate stream
 	//	FailedPrecondition no such Replicate stream open on this writer
 	//	                   (unknown link, shard, epoch or session, or one
 	//	                   that has ended), a stale epoch, or a second
@@ -160,7 +161,8 @@ type ReplicationServiceServer interface {
 	// Errors end the stream with a gRPC status:
 	//
 	//	PermissionDenied   the caller is not admitted for the link, exactly
-	//	                   as for Replicate
+	//	                   as for Replicate, or is not the identity that
+	//	                   opened the Replicate stream
 	//	FailedPrecondition no such Replicate stream open on this writer
 	//	                   (unknown link, shard, epoch or session, or one
 	//	                   that has ended), a stale epoch, or a second
