@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,17 +87,49 @@ func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// fill sends m batches of 1000 records each after the n of heldShard, on
+// a goroutine of its own, and returns how many it has sent so far: once
+// HTTP/2 flow control stops the stream (the writer's receiver reads
+// nothing while it waits for the budget), its count stops below m. It
+// ends when all are sent or the stream ends (the test's cleanup).
+func fill(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, n, m int) (sent func() int64) {
+	t.Helper()
+	var bs []*ferryv1.Batch
+	for i := range m {
+		first := int64(n*20 + i*1000)
+		b := wireKafka(t, first, sourceBatch(t, first, 1000, nil, recordbatch.None, 0))
+		b.Sequence, b.Epoch, b.Topic, b.Partition = uint64(n+i+1), 1, "orders", 0
+		bs = append(bs, b)
+	}
+	var count atomic.Int64
+	done := make(chan struct{})
+	t.Cleanup(func() { <-done })
+	go func() {
+		defer close(done)
+		for _, b := range bs {
+			if stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}) != nil {
+				return
+			}
+			count.Add(1)
+		}
+	}()
+	return count.Load
+}
+
 // A heartbeat sent while the shard's batches wait for a slow target (the
-// first held at the target, the rest queued behind the writer's budget)
+// first held at the target, the next queued behind the writer's budget,
+// and a megabyte more stopped by HTTP/2 flow control on their way)
 // reaches the failover meter within about its interval, not after the
 // data; the data is then copied whole.
 func TestHeartbeatOvertakesHeldData(t *testing.T) {
-	const n = 8
+	const n, m = 8, 64
 	_, widest := budgetBatches(t, 1, 20)
 	w := startWriterOptions(t, passthroughLinks(t, false), func(o *Options) { o.MaxBufferedBytes = widest + widest/2 })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	stream, opened, release := heldShard(ctx, t, w, n)
+	filled := fill(t, stream, n, m)
+	waitWithin(t, 10*time.Second, "two batches of the fill sent", func() bool { return filled() >= 2 })
 
 	now := time.Now().UnixMilli()
 	hb := &ferryv1.PartitionHeartbeat{Topic: "orders", Partition: 0, HighWatermark: 1000, LogStartOffset: 0, HeadOffset: -1, HeadTimestamp: -1, ObservedAt: now}
@@ -113,11 +146,14 @@ func TestHeartbeatOvertakesHeldData(t *testing.T) {
 	if w.srv.budget.Waiting() == 0 {
 		t.Fatal("the data stopped waiting before the heartbeat was checked: the test holds nothing")
 	}
+	if got := filled(); got == m {
+		t.Fatalf("all %d batches of the fill were sent: flow control held none of them", m)
+	}
 	release()
-	if err := awaitAck(stream, n); err != nil {
+	if err := awaitAck(stream, n+m); err != nil {
 		t.Fatalf("stream ended: %v", err)
 	}
-	meterOf(t, w, "all 160 records committed", func(e Exposure) bool { return e.Committed == n*20 })
+	meterOf(t, w, "every record committed", func(e Exposure) bool { return e.Committed == n*20+m*1000 })
 }
 
 // Group offsets sent while the shard's data waits reach the writer's
