@@ -302,3 +302,19 @@ func TestReportEndsWithItsStream(t *testing.T) {
 		t.Fatal("the report stream outlived its Replicate stream")
 	}
 }
+
+// An operator (control.allowed_ids), whom the gRPC port admits, may not
+// report for a link any more than replicate it, even naming a stream the
+// link's fetcher has open.
+func TestOperatorMayNotReport(t *testing.T) {
+	pki := newControlPKI(t)
+	w := startControlWriter(t, pki, nil, false, operatorID)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, opened := openAt(ctx, t, w.client, "east", 1)
+	bind := &ferryv1.ReportOpen{Link: "east", Shard: 1, Epoch: 1, Session: opened.GetSession()}
+	wantRefusal(t, reportAnswer(ctx, t, w.dial(t, creds(pki.operator)), bind), codes.PermissionDenied, operatorID, "tls.allowed_ids")
+	if err := reportAnswer(ctx, t, w.client, bind); err != nil {
+		t.Fatalf("the fetcher's own report refused: %v", err)
+	}
+}

@@ -161,7 +161,7 @@ type Server struct {
 	// stops are the partitions the writer refused for good (stopped.go).
 	stops stoppedTable
 
-	// sessions numbers the streams (session.id), for Report to name.
+	// sessionIDs numbers the streams (session.id), for Report to name.
 	sessionIDs atomic.Uint64
 
 	mu sync.Mutex
