@@ -17,7 +17,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
-	"github.com/ferry-replicator/ferry/services/writer/internal/groupcommit"
+	"github.com/ferry-replicator/ferry/pkg/groupcommit"
 )
 
 // startGroupWriter is a writer over a kfake target that syncs groups:
