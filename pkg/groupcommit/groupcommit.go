@@ -180,7 +180,8 @@ func (c *Committer) Move(group string, want map[TopicPartition]Position, o Optio
 				res.Steps[tp] = step
 				continue
 			}
-			if pos.Source == src && pos.Target == b.Offset {
+			// Taking over, an offset already there stays as it is.
+			if pos.Target == b.Offset && (pos.Source == src || !ours) {
 				res.At[tp] = pos
 				step.Action = StepUnchanged
 				res.Steps[tp] = step

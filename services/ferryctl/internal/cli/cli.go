@@ -64,6 +64,9 @@ type verbOpts struct {
 	// sourceConfig and copyStranded are failback's.
 	sourceConfig string
 	copyStranded bool
+	// moveGroups and allowBackwards are failback's runbook step 3.
+	moveGroups     bool
+	allowBackwards bool
 	// env is the environment (failback loads the fetcher's configuration
 	// under it, as the fetcher does).
 	env []string
@@ -97,6 +100,8 @@ var verbs = []verb{
 			fs.BoolVar(&o.dryRun, "dry-run", false, "print the report and change nothing")
 			fs.BoolVar(&o.copyStranded, "copy-stranded", false, "leave the checkpoints: once resumed, the link copies the stranded tail into the target, after what was written there since")
 			fs.StringVar(&o.groups, "groups", "", "only the consumer groups this regular expression matches (anchored)")
+			fs.BoolVar(&o.moveGroups, "move-groups", false, "runbook step 3, the groups' consumers stopped on the target: commit each selected group's exact positions on the old source, and move no checkpoint")
+			fs.BoolVar(&o.allowBackwards, "allow-backwards", false, "with --move-groups: also move a group's partition behind where it stands on the old source")
 		}, run: runFailback},
 	offsetsListing,
 }

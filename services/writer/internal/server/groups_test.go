@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/groupcommit"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
-	"github.com/ferry-replicator/ferry/pkg/groupcommit"
 )
 
 // startGroupWriter is a writer over a kfake target that syncs groups:
