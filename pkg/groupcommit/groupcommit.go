@@ -79,7 +79,7 @@ type Options struct {
 
 // Step is what a Move did, or would do, to one partition.
 type Step struct {
-	// Action is StepMoved, StepUnchanged (already there) or
+	// Action is StepMoved, StepMarked, StepUnchanged (already there) or
 	// StepBackwards (left: the position is behind the committed one).
 	Action string
 	// Committed is the target offset committed before (-1: none) and
@@ -88,9 +88,12 @@ type Step struct {
 	Metadata  string
 }
 
-// Step actions.
+// Step actions. StepMarked is a partition committed again where it stands,
+// with Ferry's marker (taken over, or its marker naming another source
+// offset): a move that changes no position.
 const (
 	StepMoved     = "moved"
+	StepMarked    = "marked"
 	StepUnchanged = "unchanged"
 	StepBackwards = "backwards"
 )
@@ -180,13 +183,16 @@ func (c *Committer) Move(group string, want map[TopicPartition]Position, o Optio
 				res.Steps[tp] = step
 				continue
 			}
-			// Taking over, an offset already there stays as it is.
-			if pos.Target == b.Offset && (pos.Source == src || !ours) {
+			if pos.Source == src && pos.Target == b.Offset {
 				res.At[tp] = pos
 				step.Action = StepUnchanged
 				res.Steps[tp] = step
 				continue
 			}
+		}
+		if step.Committed == pos.Target {
+			// Taken over where it stands: only the marker changes.
+			step.Action = StepMarked
 		}
 		// Committed leader epoch -1: a source epoch means nothing here.
 		req.AddBlockWithLeaderEpoch(tp.Topic, tp.Partition, pos.Target, -1, 0, groupsync.Marker(pos.Source))

@@ -15,6 +15,7 @@ import (
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/groupcommit"
+	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/services/fetcher/sourceconfig"
@@ -147,7 +148,7 @@ func runFailback(ctx context.Context, c *client, o *verbOpts, args []string, std
 	}
 	rep.Groups = c.groupsBack(ctx, link, selectGroups(v.link.Groups, re), rep.Partitions)
 	if o.moveGroups {
-		if err := moveGroupsBack(src, rep.Groups, groupcommit.Options{TakeOver: true, Backwards: o.allowBackwards, DryRun: o.dryRun}); err != nil {
+		if err := c.moveGroupsBack(ctx, src, link, rep.Groups, groupcommit.Options{TakeOver: true, Backwards: o.allowBackwards, DryRun: o.dryRun}); err != nil {
 			return err
 		}
 		return c.print(stdout, rep, printFailback)
@@ -389,7 +390,12 @@ func (c *client) moveCheckpoints(ctx context.Context, rep *FailbackReport, reaso
 // names the target offset the position stands for, as the reverse link's
 // own group sync would. It takes over offsets the consumers committed
 // there before the failover: that is the point of moving them back.
-func moveGroupsBack(src sourceconfig.Source, groups []FailbackGroup, o groupcommit.Options) error {
+func (c *client) moveGroupsBack(ctx context.Context, src sourceconfig.Source, link string, groups []FailbackGroup, o groupcommit.Options) error {
+	fcl, err := sourceClient(src.Kafka)
+	if err != nil {
+		return err
+	}
+	defer fcl.Close()
 	cfg, err := src.Kafka.Sarama()
 	if err != nil {
 		return fmt.Errorf("old source client: %w", err)
@@ -403,15 +409,56 @@ func moveGroupsBack(src sourceconfig.Source, groups []FailbackGroup, o groupcomm
 	if err != nil {
 		return err
 	}
+	adm := kadm.NewClient(fcl)
 	for i := range groups {
-		moveGroupBack(gc, &groups[i], o)
+		adopt, err := c.adoptions(ctx, adm, link, groups[i])
+		if err != nil {
+			return err
+		}
+		moveGroupBack(gc, &groups[i], adopt, o)
 	}
 	return nil
 }
 
+// adoptions are the group's partitions carried by the reverse link whose
+// offset on the old source someone else committed (its consumers, before
+// the failover), at that offset with the target offset it stands for
+// (the link's translation): the reverse link's group sync leaves a group
+// holding such an offset alone (groupcommit's Owned), so --move-groups
+// commits it again where it stands, with Ferry's marker.
+func (c *client) adoptions(ctx context.Context, adm *kadm.Client, link string, g FailbackGroup) (map[groupcommit.TopicPartition]groupcommit.Position, error) {
+	out := map[groupcommit.TopicPartition]groupcommit.Position{}
+	if g.Error != "" {
+		return out, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	os, err := adm.FetchOffsets(cctx, g.Group)
+	if err == nil {
+		err = os.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("offsets of group %s on the old source: %w", g.Group, err)
+	}
+	for _, p := range g.Partitions {
+		cur, ok := os.Lookup(p.Topic, p.Partition)
+		if p.Carry != carryReverseLink || !ok || cur.At < 0 || groupsync.IsFerry(cur.Metadata) {
+			continue
+		}
+		resp, err := c.translate(ctx, &ferryv1.TranslateRequest{Link: link, Query: &ferryv1.TranslateRequest_Offset{Offset: &ferryv1.OffsetQuery{
+			Topic: p.Topic, Partition: p.Partition, Offset: cur.At}}})
+		if err != nil {
+			return nil, fmt.Errorf("translate %s/%d offset %d: %w", p.Topic, p.Partition, cur.At, err)
+		}
+		if tr := translation(link, resp); tr.Translated != nil {
+			out[groupcommit.TopicPartition{Topic: p.Topic, Partition: p.Partition}] = groupcommit.Position{Target: cur.At, Source: *tr.Translated}
+		}
+	}
+	return out, nil
+}
+
 // moveGroupBack moves one group and records per partition what was done.
-func moveGroupBack(gc *groupcommit.Committer, g *FailbackGroup, o groupcommit.Options) {
-	want := map[groupcommit.TopicPartition]groupcommit.Position{}
+func moveGroupBack(gc *groupcommit.Committer, g *FailbackGroup, want map[groupcommit.TopicPartition]groupcommit.Position, o groupcommit.Options) {
 	for _, p := range g.Partitions {
 		if p.Carry == carryExact {
 			want[groupcommit.TopicPartition{Topic: p.Topic, Partition: p.Partition}] = groupcommit.Position{Target: *p.SourceOffset, Source: p.TargetOffset}
@@ -424,6 +471,9 @@ func moveGroupBack(gc *groupcommit.Committer, g *FailbackGroup, o groupcommit.Op
 		switch {
 		case p.Carry != carryExact:
 			p.Action = carryReverseLink
+			if ok && step.Action == groupcommit.StepMarked {
+				p.Why = fmt.Sprintf("its offset %d on the old source, committed by its consumers, marked as Ferry's: the reverse link's group sync may move it", step.Committed)
+			}
 		case err != nil:
 			p.Action, p.Why = actionRefused, err.Error()
 		case res.Outcome == groupcommit.Active:
@@ -516,9 +566,14 @@ func moveAction(p FailbackGroupPartition) string {
 	switch p.Action {
 	case groupcommit.StepMoved:
 		return "exact: moved on the old source" + was
+	case groupcommit.StepMarked:
+		return "exact: already there on the old source; Ferry's marker added"
 	case groupcommit.StepUnchanged:
 		return "exact: already there on the old source"
 	case carryReverseLink:
+		if p.Why != "" {
+			return "the reverse link: " + p.Why
+		}
 		return "the reverse link (past the copied end: its group sync carries it)"
 	}
 	return p.Action + ": " + p.Why

@@ -338,9 +338,12 @@ func groupPart(t *testing.T, rep FailbackReport, group string, p int32) Failback
 // group's partitions carried "exact" at the printed source offset, with
 // Ferry's marker, and moves no checkpoint: app's orders/0 moves forward
 // to where app read on B; its orders/1, past the copied end, is left to
-// the reverse link; live, with a member on A, is refused whole; ahead's
-// orders/0, already further on A, is not moved back unless
-// --allow-backwards; --dry-run reports the same and changes nothing.
+// the reverse link, and marked as Ferry's where it stands on A (else
+// that link's group sync would leave the consumers' old commit there
+// alone); live, with a member on A, is refused whole; ahead's orders/0,
+// already further on A, is not moved back unless --allow-backwards, its
+// orders/1, already there, is marked; --dry-run reports the same and
+// changes nothing.
 func TestFailbackMovesGroupsBack(t *testing.T) {
 	r := startReplication(t)
 	src := kclient(t, r.source)
@@ -388,11 +391,11 @@ func TestFailbackMovesGroupsBack(t *testing.T) {
 		onA    int64
 	}{
 		{"app", 0, "moved", 25},
-		{"app", 1, "reverse_link", 33},
+		{"app", 1, "reverse_link", 33}, // marked: see below
 		{"live", 0, "refused", 10},
 		{"live", 1, "refused", 12},
 		{"ahead", 0, "backwards", 30},
-		{"ahead", 1, "unchanged", 6},
+		{"ahead", 1, "marked", 6},
 	} {
 		gp := groupPart(t, rep, c.group, c.p)
 		o, meta := sourceGroup(t, r.source, c.group, c.p)
@@ -402,6 +405,13 @@ func TestFailbackMovesGroupsBack(t *testing.T) {
 		if c.action == "moved" && meta != groupsync.Marker(gp.TargetOffset) {
 			t.Errorf("%s orders/%d moved with metadata %q, want Ferry's marker of its target offset %d", c.group, c.p, meta, gp.TargetOffset)
 		}
+	}
+	// app's orders/1 stays where its consumers left it on A, now with
+	// Ferry's marker of the target offset it stands for, so that the
+	// reverse link's group sync, which leaves offsets committed by
+	// others alone, may move it.
+	if _, meta := sourceGroup(t, r.source, "app", 1); meta != groupsync.Marker(offsetOf(onB1, "p1-b0-33")) {
+		t.Errorf("app orders/1 on A has metadata %q, want Ferry's marker of %d", meta, offsetOf(onB1, "p1-b0-33"))
 	}
 	if l := r.status(t).Links[0]; l.State != linkstate.FailedOver || l.Partitions[0].Committed != 40 || l.Partitions[1].Committed != 40 {
 		t.Errorf("failback --move-groups moved a checkpoint or the link: %+v", l)
