@@ -93,7 +93,7 @@ var verbs = []verb{
 			fs.StringVar(&o.groups, "groups", "", "only the consumer groups this regular expression matches (anchored), in the report and the planned wait")
 			fs.DurationVar(&o.staleAfter, "stale-after", 5*time.Second, "--planned refuses when a partition's last heartbeat is older than this (the source side is not reporting)")
 		}, run: runFailover},
-	{name: "failback", args: "LINK", summary: "after a failover, report the old source's stranded tail, where the reverse link starts and where each group stands on the old source, and move the checkpoints to the old source's end (the link stays failed_over)",
+	{name: "failback", args: "LINK", summary: "after a failover, report the old source's stranded tail, where the reverse link starts and where each group stands on the old source, and move the checkpoints to the old source's end (the link stays failed_over); with --move-groups, move the groups back to the old source instead",
 		flags: func(fs *flag.FlagSet, o *verbOpts) {
 			reasonFlag(fs, o)
 			fs.StringVar(&o.sourceConfig, "source-config", "", "the link's fetcher configuration (YAML): its source section reaches the old source (required)")

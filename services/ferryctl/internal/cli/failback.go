@@ -29,7 +29,9 @@ import (
 // old source, and move the link's checkpoints to the old source's end,
 // so that the original direction, once resumed, does not copy the tail
 // into the target after what the target's producers wrote. It does not
-// resume the link: the runbook orders the steps.
+// resume the link: the runbook orders the steps. With --move-groups
+// (runbook step 3) it moves no checkpoint but the groups: their exact
+// positions committed on the old source (moveGroupsBack).
 
 // Carry values of a group's partition.
 const (
