@@ -153,7 +153,10 @@ func runFailback(ctx context.Context, c *client, o *verbOpts, args []string, std
 		if err := c.moveGroupsBack(ctx, src, link, rep.Groups, groupcommit.Options{TakeOver: true, Backwards: o.allowBackwards, DryRun: o.dryRun}); err != nil {
 			return err
 		}
-		return c.print(stdout, rep, printFailback)
+		if err := c.print(stdout, rep, printFailback); err != nil {
+			return err
+		}
+		return refusedGroups(rep.Groups)
 	}
 	if !o.dryRun && !o.copyStranded {
 		if err := c.moveCheckpoints(ctx, &rep, o.reason); err != nil {
@@ -493,6 +496,28 @@ func moveGroupBack(gc *groupcommit.Committer, g *FailbackGroup, want map[groupco
 
 // actionRefused is a partition --move-groups could not move.
 const actionRefused = "refused"
+
+// errGroupsRefused is a --move-groups that could not move every group.
+var errGroupsRefused = errors.New("groups not moved")
+
+// refusedGroups names the groups --move-groups could not move, nil when
+// it moved every one it was asked to: the command failed for those.
+func refusedGroups(gs []FailbackGroup) error {
+	var bad []string
+	for _, g := range gs {
+		if g.Error != "" {
+			bad = append(bad, fmt.Sprintf("%s (positions unread: %s)", g.Group, g.Error))
+			continue
+		}
+		if i := slices.IndexFunc(g.Partitions, func(p FailbackGroupPartition) bool { return p.Action == actionRefused }); i >= 0 {
+			bad = append(bad, fmt.Sprintf("%s (%s)", g.Group, g.Partitions[i].Why))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", errGroupsRefused, strings.Join(bad, "; "))
+}
 
 func printFailback(w io.Writer, v any) {
 	rep := v.(FailbackReport)

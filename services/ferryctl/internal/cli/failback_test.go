@@ -309,15 +309,16 @@ func offsetOf(vals map[int64]string, v string) int64 {
 	return -1
 }
 
-// failbackJSON runs failback with args and decodes its report.
-func failbackJSON(t *testing.T, r replication, args ...string) FailbackReport {
+// failbackJSON runs failback with args, wants exit code want, and
+// decodes its report; stderr is returned too.
+func failbackJSON(t *testing.T, r replication, want int, args ...string) (FailbackReport, string) {
 	t.Helper()
 	code, out, errOut := r.run(t, "ferryctl", append([]string{"failback", "east", "-o", "json"}, args...)...)
 	var rep FailbackReport
-	if err := json.Unmarshal([]byte(out), &rep); code != exitOK || err != nil {
-		t.Fatalf("failback %v exited %d (%v): %s%s", args, code, err, out, errOut)
+	if err := json.Unmarshal([]byte(out), &rep); code != want || err != nil {
+		t.Fatalf("failback %v exited %d, want %d (%v): %s%s", args, code, want, err, out, errOut)
 	}
-	return rep
+	return rep, errOut
 }
 
 // groupPart is group's report of orders/p.
@@ -343,7 +344,7 @@ func groupPart(t *testing.T, rep FailbackReport, group string, p int32) Failback
 // alone); live, with a member on A, is refused whole; ahead's orders/0,
 // already further on A, is not moved back unless --allow-backwards, its
 // orders/1, already there, is marked; --dry-run reports the same and
-// changes nothing.
+// changes nothing. A group refused makes the command exit 1.
 func TestFailbackMovesGroupsBack(t *testing.T) {
 	r := startReplication(t)
 	src := kclient(t, r.source)
@@ -375,7 +376,7 @@ func TestFailbackMovesGroupsBack(t *testing.T) {
 	joinGroup(t, r.source, "live", "orders")
 	cfg := sourceConfig(t, "east", r.source.ListenAddrs())
 
-	dry := failbackJSON(t, r, "--source-config", cfg, "--move-groups", "--dry-run")
+	dry, _ := failbackJSON(t, r, exitOK, "--source-config", cfg, "--move-groups", "--dry-run")
 	if gp := groupPart(t, dry, "app", 0); !dry.DryRun || !dry.MoveGroups || gp.Action != "moved" || *gp.SourceOffset != 25 {
 		t.Errorf("dry run reported app orders/0 %+v (dry run %v, move groups %v), want moved to 25", gp, dry.DryRun, dry.MoveGroups)
 	}
@@ -383,7 +384,12 @@ func TestFailbackMovesGroupsBack(t *testing.T) {
 		t.Fatalf("failback --move-groups --dry-run moved app on A to %d", o)
 	}
 
-	rep := failbackJSON(t, r, "--source-config", cfg, "--move-groups")
+	// live's refusal makes the command fail (exit 1), naming it, after
+	// the whole report.
+	rep, errOut := failbackJSON(t, r, exitFailed, "--source-config", cfg, "--move-groups")
+	if !strings.Contains(errOut, "live") || strings.Contains(errOut, "app") {
+		t.Errorf("failback --move-groups said %q, want live named as refused, and app not", errOut)
+	}
 	for _, c := range []struct {
 		group  string
 		p      int32
@@ -417,7 +423,7 @@ func TestFailbackMovesGroupsBack(t *testing.T) {
 		t.Errorf("failback --move-groups moved a checkpoint or the link: %+v", l)
 	}
 
-	back := failbackJSON(t, r, "--source-config", cfg, "--move-groups", "--groups", "ahead", "--allow-backwards")
+	back, _ := failbackJSON(t, r, exitOK, "--source-config", cfg, "--move-groups", "--groups", "ahead", "--allow-backwards")
 	if gp := groupPart(t, back, "ahead", 0); gp.Action != "moved" {
 		t.Errorf("--allow-backwards reported ahead orders/0 %+v, want moved", gp)
 	}
