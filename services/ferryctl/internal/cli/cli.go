@@ -64,6 +64,9 @@ type verbOpts struct {
 	// sourceConfig and copyStranded are failback's.
 	sourceConfig string
 	copyStranded bool
+	// moveGroups and allowBackwards are failback's runbook step 3.
+	moveGroups     bool
+	allowBackwards bool
 	// env is the environment (failback loads the fetcher's configuration
 	// under it, as the fetcher does).
 	env []string
@@ -90,13 +93,15 @@ var verbs = []verb{
 			fs.StringVar(&o.groups, "groups", "", "only the consumer groups this regular expression matches (anchored), in the report and the planned wait")
 			fs.DurationVar(&o.staleAfter, "stale-after", 5*time.Second, "--planned refuses when a partition's last heartbeat is older than this (the source side is not reporting)")
 		}, run: runFailover},
-	{name: "failback", args: "LINK", summary: "after a failover, report the old source's stranded tail, where the reverse link starts and where each group stands on the old source, and move the checkpoints to the old source's end (the link stays failed_over)",
+	{name: "failback", args: "LINK", summary: "after a failover, report the old source's stranded tail, where the reverse link starts and where each group stands on the old source, and move the checkpoints to the old source's end (the link stays failed_over); with --move-groups, move the groups back to the old source instead",
 		flags: func(fs *flag.FlagSet, o *verbOpts) {
 			reasonFlag(fs, o)
 			fs.StringVar(&o.sourceConfig, "source-config", "", "the link's fetcher configuration (YAML): its source section reaches the old source (required)")
 			fs.BoolVar(&o.dryRun, "dry-run", false, "print the report and change nothing")
 			fs.BoolVar(&o.copyStranded, "copy-stranded", false, "leave the checkpoints: once resumed, the link copies the stranded tail into the target, after what was written there since")
 			fs.StringVar(&o.groups, "groups", "", "only the consumer groups this regular expression matches (anchored)")
+			fs.BoolVar(&o.moveGroups, "move-groups", false, "runbook step 3, the groups' consumers stopped on the target: commit each selected group's exact positions on the old source, and move no checkpoint")
+			fs.BoolVar(&o.allowBackwards, "allow-backwards", false, "with --move-groups: also move a group's partition behind where it stands on the old source")
 		}, run: runFailback},
 	offsetsListing,
 }

@@ -9,10 +9,13 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/groupcommit"
+	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/services/fetcher/sourceconfig"
@@ -26,7 +29,9 @@ import (
 // old source, and move the link's checkpoints to the old source's end,
 // so that the original direction, once resumed, does not copy the tail
 // into the target after what the target's producers wrote. It does not
-// resume the link: the runbook orders the steps.
+// resume the link: the runbook orders the steps. With --move-groups
+// (runbook step 3) it moves no checkpoint but the groups: their exact
+// positions committed on the old source (moveGroupsBack).
 
 // Carry values of a group's partition.
 const (
@@ -45,6 +50,9 @@ type FailbackReport struct {
 	// direction copies the stranded tail once resumed.
 	DryRun       bool `json:"dry_run,omitempty"`
 	CopyStranded bool `json:"copy_stranded,omitempty"`
+	// MoveGroups is set when the groups were moved back (--move-groups)
+	// and no checkpoint was.
+	MoveGroups bool `json:"move_groups,omitempty"`
 	// Writer is the writer that signed the checkpoints moved.
 	Writer     string              `json:"writer,omitempty"`
 	Partitions []FailbackPartition `json:"partitions"`
@@ -103,6 +111,13 @@ type FailbackGroupPartition struct {
 	// the reverse link's group sync carries it.
 	SourceOffset *int64 `json:"source_offset,omitempty"`
 	Carry        string `json:"carry"`
+	// Action is what --move-groups did on the old source (a dry run: would
+	// do): moved, unchanged, backwards (left: further on the old source),
+	// refused (Why says why) or reverse_link (not ferryctl's to move).
+	// OnSource is the group's committed offset there before (-1: none).
+	Action   string `json:"action,omitempty"`
+	OnSource *int64 `json:"committed_on_source,omitempty"`
+	Why      string `json:"why,omitempty"`
 }
 
 func runFailback(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
@@ -129,11 +144,20 @@ func runFailback(ctx context.Context, c *client, o *verbOpts, args []string, std
 	if err != nil {
 		return fmt.Errorf("old source of link %s: %w", link, err)
 	}
-	rep := FailbackReport{Link: link, DryRun: o.dryRun, CopyStranded: o.copyStranded, Groups: []FailbackGroup{}}
+	rep := FailbackReport{Link: link, DryRun: o.dryRun, CopyStranded: o.copyStranded, MoveGroups: o.moveGroups, Groups: []FailbackGroup{}}
 	if rep.Partitions, err = c.strandedTails(ctx, link, v.link.Partitions, ends); err != nil {
 		return err
 	}
 	rep.Groups = c.groupsBack(ctx, link, selectGroups(v.link.Groups, re), rep.Partitions)
+	if o.moveGroups {
+		if err := c.moveGroupsBack(ctx, src, link, rep.Groups, groupcommit.Options{TakeOver: true, Backwards: o.allowBackwards, DryRun: o.dryRun}); err != nil {
+			return err
+		}
+		if err := c.print(stdout, rep, printFailback); err != nil {
+			return err
+		}
+		return refusedGroups(rep.Groups)
+	}
 	if !o.dryRun && !o.copyStranded {
 		if err := c.moveCheckpoints(ctx, &rep, o.reason); err != nil {
 			return err
@@ -364,11 +388,144 @@ func (c *client) moveCheckpoints(ctx context.Context, rep *FailbackReport, reaso
 	return fmt.Errorf("move the checkpoints of link %s to the old source's end: %s", rep.Link, strings.Join(errs, "; "))
 }
 
+// moveGroupsBack commits, on the old source, each group's partitions
+// carried exact at their source offset, with group sync's rules
+// (groupcommit): the broker refuses a group with members, a partition
+// further on the old source stays (unless o.Backwards), and the marker
+// names the target offset the position stands for, as the reverse link's
+// own group sync would. It takes over offsets the consumers committed
+// there before the failover: that is the point of moving them back.
+func (c *client) moveGroupsBack(ctx context.Context, src sourceconfig.Source, link string, groups []FailbackGroup, o groupcommit.Options) error {
+	fcl, err := sourceClient(src.Kafka)
+	if err != nil {
+		return err
+	}
+	defer fcl.Close()
+	cfg, err := src.Kafka.Sarama()
+	if err != nil {
+		return fmt.Errorf("old source client: %w", err)
+	}
+	cl, err := sarama.NewClient(src.Kafka.BootstrapServers, cfg)
+	if err != nil {
+		return fmt.Errorf("old source client: %w", err)
+	}
+	defer cl.Close()
+	gc, err := groupcommit.New(cl)
+	if err != nil {
+		return err
+	}
+	adm := kadm.NewClient(fcl)
+	for i := range groups {
+		adopt, err := c.adoptions(ctx, adm, link, groups[i])
+		if err != nil {
+			return err
+		}
+		moveGroupBack(gc, &groups[i], adopt, o)
+	}
+	return nil
+}
+
+// adoptions are the group's partitions carried by the reverse link whose
+// offset on the old source someone else committed (its consumers, before
+// the failover), at that offset with the target offset it stands for
+// (the link's translation): the reverse link's group sync leaves a group
+// holding such an offset alone (groupcommit's Owned), so --move-groups
+// commits it again where it stands, with Ferry's marker.
+func (c *client) adoptions(ctx context.Context, adm *kadm.Client, link string, g FailbackGroup) (map[groupcommit.TopicPartition]groupcommit.Position, error) {
+	out := map[groupcommit.TopicPartition]groupcommit.Position{}
+	if g.Error != "" {
+		return out, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	os, err := adm.FetchOffsets(cctx, g.Group)
+	if err == nil {
+		err = os.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("offsets of group %s on the old source: %w", g.Group, err)
+	}
+	for _, p := range g.Partitions {
+		cur, ok := os.Lookup(p.Topic, p.Partition)
+		if p.Carry != carryReverseLink || !ok || cur.At < 0 || groupsync.IsFerry(cur.Metadata) {
+			continue
+		}
+		resp, err := c.translate(ctx, &ferryv1.TranslateRequest{Link: link, Query: &ferryv1.TranslateRequest_Offset{Offset: &ferryv1.OffsetQuery{
+			Topic: p.Topic, Partition: p.Partition, Offset: cur.At}}})
+		if err != nil {
+			return nil, fmt.Errorf("translate %s/%d offset %d: %w", p.Topic, p.Partition, cur.At, err)
+		}
+		if tr := translation(link, resp); tr.Translated != nil {
+			out[groupcommit.TopicPartition{Topic: p.Topic, Partition: p.Partition}] = groupcommit.Position{Target: cur.At, Source: *tr.Translated}
+		}
+	}
+	return out, nil
+}
+
+// moveGroupBack moves one group and records per partition what was done.
+func moveGroupBack(gc *groupcommit.Committer, g *FailbackGroup, want map[groupcommit.TopicPartition]groupcommit.Position, o groupcommit.Options) {
+	for _, p := range g.Partitions {
+		if p.Carry == carryExact {
+			want[groupcommit.TopicPartition{Topic: p.Topic, Partition: p.Partition}] = groupcommit.Position{Target: *p.SourceOffset, Source: p.TargetOffset}
+		}
+	}
+	res, err := gc.Move(g.Group, want, o)
+	for i := range g.Partitions {
+		p := &g.Partitions[i]
+		step, ok := res.Steps[groupcommit.TopicPartition{Topic: p.Topic, Partition: p.Partition}]
+		switch {
+		case p.Carry != carryExact:
+			p.Action = carryReverseLink
+			if ok && step.Action == groupcommit.StepMarked {
+				p.Why = fmt.Sprintf("its offset %d on the old source, committed by its consumers, marked as Ferry's: the reverse link's group sync may move it", step.Committed)
+			}
+		case err != nil:
+			p.Action, p.Why = actionRefused, err.Error()
+		case res.Outcome == groupcommit.Active:
+			p.Action, p.Why = actionRefused, "the group has members on the old source: stop its consumers there (the broker refused the commit, nothing changed)"
+		case ok:
+			p.Action = step.Action
+			committed := step.Committed
+			p.OnSource = &committed
+			if step.Action == groupcommit.StepBackwards {
+				p.Why = fmt.Sprintf("further on the old source (%d): --allow-backwards moves it back", committed)
+			}
+		}
+	}
+}
+
+// actionRefused is a partition --move-groups could not move.
+const actionRefused = "refused"
+
+// errGroupsRefused is a --move-groups that could not move every group.
+var errGroupsRefused = errors.New("groups not moved")
+
+// refusedGroups names the groups --move-groups could not move, nil when
+// it moved every one it was asked to: the command failed for those.
+func refusedGroups(gs []FailbackGroup) error {
+	var bad []string
+	for _, g := range gs {
+		if g.Error != "" {
+			bad = append(bad, fmt.Sprintf("%s (positions unread: %s)", g.Group, g.Error))
+			continue
+		}
+		if i := slices.IndexFunc(g.Partitions, func(p FailbackGroupPartition) bool { return p.Action == actionRefused }); i >= 0 {
+			bad = append(bad, fmt.Sprintf("%s (%s)", g.Group, g.Partitions[i].Why))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", errGroupsRefused, strings.Join(bad, "; "))
+}
+
 func printFailback(w io.Writer, v any) {
 	rep := v.(FailbackReport)
 	switch {
 	case rep.DryRun:
 		fmt.Fprintf(w, "DRY RUN: link %s: nothing changed\n", rep.Link)
+	case rep.MoveGroups:
+		fmt.Fprintf(w, "link %s: groups moved back to the old source (--move-groups); no checkpoint moved\n", rep.Link)
 	case rep.CopyStranded:
 		fmt.Fprintf(w, "link %s: checkpoints left as they were (--copy-stranded): once resumed, the link copies the stranded tail into the target, after what was written there since\n", rep.Link)
 	default:
@@ -406,6 +563,10 @@ func printGroupsBack(w io.Writer, gs []FailbackGroup) {
 			fmt.Fprintf(tw, "  %s\t-\t-\t-\tunread: %s\n", g.Group, g.Error)
 		}
 		for _, p := range g.Partitions {
+			if p.Action != "" {
+				fmt.Fprintf(tw, "  %s\t%s/%d\t%d\t%s\t%s\n", g.Group, p.Topic, p.Partition, p.TargetOffset, sourceOffset(p), moveAction(p))
+				continue
+			}
 			if p.SourceOffset != nil {
 				fmt.Fprintf(tw, "  %s\t%s/%d\t%d\t%d\texact: commit it on the old source when consumers move back\n", g.Group, p.Topic, p.Partition, p.TargetOffset, *p.SourceOffset)
 				continue
@@ -414,4 +575,33 @@ func printGroupsBack(w io.Writer, gs []FailbackGroup) {
 		}
 	}
 	tw.Flush()
+}
+
+func sourceOffset(p FailbackGroupPartition) string {
+	if p.SourceOffset == nil {
+		return "-"
+	}
+	return fmt.Sprint(*p.SourceOffset)
+}
+
+// moveAction is what --move-groups did to p, as printed.
+func moveAction(p FailbackGroupPartition) string {
+	was := ""
+	if p.OnSource != nil {
+		was = fmt.Sprintf(" (was %d on the old source)", *p.OnSource)
+	}
+	switch p.Action {
+	case groupcommit.StepMoved:
+		return "exact: moved on the old source" + was
+	case groupcommit.StepMarked:
+		return "exact: already there on the old source; Ferry's marker added"
+	case groupcommit.StepUnchanged:
+		return "exact: already there on the old source"
+	case carryReverseLink:
+		if p.Why != "" {
+			return "the reverse link: " + p.Why
+		}
+		return "the reverse link (past the copied end: its group sync carries it)"
+	}
+	return p.Action + ": " + p.Why
 }

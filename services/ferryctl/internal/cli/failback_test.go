@@ -8,12 +8,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	fetcher "github.com/ferry-replicator/ferry/services/fetcher/inprocess"
 )
@@ -249,5 +253,181 @@ func TestFailbackRefusals(t *testing.T) {
 	}
 	if code, _, errOut = r.run(t, "ferryctl", "failback", "--help"); code != exitOK || !strings.Contains(errOut, "Usage: ferryctl failback") {
 		t.Errorf("failback --help exited %d: %s", code, errOut)
+	}
+}
+
+// joinGroup keeps a consumer of group on c's topic as a live member until
+// the test ends.
+func joinGroup(t *testing.T, c *kfake.Cluster, group, topic string) {
+	t.Helper()
+	assigned := make(chan struct{}, 1)
+	cons := kclient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
+			select {
+			case assigned <- struct{}{}:
+			default:
+			}
+		}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { // polling keeps the member in the group
+		defer close(done)
+		for ctx.Err() == nil {
+			cons.PollFetches(ctx)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-assigned:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the consumer of %s never joined", group)
+	}
+}
+
+// sourceGroup is group's committed offset and metadata on partition p of
+// orders on the old source.
+func sourceGroup(t *testing.T, c *kfake.Cluster, group string, p int32) (int64, string) {
+	t.Helper()
+	os, err := kadm.NewClient(kclient(t, c)).FetchOffsets(context.Background(), group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, ok := os.Lookup("orders", p)
+	if !ok {
+		return -1, ""
+	}
+	return o.At, o.Metadata
+}
+
+// offsetOf is the offset of value v in vals (-1: none).
+func offsetOf(vals map[int64]string, v string) int64 {
+	for off, got := range vals {
+		if got == v {
+			return off
+		}
+	}
+	return -1
+}
+
+// failbackJSON runs failback with args, wants exit code want, and
+// decodes its report; stderr is returned too.
+func failbackJSON(t *testing.T, r replication, want int, args ...string) (FailbackReport, string) {
+	t.Helper()
+	code, out, errOut := r.run(t, "ferryctl", append([]string{"failback", "east", "-o", "json"}, args...)...)
+	var rep FailbackReport
+	if err := json.Unmarshal([]byte(out), &rep); code != want || err != nil {
+		t.Fatalf("failback %v exited %d, want %d (%v): %s%s", args, code, want, err, out, errOut)
+	}
+	return rep, errOut
+}
+
+// groupPart is group's report of orders/p.
+func groupPart(t *testing.T, rep FailbackReport, group string, p int32) FailbackGroupPartition {
+	t.Helper()
+	for _, g := range rep.Groups {
+		for _, gp := range g.Partitions {
+			if g.Group == group && gp.Partition == p {
+				return gp
+			}
+		}
+	}
+	t.Fatalf("no %s orders/%d in %+v", group, p, rep.Groups)
+	return FailbackGroupPartition{}
+}
+
+// failback --move-groups commits, on the old source A, each selected
+// group's partitions carried "exact" at the printed source offset, with
+// Ferry's marker, and moves no checkpoint: app's orders/0 moves forward
+// to where app read on B; its orders/1, past the copied end, is left to
+// the reverse link, and marked as Ferry's where it stands on A (else
+// that link's group sync would leave the consumers' old commit there
+// alone); live, with a member on A, is refused whole; ahead's orders/0,
+// already further on A, is not moved back unless --allow-backwards, its
+// orders/1, already there, is marked; --dry-run reports the same and
+// changes nothing. A group refused makes the command exit 1.
+func TestFailbackMovesGroupsBack(t *testing.T) {
+	r := startReplication(t)
+	src := kclient(t, r.source)
+	produce(t, src, 0, 40)
+	commitGroup(t, r.source, "app", "orders", map[int32]int64{0: 17, 1: 33})
+	commitGroup(t, r.source, "live", "orders", map[int32]int64{0: 10, 1: 12})
+	commitGroup(t, r.source, "ahead", "orders", map[int32]int64{0: 5, 1: 6})
+	r.waitStatus(t, "orders copied and the groups synced", func(l LinkReport) bool {
+		synced := 0
+		for _, g := range l.Groups {
+			if len(g.Partitions) >= 2 && g.Partitions[0].StandsFor == g.Partitions[0].SourceOffset && g.Partitions[1].StandsFor == g.Partitions[1].SourceOffset {
+				synced++
+			}
+		}
+		return len(l.Partitions) == 3 && l.Partitions[0].Committed == 40 && l.Partitions[1].Committed == 40 && synced == 3
+	})
+	r.fetcher.Stop()
+	produce(t, src, 1, 25) // the stranded tail
+	if code, _, errOut := r.run(t, "ferryctl", "failover", "east"); code != exitOK {
+		t.Fatalf("failover exited %d: %s", code, errOut)
+	}
+	// app reads on B: orders/0 up to source record 25, orders/1 past the copy.
+	onB0, onB1 := values(t, r.cluster, "east.orders", 0, 40), values(t, r.cluster, "east.orders", 1, 40)
+	commitGroup(t, r.cluster, "app", "east.orders", map[int32]int64{0: offsetOf(onB0, "p0-b0-25"), 1: copiedEnd(onB1, "p1-b0-") + 4})
+	// live read on B too, and then runs on A; ahead read further on A
+	// after its last sync.
+	commitGroup(t, r.cluster, "live", "east.orders", map[int32]int64{0: offsetOf(onB0, "p0-b0-20"), 1: offsetOf(onB1, "p1-b0-22")})
+	commitGroup(t, r.source, "ahead", "orders", map[int32]int64{0: 30, 1: 6})
+	joinGroup(t, r.source, "live", "orders")
+	cfg := sourceConfig(t, "east", r.source.ListenAddrs())
+
+	dry, _ := failbackJSON(t, r, exitOK, "--source-config", cfg, "--move-groups", "--dry-run")
+	if gp := groupPart(t, dry, "app", 0); !dry.DryRun || !dry.MoveGroups || gp.Action != "moved" || *gp.SourceOffset != 25 {
+		t.Errorf("dry run reported app orders/0 %+v (dry run %v, move groups %v), want moved to 25", gp, dry.DryRun, dry.MoveGroups)
+	}
+	if o, _ := sourceGroup(t, r.source, "app", 0); o != 17 {
+		t.Fatalf("failback --move-groups --dry-run moved app on A to %d", o)
+	}
+
+	// live's refusal makes the command fail (exit 1), naming it, after
+	// the whole report.
+	rep, errOut := failbackJSON(t, r, exitFailed, "--source-config", cfg, "--move-groups")
+	if !strings.Contains(errOut, "live") || strings.Contains(errOut, "app") {
+		t.Errorf("failback --move-groups said %q, want live named as refused, and app not", errOut)
+	}
+	for _, c := range []struct {
+		group  string
+		p      int32
+		action string
+		onA    int64
+	}{
+		{"app", 0, "moved", 25},
+		{"app", 1, "reverse_link", 33}, // marked: see below
+		{"live", 0, "refused", 10},
+		{"live", 1, "refused", 12},
+		{"ahead", 0, "backwards", 30},
+		{"ahead", 1, "marked", 6},
+	} {
+		gp := groupPart(t, rep, c.group, c.p)
+		o, meta := sourceGroup(t, r.source, c.group, c.p)
+		if gp.Action != c.action || o != c.onA {
+			t.Errorf("%s orders/%d: reported %+v, at %d on A; want %s, at %d", c.group, c.p, gp, o, c.action, c.onA)
+		}
+		if c.action == "moved" && meta != groupsync.Marker(gp.TargetOffset) {
+			t.Errorf("%s orders/%d moved with metadata %q, want Ferry's marker of its target offset %d", c.group, c.p, meta, gp.TargetOffset)
+		}
+	}
+	// app's orders/1 stays where its consumers left it on A, now with
+	// Ferry's marker of the target offset it stands for, so that the
+	// reverse link's group sync, which leaves offsets committed by
+	// others alone, may move it.
+	if _, meta := sourceGroup(t, r.source, "app", 1); meta != groupsync.Marker(offsetOf(onB1, "p1-b0-33")) {
+		t.Errorf("app orders/1 on A has metadata %q, want Ferry's marker of %d", meta, offsetOf(onB1, "p1-b0-33"))
+	}
+	if l := r.status(t).Links[0]; l.State != linkstate.FailedOver || l.Partitions[0].Committed != 40 || l.Partitions[1].Committed != 40 {
+		t.Errorf("failback --move-groups moved a checkpoint or the link: %+v", l)
+	}
+
+	back, _ := failbackJSON(t, r, exitOK, "--source-config", cfg, "--move-groups", "--groups", "ahead", "--allow-backwards")
+	if gp := groupPart(t, back, "ahead", 0); gp.Action != "moved" {
+		t.Errorf("--allow-backwards reported ahead orders/0 %+v, want moved", gp)
+	}
+	if o, _ := sourceGroup(t, r.source, "ahead", 0); o != 5 {
+		t.Errorf("--allow-backwards left ahead orders/0 on A at %d, want 5", o)
 	}
 }

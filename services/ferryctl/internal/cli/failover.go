@@ -215,7 +215,10 @@ func undrained(v view, start time.Time) []string {
 // partition nothing was ever copied of (after the drain: the source
 // holds nothing of it) has no target position to give, and is not waited
 // for: a consumer there starts by its auto.offset.reset, with nothing to
-// miss or read again.
+// miss or read again. Nor is a partition whose group position is before
+// the offset index (noted before_index: the link started after it, as a
+// reverse link started at failback's TARGET_START does): no sync of this
+// link can move it, so the report shows it as it is.
 func unsynced(v view, drained time.Time, re *regexp.Regexp) []string {
 	empty := map[string]bool{}
 	for _, p := range v.link.Partitions {
@@ -226,7 +229,7 @@ func unsynced(v view, drained time.Time, re *regexp.Regexp) []string {
 	var out []string
 	for _, g := range selectGroups(v.link.Groups, re) {
 		for _, p := range g.Partitions {
-			if empty[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] {
+			if empty[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] || p.Note == outcomeBeforeIndex {
 				continue
 			}
 			if p.StandsFor < 0 || p.SyncedReadAt == nil || !p.SyncedReadAt.After(drained) {

@@ -337,3 +337,38 @@ func TestPlannedFailoverTimeoutLeavesLinkRunning(t *testing.T) {
 		t.Fatalf("a planned failover that timed out changed the link: %+v", l)
 	}
 }
+
+// A planned failover does not wait for a group partition whose source
+// position is before the offset index (the link started after it: here
+// the source's log start moved past it before the first copy; in the
+// failback round trip, the reverse link started at TARGET_START, below
+// which a group moved back by failback --move-groups stands): no sync of
+// this link can ever move it. It reports it, noted before_index, and
+// fails over once the other partitions are synced.
+func TestPlannedFailoverDoesNotWaitForGroupsBeforeTheIndex(t *testing.T) {
+	r := startReplication(t)
+	r.fetcher.Stop()
+	src := kclient(t, r.source)
+	produce(t, src, 0, 40)
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: "orders", Partition: 0, At: 20})
+	if _, err := kadm.NewClient(src).DeleteRecords(context.Background(), del); err != nil {
+		t.Fatal(err)
+	}
+	commitGroup(t, r.source, "app", "orders", map[int32]int64{0: 5, 1: 30})
+	r.fetcher = fetcher.Start(t, r.fetcherOpts)
+	r.waitStatus(t, "orders copied, app's orders/1 synced and its orders/0 before the index", func(l LinkReport) bool {
+		return len(l.Partitions) == 3 && l.Partitions[0].Committed == 40 && l.Partitions[1].Committed == 40 &&
+			len(l.Groups) == 1 && len(l.Groups[0].Partitions) >= 2 &&
+			l.Groups[0].Partitions[0].Note == outcomeBeforeIndex && l.Groups[0].Partitions[1].StandsFor == 30
+	})
+	code, out, errOut := r.run(t, "ferryctl", "failover", "east", "--planned", "--stale-after", "5m", "--timeout", "30s", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("failover --planned exited %d: %s%s", code, out, errOut)
+	}
+	var ch Change
+	if err := json.Unmarshal([]byte(out), &ch); err != nil || ch.State != linkstate.FailedOver || len(ch.Groups) != 1 ||
+		ch.Groups[0].Partitions[0].Note != outcomeBeforeIndex || ch.Groups[0].Partitions[1].StandsFor != 30 {
+		t.Fatalf("failover --planned answered %+v (%v), want failed_over with app's orders/0 before the index", ch, err)
+	}
+}

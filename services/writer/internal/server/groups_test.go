@@ -15,11 +15,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/groupcommit"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
-	"github.com/ferry-replicator/ferry/services/writer/internal/groupcommit"
 )
 
 // startGroupWriter is a writer over a kfake target that syncs groups:

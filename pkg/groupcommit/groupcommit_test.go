@@ -166,3 +166,49 @@ func TestGroupCommittedByOthersIsLeftAlone(t *testing.T) {
 		})
 	}
 }
+
+// Move with Options, as ferryctl failback --move-groups moves groups back
+// to the old source: TakeOver commits over another client's offsets,
+// forward only by the target offset (StepMoved, StepMarked where it
+// stands, StepBackwards left) unless Backwards; DryRun commits nothing.
+func TestMoveTakesOverForwardOnly(t *testing.T) {
+	_, adm, gc := target(t)
+	os := kadm.Offsets{}
+	os.Add(kadm.Offset{Topic: p0.Topic, Partition: p0.Partition, At: 4, LeaderEpoch: -1, Metadata: "app's"})
+	os.Add(kadm.Offset{Topic: p1.Topic, Partition: p1.Partition, At: 8, LeaderEpoch: -1, Metadata: "app's"})
+	if _, err := adm.CommitOffsets(context.Background(), "app", os); err != nil {
+		t.Fatal(err)
+	}
+	want := map[TopicPartition]Position{p0: {Target: 4, Source: 104}, p1: {Target: 6, Source: 206}}
+	for _, c := range []struct {
+		name   string
+		o      Options
+		steps  map[TopicPartition]string
+		p0, p1 int64
+	}{
+		{"dry run", Options{TakeOver: true, DryRun: true}, map[TopicPartition]string{p0: StepMarked, p1: StepBackwards}, 4, 8},
+		{"take over", Options{TakeOver: true}, map[TopicPartition]string{p0: StepMarked, p1: StepBackwards}, 4, 8},
+		{"backwards", Options{TakeOver: true, Backwards: true}, map[TopicPartition]string{p0: StepUnchanged, p1: StepMoved}, 4, 6},
+	} {
+		res, err := gc.Move("app", want, c.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for tp, step := range c.steps {
+			if res.Steps[tp].Action != step {
+				t.Errorf("%s: %s/%d %+v, want %s", c.name, tp.Topic, tp.Partition, res.Steps[tp], step)
+			}
+		}
+		o0, md0 := committed(t, adm, "app", p0)
+		o1, _ := committed(t, adm, "app", p1)
+		if o0 != c.p0 || o1 != c.p1 {
+			t.Errorf("%s: group at %d, %d, want %d, %d", c.name, o0, o1, c.p0, c.p1)
+		}
+		if marked := md0 == groupsync.Marker(104); marked == c.o.DryRun {
+			t.Errorf("%s: p0's metadata %q", c.name, md0)
+		}
+	}
+	if res := sync(t, gc, "other", want); res.Outcome != Moved {
+		t.Fatalf("a group without offsets: %+v", res)
+	}
+}

@@ -18,6 +18,12 @@
 // consumer using assign() that commits between the read and the commit of
 // one Sync can be overwritten once; the next Sync sees its marker gone and
 // stops there (docs/disaster-recovery.md).
+//
+// The same rules move groups back to the old source at failback
+// (ferryctl failback --move-groups, Move with Options): the operator then
+// takes over offsets the consumers committed there before the failover,
+// which group sync would leave alone, and may ask for backwards moves;
+// the broker's refusal of an active group and the forward-only rule stay.
 package groupcommit
 
 import (
@@ -56,6 +62,42 @@ const (
 	Owned Outcome = "owned"
 )
 
+// Options change what Move may do; the zero value is group sync's.
+type Options struct {
+	// TakeOver commits over offsets someone other than Ferry committed
+	// (the operator moving consumers back at failback), instead of
+	// leaving the group alone (Owned). Such an offset moves forward only
+	// too: its target offset is compared.
+	TakeOver bool
+	// Backwards lets a partition move behind its committed position.
+	Backwards bool
+	// DryRun decides as Move would and commits nothing: the result says
+	// Moved for what would move (the broker's refusal of an active group
+	// is not known before a commit).
+	DryRun bool
+}
+
+// Step is what a Move did, or would do, to one partition.
+type Step struct {
+	// Action is StepMoved, StepMarked, StepUnchanged (already there) or
+	// StepBackwards (left: the position is behind the committed one).
+	Action string
+	// Committed is the target offset committed before (-1: none) and
+	// Metadata its commit metadata.
+	Committed int64
+	Metadata  string
+}
+
+// Step actions. StepMarked is a partition committed again where it stands,
+// with Ferry's marker (taken over, or its marker naming another source
+// offset): a move that changes no position.
+const (
+	StepMoved     = "moved"
+	StepMarked    = "marked"
+	StepUnchanged = "unchanged"
+	StepBackwards = "backwards"
+)
+
 // Result says what a Sync did and why.
 type Result struct {
 	Outcome Outcome
@@ -70,6 +112,8 @@ type Result struct {
 	// (absent when the group has no offset there yet and none was
 	// committed). Its Source is the source offset the position stands for.
 	At map[TopicPartition]Position
+	// Steps is, for Moved and Unchanged, what was done to each partition.
+	Steps map[TopicPartition]Step
 }
 
 // Committer commits group offsets on one target cluster.
@@ -92,6 +136,11 @@ func New(client sarama.Client) (*Committer, error) {
 // means the outcome is unknown (coordinator moving, cluster unreachable):
 // the caller tries again at its next interval.
 func (c *Committer) Sync(group string, want map[TopicPartition]Position) (Result, error) {
+	return c.Move(group, want, Options{})
+}
+
+// Move moves group to want as o allows: Sync's rules, loosened by o.
+func (c *Committer) Move(group string, want map[TopicPartition]Position, o Options) (Result, error) {
 	if len(want) == 0 {
 		return Result{Outcome: Unchanged}, nil
 	}
@@ -108,7 +157,7 @@ func (c *Committer) Sync(group string, want map[TopicPartition]Position) (Result
 	case err != nil:
 		return Result{}, fmt.Errorf("target offsets of group %q: %w", group, err)
 	}
-	res := Result{At: map[TopicPartition]Position{}}
+	res := Result{At: map[TopicPartition]Position{}, Steps: map[TopicPartition]Step{}}
 	req := sarama.NewOffsetCommitRequest(c.client.Config(), group)
 	req.ConsumerGroupGeneration, req.ConsumerID = -1, ""
 	for tp, pos := range want {
@@ -116,29 +165,47 @@ func (c *Committer) Sync(group string, want map[TopicPartition]Position) (Result
 		if b != nil && !errors.Is(b.Err, sarama.ErrNoError) {
 			return Result{}, fmt.Errorf("target offset of group %q on %s/%d: %w", group, tp.Topic, tp.Partition, b.Err)
 		}
+		step := Step{Action: StepMoved, Committed: -1}
 		if b != nil && b.Offset >= 0 {
+			step.Committed, step.Metadata = b.Offset, b.Metadata
 			src, ours := groupsync.ParseMarker(b.Metadata)
-			if !ours {
+			switch {
+			case !ours && !o.TakeOver:
 				return Result{Outcome: Owned, Detail: fmt.Sprintf("%s/%d at %d committed by another client (metadata %q)",
 					tp.Topic, tp.Partition, b.Offset, truncate(b.Metadata))}, nil
+			case !ours:
+				src = -1 // no source offset to compare: the target offset decides
 			}
-			if pos.Source < src || pos.Target < b.Offset {
+			if !o.Backwards && (pos.Source < src || pos.Target < b.Offset) {
 				res.Backwards++
 				res.At[tp] = Position{Target: b.Offset, Source: src}
+				step.Action = StepBackwards
+				res.Steps[tp] = step
 				continue
 			}
 			if pos.Source == src && pos.Target == b.Offset {
 				res.At[tp] = pos
+				step.Action = StepUnchanged
+				res.Steps[tp] = step
 				continue
 			}
+		}
+		if step.Committed == pos.Target {
+			// Taken over where it stands: only the marker changes.
+			step.Action = StepMarked
 		}
 		// Committed leader epoch -1: a source epoch means nothing here.
 		req.AddBlockWithLeaderEpoch(tp.Topic, tp.Partition, pos.Target, -1, 0, groupsync.Marker(pos.Source))
 		res.Moved++
 		res.At[tp] = pos
+		res.Steps[tp] = step
 	}
 	if res.Moved == 0 {
 		res.Outcome = Unchanged
+		return res, nil
+	}
+	if o.DryRun {
+		res.Outcome = Moved
 		return res, nil
 	}
 	coord, err := c.client.Coordinator(group)
