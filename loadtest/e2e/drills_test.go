@@ -60,13 +60,13 @@ func TestDrillsOnApacheKafka(t *testing.T) {
 	for p := range int32(drillPartitions) {
 		produceTo(ctx, t, e.src, drillTopic, p, drillRecords, "a")
 	}
-	txn := produceTransactions(ctx, t, e.src, txnTopic, 0, 8)
+	txn := produceTransactions(ctx, t, e.src, txnTopic, 0, 5)
 	compacted := produceCompacted(ctx, t, e.src)
 	e.startWriter()
 	e.startFetcher(map[string]any{"groups": map[string]any{"interval": "1s"}, "discovery_interval": "2s"})
 	// The other half of the transactions is copied while the link runs,
 	// in rounds of their own.
-	more := produceTransactions(ctx, t, e.src, txnTopic, 8, 8)
+	more := produceTransactions(ctx, t, e.src, txnTopic, 5, 5)
 	maps.Copy(txn.offsets, more.offsets)
 	maps.Copy(txn.aborted, more.aborted)
 
@@ -152,7 +152,7 @@ func produceTransactions(ctx context.Context, t *testing.T, addrs []string, topi
 
 // produceCompacted writes records one at a time to the compacted
 // compactTopic (segment.ms 100) until the log cleaner has removed at
-// least 15 of them: a third of the keys are written once and stay, the
+// least 8 of them: a third of the keys are written once and stay, the
 // rest are four keys written again and again. Records are paced 20 ms
 // apart so segments roll and become cleanable; the loop ends on what
 // the source shows, not after a time.
@@ -179,13 +179,13 @@ func produceCompacted(ctx context.Context, t *testing.T, addrs []string) sourceL
 		if i%10 == 9 {
 			held := 0
 			readCommitted(ctx, t, addrs, compactTopic, func(*kgo.Record) { held++ })
-			if removed := i + 1 - held; removed >= 15 {
+			if removed := i + 1 - held; removed >= 8 {
 				t.Logf("%s: the log cleaner removed %d of %d records before the link started", compactTopic, removed, i+1)
 				return log
 			}
 		}
 		if i > 2000 {
-			t.Fatalf("%s: the log cleaner removed fewer than 15 of %d records", compactTopic, i+1)
+			t.Fatalf("%s: the log cleaner removed fewer than 8 of %d records", compactTopic, i+1)
 		}
 		<-tick.C
 	}
@@ -228,13 +228,15 @@ func drillTranslation(ctx context.Context, t *testing.T, e *env, topic string, s
 		outcome, want := expectTranslation(copied, d, true)
 		queries = append(queries, query{d, true, outcome, want})
 	}
-	// Each ferryctl run is a process and a TLS handshake: a few at a time
-	// (the writer answers two at once).
+	// Each ferryctl run is a process, a TLS handshake and the writer's read
+	// of the index partition: several at a time (the writer answers two at
+	// once, the rest wait there).
+	began := time.Now()
 	var mu sync.Mutex
 	var wrong []string
 	work := make(chan query)
 	var wg sync.WaitGroup
-	for range 4 {
+	for range 6 {
 		wg.Go(func() {
 			for q := range work {
 				args := []string{"offsets", "translate", "--link", "test", "--topic", topic, "--partition", "0", "--offset", strconv.FormatInt(q.offset, 10)}
@@ -268,6 +270,7 @@ func drillTranslation(ctx context.Context, t *testing.T, e *env, topic string, s
 	}
 	close(work)
 	wg.Wait()
+	t.Logf("%s: %d ferryctl offsets translate runs in %v", topic, len(queries), time.Since(began).Round(100*time.Millisecond))
 	sort.Strings(wrong)
 	if len(wrong) > 0 {
 		t.Errorf("%s: %d of %d translations wrong: %v", topic, len(wrong), len(queries), wrong[:min(len(wrong), 10)])
@@ -449,47 +452,71 @@ func allPartitions(o int64) map[int32]int64 {
 }
 
 // drillActiveGroup: a group with a member on the target, joined and
-// polling, keeps the offsets the member committed while its source
-// commits move on; the writer says why it left it (outcome active).
+// polling, is never moved while its source commits move on. While the
+// last commit on the target is Ferry's, the broker refuses Ferry's next
+// (outcome active); once the member commits, Ferry leaves the group for
+// good (outcome owned). Either way the target keeps its offsets.
 func drillActiveGroup(ctx context.Context, t *testing.T, e *env) {
 	t.Helper()
 	const group = "drill-active"
 	commitOffsets(ctx, t, e.src, group, drillTopic, allPartitions(100))
-	e.waitGroup(group, allPartitions(100), "synced at source offset 100", func(g drillGroupStatus) error {
-		for _, p := range g.Partitions {
-			if p.StandsFor != 100 {
-				return fmt.Errorf("outcome %s, partition %d stands for %d", g.Outcome, p.Partition, p.StandsFor)
-			}
-		}
-		return nil
-	})
-	memberCommitted, leave := joinAndCommit(ctx, t, e.dst, group, drillTarget, 10)
-	defer leave()
-	if got := committed(ctx, t, e.dst, group, drillTarget); !equalEnds(got, memberCommitted) {
-		t.Fatalf("group %s on the target after its member's commit: %v, want %v", group, got, memberCommitted)
-	}
+	e.waitGroup(group, allPartitions(100), "synced at source offset 100", standsFor(100))
+	synced := committed(ctx, t, e.dst, group, drillTarget)
+	member := join(ctx, t, e.dst, group, drillTarget, 10)
+	defer member.leave()
+
 	commitOffsets(ctx, t, e.src, group, drillTopic, allPartitions(300))
 	e.waitGroup(group, allPartitions(300), "a sync of source offset 300 refused as active", func(g drillGroupStatus) error {
 		if g.Outcome != "active" {
-			return fmt.Errorf("outcome %s; committed on the target %v, the member committed %v",
-				g.Outcome, committed(ctx, t, e.dst, group, drillTarget), memberCommitted)
+			return fmt.Errorf("outcome %s; committed on the target %v, Ferry's last sync %v", g.Outcome, committed(ctx, t, e.dst, group, drillTarget), synced)
 		}
 		return nil
 	})
-	if got := committed(ctx, t, e.dst, group, drillTarget); !equalEnds(got, memberCommitted) {
-		t.Errorf("group %s with a member on the target moved: committed %v, the member committed %v", group, got, memberCommitted)
+	if got := committed(ctx, t, e.dst, group, drillTarget); !equalEnds(got, synced) || len(got) != drillPartitions {
+		t.Errorf("group %s with a member on the target moved: committed %v, Ferry's sync before the member joined %v", group, got, synced)
 	}
 	series := `ferry_group_sync_total{link="test",outcome="active"}`
 	if n, err := harness.Metric(ctx, e.writerAdmin, series); err != nil || n < 1 {
 		t.Errorf("%s = %v (%v), want at least 1", series, n, err)
 	}
+
+	memberCommitted := member.commit(ctx, t)
+	commitOffsets(ctx, t, e.src, group, drillTopic, allPartitions(350))
+	e.waitGroup(group, allPartitions(350), "a sync of source offset 350 left as owned by the member", func(g drillGroupStatus) error {
+		if g.Outcome != "owned" {
+			return fmt.Errorf("outcome %s; committed on the target %v, the member committed %v", g.Outcome, committed(ctx, t, e.dst, group, drillTarget), memberCommitted)
+		}
+		return nil
+	})
+	if got := committed(ctx, t, e.dst, group, drillTarget); !equalEnds(got, memberCommitted) {
+		t.Errorf("group %s whose member committed on the target moved: committed %v, the member committed %v", group, got, memberCommitted)
+	}
 }
 
-// joinAndCommit joins group on topic of the cluster at addrs as a real
-// consumer, reads n records of every partition from the group's position,
-// commits the n-th and keeps polling, a member, until leave is called.
-// It returns the offsets committed.
-func joinAndCommit(ctx context.Context, t *testing.T, addrs []string, group, topic string, n int) (map[int32]int64, func()) {
+// standsFor is a waitGroup condition: every partition's target position
+// stands for source offset o.
+func standsFor(o int64) func(drillGroupStatus) error {
+	return func(g drillGroupStatus) error {
+		for _, p := range g.Partitions {
+			if p.StandsFor != o {
+				return fmt.Errorf("outcome %s, partition %d stands for %d", g.Outcome, p.Partition, p.StandsFor)
+			}
+		}
+		return nil
+	}
+}
+
+// groupMember is a real consumer in a group, joined and polling.
+type groupMember struct {
+	cl    *kgo.Client
+	nth   map[int32]*kgo.Record
+	leave func()
+}
+
+// join joins group on topic of the cluster at addrs as a consumer that
+// commits nothing by itself, reads n records of every partition from the
+// group's position and keeps polling, a member, until leave is called.
+func join(ctx context.Context, t *testing.T, addrs []string, group, topic string, n int) *groupMember {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit())
@@ -498,8 +525,9 @@ func joinAndCommit(ctx context.Context, t *testing.T, addrs []string, group, top
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	seen, nth := map[int32]int{}, map[int32]*kgo.Record{}
-	for len(nth) < drillPartitions {
+	m := &groupMember{cl: cl, nth: map[int32]*kgo.Record{}}
+	seen := map[int32]int{}
+	for len(m.nth) < drillPartitions {
 		fs := cl.PollFetches(rctx)
 		if rctx.Err() != nil {
 			cl.Close()
@@ -507,35 +535,41 @@ func joinAndCommit(ctx context.Context, t *testing.T, addrs []string, group, top
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if seen[r.Partition]++; seen[r.Partition] == n {
-				nth[r.Partition] = r
+				m.nth[r.Partition] = r
 			}
 		})
-	}
-	var recs []*kgo.Record
-	out := map[int32]int64{}
-	for p, r := range nth {
-		recs = append(recs, r)
-		out[p] = r.Offset + 1
-	}
-	if err := cl.CommitRecords(rctx, recs...); err != nil {
-		cl.Close()
-		t.Fatalf("group %s member commit on the target: %v", group, err)
 	}
 	pctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for pctx.Err() == nil {
-			cl.PollFetches(pctx) // read on, committing nothing more
+			cl.PollFetches(pctx) // read on, committing nothing
 		}
 	}()
-	leave := sync.OnceFunc(func() {
+	m.leave = sync.OnceFunc(func() {
 		stop()
 		<-done
 		cl.Close()
 	})
-	t.Cleanup(leave)
-	return out, leave
+	t.Cleanup(m.leave)
+	return m
+}
+
+// commit commits, as the member, the n-th record read of each partition
+// and returns the offsets committed.
+func (m *groupMember) commit(ctx context.Context, t *testing.T) map[int32]int64 {
+	t.Helper()
+	var recs []*kgo.Record
+	out := map[int32]int64{}
+	for p, r := range m.nth {
+		recs = append(recs, r)
+		out[p] = r.Offset + 1
+	}
+	if err := m.cl.CommitRecords(ctx, recs...); err != nil {
+		t.Fatalf("member commit on the target: %v", err)
+	}
+	return out
 }
 
 // drillBackwardsGroup: a group synced at source offset 300 and then
@@ -545,14 +579,7 @@ func drillBackwardsGroup(ctx context.Context, t *testing.T, e *env) {
 	t.Helper()
 	const group = "drill-back"
 	commitOffsets(ctx, t, e.src, group, drillTopic, allPartitions(300))
-	e.waitGroup(group, allPartitions(300), "synced at source offset 300", func(g drillGroupStatus) error {
-		for _, p := range g.Partitions {
-			if p.StandsFor != 300 {
-				return fmt.Errorf("outcome %s, partition %d stands for %d", g.Outcome, p.Partition, p.StandsFor)
-			}
-		}
-		return nil
-	})
+	e.waitGroup(group, allPartitions(300), "synced at source offset 300", standsFor(300))
 	before := committed(ctx, t, e.dst, group, drillTarget)
 	commitOffsets(ctx, t, e.src, group, drillTopic, allPartitions(100))
 	e.waitGroup(group, allPartitions(100), "the rewind to 100 read and noted behind", func(g drillGroupStatus) error {
