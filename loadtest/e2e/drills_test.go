@@ -29,6 +29,10 @@ import (
 const (
 	txnTopic     = "t.txn"
 	compactTopic = "t.compact"
+	// skipTopic holds, on the source, records a Ferry link from the
+	// target copied in: the drill's link leaves them out (skipped
+	// batches, as in active-active).
+	skipTopic = "t.aa"
 	// drillRecords is what each partition of drillTopic holds before the
 	// link starts: the groups commit source offsets 100 and 300 of it.
 	drillRecords = 400
@@ -57,22 +61,39 @@ func TestDrillsOnApacheKafka(t *testing.T) {
 	e.createTopic(txnTopic, 1, nil)
 	e.createTopic(compactTopic, 1, map[string]*string{"cleanup.policy": ptr("compact"), "segment.ms": ptr("100"),
 		"min.cleanable.dirty.ratio": ptr("0.01"), "min.compaction.lag.ms": ptr("0")})
+	e.createTopic(skipTopic, 1, nil)
+	// The link back, target to source, identity naming, copies the
+	// target's skipTopic into the source's (docs/architecture.md, "Loops
+	// and chains").
+	back := newEnvOn(t, e.dst, e.src)
+	back.naming, back.prefix, back.delivery = "identity", "", "exactly_once"
+	back.createTopic(skipTopic, 1, nil)
+	shareCerts(t, e, back) // the link's fetcher verifies the entries of the link back's writer
 	for p := range int32(drillPartitions) {
 		produceTo(ctx, t, e.src, drillTopic, p, drillRecords, "a")
 	}
 	txn := produceTransactions(ctx, t, e.src, txnTopic, 0, 5)
 	compacted := produceCompacted(ctx, t, e.src)
+	skipped := produceLog(ctx, t, e.src, skipTopic, "aa-local-1", 10)
 	e.startWriter()
 	e.startFetcher(map[string]any{"groups": map[string]any{"interval": "1s"}, "discovery_interval": "2s"})
+	back.startWriter()
+	back.startFetcher(nil)
 	// The other half of the transactions is copied while the link runs,
 	// in rounds of their own.
 	more := produceTransactions(ctx, t, e.src, txnTopic, 5, 5)
 	maps.Copy(txn.offsets, more.offsets)
 	maps.Copy(txn.aborted, more.aborted)
+	copiedBack(ctx, t, e, skipped)
+	maps.Copy(skipped.offsets, produceLog(ctx, t, e.src, skipTopic, "aa-local-2", 10).offsets)
 
 	start := time.Now()
 	drillTranslation(ctx, t, e, txnTopic, txn)
 	drillTranslation(ctx, t, e, compactTopic, compacted)
+	drillTranslation(ctx, t, e, skipTopic, skipped)
+	if n, err := harness.Metric(ctx, e.fetcherAdmin, "ferry_fetcher_replicated_skipped_records_total"); err != nil || n < 10 {
+		t.Errorf("the link's fetcher left out %v records (%v), want at least the 10 the link back copied in", n, err)
+	}
 	t.Logf("translation drill: %v", time.Since(start).Round(100*time.Millisecond))
 	start = time.Now()
 	drillActiveGroup(ctx, t, e)
@@ -86,10 +107,59 @@ func TestDrillsOnApacheKafka(t *testing.T) {
 }
 
 // sourceLog is what a drill's producer wrote to a one-partition topic:
-// each value's source offset, and the values of aborted transactions.
+// each value's source offset, and the values of aborted transactions;
+// skipped holds the values a link from the target copied in, which the
+// drill's link leaves out.
 type sourceLog struct {
 	offsets map[string]int64
 	aborted map[string]bool
+	skipped map[string]bool
+}
+
+// produceLog writes n records with values "<prefix>-<i>" to partition 0
+// of topic.
+func produceLog(ctx context.Context, t *testing.T, addrs []string, topic, prefix string, n int) sourceLog {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Value: fmt.Appendf(nil, "%s-%d", prefix, i)})
+	}
+	res := cl.ProduceSync(ctx, recs...)
+	if err := res.FirstErr(); err != nil {
+		t.Fatalf("produce to %s: %v", topic, err)
+	}
+	log := sourceLog{offsets: map[string]int64{}, aborted: map[string]bool{}, skipped: map[string]bool{}}
+	for _, r := range res {
+		log.offsets[string(r.Record.Value)] = r.Record.Offset
+	}
+	return log
+}
+
+// copiedBack produces 10 records to skipTopic on the target and waits
+// until the link back has copied them into the source's, between what
+// the source's own producers wrote: they are src.skipped.
+func copiedBack(ctx context.Context, t *testing.T, e *env, src sourceLog) {
+	t.Helper()
+	for _, v := range produceTo(ctx, t, e.dst, skipTopic, 0, 10, "aa-remote") {
+		src.skipped[string(v)] = true
+	}
+	waitUntil(t, 2*time.Minute, "the link back to copy 10 records into the source's "+skipTopic, func() error {
+		n := 0
+		readCommitted(ctx, t, e.src, skipTopic, func(r *kgo.Record) {
+			if src.skipped[string(r.Value)] {
+				n++
+			}
+		})
+		if n != len(src.skipped) {
+			return fmt.Errorf("%d of %d copied", n, len(src.skipped))
+		}
+		return nil
+	})
 }
 
 // produceTo writes n records with values "<prefix>-<p>-<i>" to partition
@@ -297,6 +367,9 @@ func copiedRecords(ctx context.Context, t *testing.T, e *env, topic string, src 
 		at[s] = true
 	})
 	readCommitted(ctx, t, e.src, topic, func(r *kgo.Record) {
+		if src.skipped[string(r.Value)] {
+			return // not in offsets: on the target it would have failed above
+		}
 		if src.offsets[string(r.Value)] != r.Offset || !at[r.Offset] {
 			t.Fatalf("%s: source record %q at %d is not on the target", topic, r.Value, r.Offset)
 		}
