@@ -43,7 +43,8 @@ const (
 // group ahead of the copy lands at the copied end and moves on), the
 // translation drill (ferryctl offsets translate, both ways, at every
 // offset of a partition holding transaction markers and aborted records,
-// and of one compacted before the link copied it) and the topic drill (a
+// of one compacted before the link copied it, and of one holding batches
+// the link skips, copied in by a link back) and the topic drill (a
 // source config change applied, a hand change on the target reported as
 // drift and left, partitions added on the source added and copied).
 func TestDrillsOnApacheKafka(t *testing.T) {
