@@ -119,6 +119,13 @@ func newEnvOn(t *testing.T, src, dst []string) *env {
 // the tests that join make test have a tight budget.
 func startKafkas(t *testing.T, names ...string) []*kafkabroker.Broker {
 	t.Helper()
+	return startKafkasWith(t, nil, names...)
+}
+
+// startKafkasWith is startKafkas with extra server properties for every
+// broker.
+func startKafkasWith(t *testing.T, props map[string]string, names ...string) []*kafkabroker.Broker {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	brokers := make([]*kafkabroker.Broker, len(names))
@@ -126,7 +133,7 @@ func startKafkas(t *testing.T, names ...string) []*kafkabroker.Broker {
 	var wg sync.WaitGroup
 	for i, name := range names {
 		dir := keptDir(t, "kafka-"+name)
-		wg.Go(func() { brokers[i], errs[i] = kafkabroker.Start(ctx, kafkabroker.Options{DataDir: dir}) })
+		wg.Go(func() { brokers[i], errs[i] = kafkabroker.Start(ctx, kafkabroker.Options{DataDir: dir, Props: props}) })
 	}
 	wg.Wait()
 	for i, b := range brokers {
