@@ -56,11 +56,13 @@ var statusPage string
 const grpcOverhead = 64 << 10
 
 // The target is probed for readiness this often, each probe bounded by
-// readyTimeout: a broken target takes the writer out of Consul's catalog
-// (checked every second) within a few seconds.
+// readyTimeout: a target that fails readyTargetFailures probes in a row
+// takes the writer out of Consul's catalog (checked every second) within
+// some 10 s; a slower spell leaves it in (readiness.Options).
 const (
-	readyInterval = time.Second
-	readyTimeout  = 2 * time.Second
+	readyInterval       = time.Second
+	readyTimeout        = 2 * time.Second
+	readyTargetFailures = 3
 )
 
 // Run runs the writer until ctx ends.
@@ -302,7 +304,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 		ready, err = readiness.New(readiness.Options{
 			Addrs: cfg.Target.BootstrapServers, Sarama: base, Topic: store.Topic(), View: store.Err,
 			Health: hs, Services: []string{"", ferryv1.ReplicationService_ServiceDesc.ServiceName},
-			Interval: readyInterval, Timeout: readyTimeout, Log: log.With("component", "readiness"),
+			Interval: readyInterval, Timeout: readyTimeout, TargetFailures: readyTargetFailures, Log: log.With("component", "readiness"),
 		})
 		return cfg.Target.Explain(gctx, "target.tls", err)
 	}); err != nil {

@@ -41,7 +41,15 @@ type Options struct {
 	// Interval between probes; Timeout bounds one.
 	Interval time.Duration
 	Timeout  time.Duration
-	Log      *slog.Logger
+	// TargetFailures is how many probes of the target in a row must fail
+	// before a ready writer says it is not (0 or 1: the first). A target
+	// that answers slowly for a while is slow for every writer of the
+	// region alike: taking them all out of the catalog at once only moves
+	// shards between them, and each move re-opens streams across the same
+	// slow hop (the region-loss soak saw heartbeats stop for seconds so).
+	// A failed checkpoint view is not damped: only a restart mends it.
+	TargetFailures int
+	Log            *slog.Logger
 }
 
 // Checker holds the writer's readiness, refreshed by Run.
@@ -53,6 +61,9 @@ type Checker struct {
 	mu      sync.Mutex
 	err     error
 	checked bool
+	// failures counts the target probes failed in a row (Run's goroutine
+	// only).
+	failures int
 }
 
 var errNotChecked = errors.New("readiness not checked yet")
@@ -106,22 +117,40 @@ func (c *Checker) Run(ctx context.Context) {
 	}
 }
 
-// check reports everything that is wrong, not only the first thing.
+// check reports everything that is wrong, not only the first thing. A
+// failed target probe counts only from the TargetFailures-th in a row on
+// while the writer is ready; a writer not ready yet (or again) needs a
+// probe that passes.
 func (c *Checker) check() error {
 	var errs []error
 	if err := c.opts.View(); err != nil {
 		errs = append(errs, fmt.Errorf("checkpoint view failed: %w", err))
 	}
-	if err := c.client.RefreshMetadata(c.opts.Topic); err != nil {
-		var kerr sarama.KError
-		if errors.As(err, &kerr) {
-			// The cluster answered, but not with a usable checkpoint topic.
-			errs = append(errs, fmt.Errorf("target cluster %s: checkpoint topic %s: %w", c.target, c.opts.Topic, err))
+	if err := c.probe(); err == nil {
+		c.failures = 0
+	} else {
+		c.failures++
+		if c.failures >= c.opts.TargetFailures || c.Ready() != nil {
+			errs = append(errs, err)
 		} else {
-			errs = append(errs, fmt.Errorf("target cluster %s unreachable: %w", c.target, err))
+			c.opts.Log.Debug("target probe failed; still ready", "failures", c.failures, "of", c.opts.TargetFailures, "err", err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// probe asks the target for the checkpoint topic's metadata.
+func (c *Checker) probe() error {
+	err := c.client.RefreshMetadata(c.opts.Topic)
+	if err == nil {
+		return nil
+	}
+	var kerr sarama.KError
+	if errors.As(err, &kerr) {
+		// The cluster answered, but not with a usable checkpoint topic.
+		return fmt.Errorf("target cluster %s: checkpoint topic %s: %w", c.target, c.opts.Topic, err)
+	}
+	return fmt.Errorf("target cluster %s unreachable: %w", c.target, err)
 }
 
 // set records the result and, when readiness changed, tells the gRPC

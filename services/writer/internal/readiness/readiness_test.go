@@ -48,6 +48,7 @@ type env struct {
 	addr    string
 	readyz  string
 	health  healthpb.HealthClient
+	chk     *Checker
 }
 
 func newCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
@@ -60,7 +61,10 @@ func newCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 	return c
 }
 
-func start(t *testing.T) *env {
+func start(t *testing.T) *env { return startWith(t, 0) }
+
+// startWith is start with Options.TargetFailures set to failures.
+func startWith(t *testing.T, failures int) *env {
 	t.Helper()
 	c := newCluster(t)
 	e := &env{cluster: c, addr: c.ListenAddrs()[0]}
@@ -80,8 +84,9 @@ func start(t *testing.T) *env {
 	chk, err := New(Options{
 		Addrs: kc.BootstrapServers, Sarama: base, Topic: cpTopic, View: store.Err,
 		Health: hs, Services: []string{"", "ferry.v1.ReplicationService"},
-		Interval: 50 * time.Millisecond, Timeout: time.Second, Log: discard,
+		Interval: 50 * time.Millisecond, Timeout: time.Second, TargetFailures: failures, Log: discard,
 	})
+	e.chk = chk
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,6 +222,40 @@ func TestReadinessFollowsTargetAndCheckpointView(t *testing.T) {
 			e.waitState(t, true, "")
 		})
 	}
+}
+
+// A target that fails fewer probes in a row than TargetFailures leaves a
+// ready writer ready (a slow spell of the target, alike for every writer,
+// must not empty the catalog); one that keeps failing takes it out.
+func TestTargetFailuresBelowTheThresholdKeepTheWriterReady(t *testing.T) {
+	e := startWith(t, 3)
+	e.waitState(t, true, "")
+	var failing atomic.Int32 // metadata requests still to drop
+	var passed atomic.Int64  // metadata requests let through
+	e.cluster.ControlKey(kmsg.Metadata.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if failing.Add(-1) >= 0 {
+			return nil, errors.New("injected: connection dropped"), true
+		}
+		passed.Add(1)
+		return nil, nil, false
+	})
+	// Readiness changes stay for at least a probe interval (50 ms): a
+	// poll every millisecond sees any.
+	for round := range 5 {
+		p := passed.Load()
+		failing.Store(2)
+		for failing.Load() > 0 || passed.Load() == p {
+			if err := e.chk.Ready(); err != nil {
+				t.Fatalf("round %d: not ready after fewer than 3 failed probes: %v", round, err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	failing.Store(1 << 30)
+	e.waitState(t, false, "target cluster "+e.addr+" unreachable")
+	failing.Store(0)
+	e.waitState(t, true, "")
 }
 
 // Before the first check the writer is not ready, on both endpoints.
