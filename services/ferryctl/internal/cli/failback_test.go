@@ -112,6 +112,10 @@ func TestFailbackReportsTheStrandedTailAndSkipsIt(t *testing.T) {
 	for i, w := range want {
 		got := rep.Partitions[i]
 		got.Note, got.TargetTopic = "", w.TargetTopic // the empty partition's target topic is named or not
+		if got.StrandedRecords == nil || *got.StrandedRecords != w.StrandedOffsets {
+			t.Errorf("orders/%d: %v stranded records counted (%s), want %d", w.Partition, got.StrandedRecords, got.Uncounted, w.StrandedOffsets)
+		}
+		got.StrandedRecords = nil
 		if got != w {
 			t.Errorf("orders/%d reported %+v, want %+v", w.Partition, rep.Partitions[i], w)
 		}
