@@ -94,6 +94,7 @@ func (c *client) countTails(ctx context.Context, src sourceconfig.Source, parts 
 	for i := range parts {
 		p := &parts[i]
 		switch {
+		case p.SourceEnd < 0: // not on the old source: nothing to count
 		case p.StrandedOffsets == 0:
 			zero := int64(0)
 			p.StrandedRecords = &zero
