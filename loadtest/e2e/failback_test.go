@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -59,8 +58,9 @@ func origin(t *testing.T, k string) string {
 // TestFailbackRoundTripOnApacheKafka: link A→B copies while group G reads
 // and commits on A; the link is paused and A takes more (the stranded
 // tail), then fails over unplanned; producers write on B and G reads on
-// B; failback reports the tail exactly and moves the checkpoints; the
-// reverse link B→A starts at the printed TARGET_START and drains; G's
+// B; failback reports the tail exactly (offsets and records), moves the
+// checkpoints and sets the reverse link B→A's start at TARGET_START
+// through its writer, before it runs; the reverse link drains; G's
 // consumer stops, failback --move-groups moves its exact partition back
 // and hands the other to the reverse link, whose planned failover syncs
 // it; G reads on A. Over the whole trip G reads every record once, the
@@ -99,25 +99,29 @@ func TestFailbackRoundTripOnApacheKafka(t *testing.T) {
 	produceTrip(ctx, t, b, tripB, tripBRecords)
 	readB := tripRead(ctx, t, b, map[int32]int{0: 200, 1: -1})
 
-	// Failback step 1: the tail, exactly, as A and B tell it apart.
+	// Failback steps 1 and 2: the tail, exactly, as A and B tell it
+	// apart, and the reverse link's start, where B's writes began, set
+	// through its writer (in A) before its fetcher starts.
+	rev.startWriter()
 	cfg := filepath.Join(fwd.dir, "fetcher.yaml")
+	reverse := []string{"--source-config", cfg, "--reverse-link", "test", "--reverse-writer", rev.writerAddr}
 	var dry, fb tripFailback
-	if err := fwd.ferryctl(ctx, &dry, "failback", "test", "--source-config", cfg, "--dry-run"); err != nil {
+	if err := fwd.ferryctl(ctx, &dry, append([]string{"failback", "test", "--dry-run"}, reverse...)...); err != nil {
 		t.Fatal(err)
 	}
-	if err := fwd.ferryctl(ctx, &fb, "failback", "test", "--source-config", cfg); err != nil {
+	if err := fwd.ferryctl(ctx, &fb, append([]string{"failback", "test"}, reverse...)...); err != nil {
 		t.Fatal(err)
 	}
 	onA, onB := logKeys(ctx, t, a), logKeys(ctx, t, b)
 	for _, rep := range []tripFailback{dry, fb} {
 		checkStranded(t, rep, onA, onB)
 	}
-
-	// Step 2: the reverse link, from where B's writes began.
-	rev.startWriter()
 	for _, p := range fb.Partitions {
-		setCheckpoint(ctx, t, rev, p.Partition, p.TargetStart)
+		if p.ReverseCheckpoint == nil || *p.ReverseCheckpoint != p.TargetStart || p.TargetStart < 0 {
+			t.Errorf("partition %d: the reverse link's checkpoint set at %v, want TARGET_START %d", p.Partition, p.ReverseCheckpoint, p.TargetStart)
+		}
 	}
+
 	rev.startFetcher(map[string]any{"groups": map[string]any{"interval": "1s"}})
 	waitKeys(t, a, "A to hold B's records", func(k map[int32][]string) error { return count(t, k, "B", tripBRecords) })
 
@@ -396,21 +400,6 @@ func shardsIn(e *env, state string) error {
 	return nil
 }
 
-// setCheckpoint runs `ferry-writer checkpoint set` with the env's writer
-// configuration (runbook step 2: the reverse link starts where writes on
-// the target began).
-func setCheckpoint(ctx context.Context, t *testing.T, e *env, p int32, next int64) {
-	t.Helper()
-	if next < 0 {
-		return // nothing copied: start_from earliest
-	}
-	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "ferry-writer"), "checkpoint", "set", "--config", filepath.Join(e.dir, "writer.yaml"),
-		"--link", "test", "--topic", tripTopic, "--partition", fmt.Sprint(p), "--next-offset", fmt.Sprint(next)).CombinedOutput()
-	if err != nil {
-		t.Fatalf("checkpoint set %d/%d: %v\n%s", p, next, err, out)
-	}
-}
-
 // tripFailback is the part of `ferryctl failback -o json` the drill reads.
 type tripFailback struct {
 	Partitions []struct {
@@ -420,6 +409,10 @@ type tripFailback struct {
 		StrandedFrom int64 `json:"stranded_from"`
 		StrandedTo   int64 `json:"stranded_to"`
 		TargetStart  int64 `json:"target_start"`
+		// StrandedRecords counts the tail read_committed; the reverse
+		// link's checkpoint is set at TargetStart.
+		StrandedRecords   *int64 `json:"stranded_records"`
+		ReverseCheckpoint *int64 `json:"reverse_checkpoint"`
 	} `json:"partitions"`
 	Groups []struct {
 		Group      string             `json:"group"`
@@ -471,6 +464,9 @@ func checkStranded(t *testing.T, rep tripFailback, onA, onB map[int32][]string) 
 		if p.StrandedFrom != held || p.StrandedTo != int64(len(a)) || p.StrandedTo-p.StrandedFrom != tripTailRecords/2 {
 			t.Errorf("partition %d: reported stranded [%d, %d), B holds A's [0, %d) and A ends at %d (tail of %d)",
 				p.Partition, p.StrandedFrom, p.StrandedTo, held, len(a), tripTailRecords/2)
+		}
+		if tail := int64(len(a)) - min(held, int64(len(a))); p.StrandedRecords == nil || *p.StrandedRecords != tail || tail != tripTailRecords/2 {
+			t.Errorf("partition %d: reported %v stranded records, A holds %d past what B holds (tail of %d)", p.Partition, p.StrandedRecords, tail, tripTailRecords/2)
 		}
 	}
 }

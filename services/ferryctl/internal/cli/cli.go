@@ -67,6 +67,16 @@ type verbOpts struct {
 	// moveGroups and allowBackwards are failback's runbook step 3.
 	moveGroups     bool
 	allowBackwards bool
+	// reverseLink, reverseWriters and reverseIDs name the reverse link and
+	// the old source's writers that serve it (failback runbook step 2);
+	// countLimit bounds the stranded tail counted per partition.
+	reverseLink    string
+	reverseWriters multi
+	reverseIDs     multi
+	countLimit     int64
+	// dial connects to other writers than --writer (the reverse link's),
+	// with the same certificate.
+	dial func(writers, ids multi) (*client, error)
 	// env is the environment (failback loads the fetcher's configuration
 	// under it, as the fetcher does).
 	env []string
@@ -102,6 +112,10 @@ var verbs = []verb{
 			fs.StringVar(&o.groups, "groups", "", "only the consumer groups this regular expression matches (anchored)")
 			fs.BoolVar(&o.moveGroups, "move-groups", false, "runbook step 3, the groups' consumers stopped on the target: commit each selected group's exact positions on the old source, and move no checkpoint")
 			fs.BoolVar(&o.allowBackwards, "allow-backwards", false, "with --move-groups: also move a group's partition behind where it stands on the old source")
+			fs.StringVar(&o.reverseLink, "reverse-link", "", "the reverse link (target to old source), not started yet: set its checkpoint of each target partition at TARGET_START, through --reverse-writer")
+			fs.Var(&o.reverseWriters, "reverse-writer", "with --reverse-link: a gRPC host:port of a writer of the old source serving it; repeatable")
+			fs.Var(&o.reverseIDs, "reverse-writer-id", "with --reverse-link: an identity the old source's writers' certificates may present (default: those of --writer-id); repeatable")
+			fs.Int64Var(&o.countLimit, "count-limit", 1_000_000, "count the records of a stranded tail of at most this many offsets (read_committed, within --timeout); 0: count none")
 		}, run: runFailback},
 	offsetsListing,
 }
@@ -162,6 +176,10 @@ func runVerb(ctx context.Context, v verb, args, env []string, stdout, stderr io.
 	conn.flags(fs)
 	v.flags(fs, &o)
 	o.progress, o.env = stderr, env
+	o.dial = func(writers, ids multi) (*client, error) {
+		other := conn.others(writers, ids)
+		return other.dial(env)
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: ferryctl %s [flags] %s\n\n%s.\n\nFlags:\n", v.name, v.args, capitalize(v.summary))
 		fs.PrintDefaults()

@@ -189,6 +189,16 @@ func (c *conn) dial(env []string) (*client, error) {
 	return cl, nil
 }
 
+// others is c for other writers (and, when given, their identities),
+// with the same certificate.
+func (c conn) others(writers, ids multi) conn {
+	c.writers = writers
+	if len(ids) > 0 {
+		c.ids = ids
+	}
+	return c
+}
+
 func (c *client) close() {
 	for _, w := range c.writers {
 		w.conn.Close()

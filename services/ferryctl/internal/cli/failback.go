@@ -56,7 +56,12 @@ type FailbackReport struct {
 	// Writer is the writer that signed the checkpoints moved.
 	Writer     string              `json:"writer,omitempty"`
 	Partitions []FailbackPartition `json:"partitions"`
-	Groups     []FailbackGroup     `json:"groups"`
+	// ReverseLink is the reverse link whose start was set (--reverse-link;
+	// for a dry run, would be), and ReverseWriter the writer of the old
+	// source that signed its checkpoints.
+	ReverseLink   string          `json:"reverse_link,omitempty"`
+	ReverseWriter string          `json:"reverse_writer,omitempty"`
+	Groups        []FailbackGroup `json:"groups"`
 }
 
 // FailbackPartition is one source partition: its stranded tail on the old
@@ -87,6 +92,14 @@ type FailbackPartition struct {
 	// --copy-stranded); Note says anything unusual.
 	Checkpoint *int64 `json:"checkpoint,omitempty"`
 	Note       string `json:"note,omitempty"`
+	// StrandedRecords counts the records of the stranded tail, read
+	// committed (markers and aborted records excluded); absent when not
+	// counted, and Uncounted says why.
+	StrandedRecords *int64 `json:"stranded_records,omitempty"`
+	Uncounted       string `json:"uncounted,omitempty"`
+	// ReverseCheckpoint is the reverse link's checkpoint of the target
+	// partition as set at TargetStart (absent: none set).
+	ReverseCheckpoint *int64 `json:"reverse_checkpoint,omitempty"`
 }
 
 // FailbackGroup is a synced group's position on the target and, where
@@ -129,6 +142,9 @@ func runFailback(ctx context.Context, c *client, o *verbOpts, args []string, std
 	if err != nil {
 		return err
 	}
+	if err := checkReverseFlags(o); err != nil {
+		return err
+	}
 	src, err := loadSource(o.sourceConfig, o.env, link)
 	if err != nil {
 		return err
@@ -148,6 +164,9 @@ func runFailback(ctx context.Context, c *client, o *verbOpts, args []string, std
 	if rep.Partitions, err = c.strandedTails(ctx, link, v.link.Partitions, ends); err != nil {
 		return err
 	}
+	if err := c.countTails(ctx, src, rep.Partitions, o.countLimit); err != nil {
+		return fmt.Errorf("count the stranded tails: %w", err)
+	}
 	rep.Groups = c.groupsBack(ctx, link, selectGroups(v.link.Groups, re), rep.Partitions)
 	if o.moveGroups {
 		if err := c.moveGroupsBack(ctx, src, link, rep.Groups, groupcommit.Options{TakeOver: true, Backwards: o.allowBackwards, DryRun: o.dryRun}); err != nil {
@@ -163,7 +182,42 @@ func runFailback(ctx context.Context, c *client, o *verbOpts, args []string, std
 			return err
 		}
 	}
+	if o.reverseLink != "" {
+		if err := setReverseStart(ctx, o, &rep); err != nil {
+			// The report still records the tail and what was moved.
+			if perr := c.print(stdout, rep, printFailback); perr != nil {
+				return perr
+			}
+			return err
+		}
+	}
 	return c.print(stdout, rep, printFailback)
+}
+
+// checkReverseFlags says what is wrong with failback's reverse link flags.
+func checkReverseFlags(o *verbOpts) error {
+	switch {
+	case o.reverseLink == "" && (len(o.reverseWriters) > 0 || len(o.reverseIDs) > 0):
+		return fmt.Errorf("%w: --reverse-writer and --reverse-writer-id need --reverse-link", errUsage)
+	case o.reverseLink != "" && len(o.reverseWriters) == 0:
+		return fmt.Errorf("%w: --reverse-link needs --reverse-writer: the old source's writers serving it", errUsage)
+	case o.reverseLink != "" && o.moveGroups:
+		return fmt.Errorf("%w: --reverse-link is runbook step 2, --move-groups step 3: run them apart", errUsage)
+	case o.countLimit < 0:
+		return fmt.Errorf("%w: --count-limit %d: want 0 or more", errUsage, o.countLimit)
+	}
+	return nil
+}
+
+// setReverseStart connects to the old source's writers and sets the
+// reverse link's start there (reverseStart).
+func setReverseStart(ctx context.Context, o *verbOpts, rep *FailbackReport) error {
+	rc, err := o.dial(o.reverseWriters, o.reverseIDs)
+	if err != nil {
+		return fmt.Errorf("%w: reverse writers: %v", errBadConfig, err)
+	}
+	defer rc.close()
+	return reverseStart(ctx, rc, rep, o.reverseLink, o.reason, o.dryRun)
 }
 
 // loadSource reads the fetcher configuration at path with the fetcher's
@@ -531,23 +585,46 @@ func printFailback(w io.Writer, v any) {
 	default:
 		fmt.Fprintf(w, "link %s: checkpoints moved to the old source's end (signed by writer %s); the link stays failed_over until `ferryctl resume`\n", rep.Link, rep.Writer)
 	}
+	if rep.ReverseLink != "" {
+		printReverse(w, rep)
+	}
 	fmt.Fprintln(w, "stranded tail: source offsets the old source holds that never reached the target, [from, to) (transaction markers and aborted records take offsets too);")
+	fmt.Fprintln(w, "RECORDS: those of the tail, read_committed (-: not counted, the note says why);")
 	fmt.Fprintln(w, "TARGET_START: where writes on the target began (the copied end), where the reverse link starts (start: the partition's start)")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  PARTITION\tCOMMITTED\tSOURCE_END\tSTRANDED\tOFFSETS\tTARGET_START\tCHECKPOINT\tNOTE")
+	fmt.Fprintln(tw, "  PARTITION\tCOMMITTED\tSOURCE_END\tSTRANDED\tOFFSETS\tRECORDS\tTARGET_START\tCHECKPOINT\tNOTE")
 	for _, p := range rep.Partitions {
-		start, cp := "start", "-"
+		start, cp, records := "start", "-", "-"
 		if p.TargetStart >= 0 {
 			start = fmt.Sprintf("%s/%d@%d", p.TargetTopic, p.Partition, p.TargetStart)
 		}
 		if p.Checkpoint != nil {
 			cp = fmt.Sprint(*p.Checkpoint)
 		}
-		fmt.Fprintf(tw, "  %s/%d\t%d\t%d\t[%d, %d)\t%d\t%s\t%s\t%s\n", p.Topic, p.Partition, p.Committed, p.SourceEnd,
-			p.StrandedFrom, p.StrandedTo, p.StrandedOffsets, start, cp, p.Note)
+		if p.StrandedRecords != nil {
+			records = fmt.Sprint(*p.StrandedRecords)
+		}
+		note := strings.Join(slices.DeleteFunc([]string{p.Note, p.Uncounted}, func(s string) bool { return s == "" }), "; ")
+		fmt.Fprintf(tw, "  %s/%d\t%d\t%d\t[%d, %d)\t%d\t%s\t%s\t%s\t%s\n", p.Topic, p.Partition, p.Committed, p.SourceEnd,
+			p.StrandedFrom, p.StrandedTo, p.StrandedOffsets, records, start, cp, note)
 	}
 	tw.Flush()
 	printGroupsBack(w, rep.Groups)
+}
+
+// printReverse says where the reverse link starts.
+func printReverse(w io.Writer, rep FailbackReport) {
+	starts := slices.ContainsFunc(rep.Partitions, func(p FailbackPartition) bool { return p.TargetStart >= 0 && p.TargetTopic != "" })
+	switch {
+	case !starts:
+		fmt.Fprintf(w, "reverse link %s: no partition has a TARGET_START, no checkpoint to set: its link.start_from applies (earliest)\n", rep.ReverseLink)
+	case rep.DryRun:
+		fmt.Fprintf(w, "reverse link %s: would start at TARGET_START (nothing set)\n", rep.ReverseLink)
+	case rep.ReverseWriter == "":
+		fmt.Fprintf(w, "reverse link %s: its start NOT set (see the error)\n", rep.ReverseLink)
+	default:
+		fmt.Fprintf(w, "reverse link %s: checkpoints set at TARGET_START (signed by writer %s); a partition printed start has none: its link.start_from applies (earliest)\n", rep.ReverseLink, rep.ReverseWriter)
+	}
 }
 
 func printGroupsBack(w io.Writer, gs []FailbackGroup) {

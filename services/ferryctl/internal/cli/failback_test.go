@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +113,10 @@ func TestFailbackReportsTheStrandedTailAndSkipsIt(t *testing.T) {
 	for i, w := range want {
 		got := rep.Partitions[i]
 		got.Note, got.TargetTopic = "", w.TargetTopic // the empty partition's target topic is named or not
+		if got.StrandedRecords == nil || *got.StrandedRecords != w.StrandedOffsets {
+			t.Errorf("orders/%d: %v stranded records counted (%s), want %d", w.Partition, got.StrandedRecords, got.Uncounted, w.StrandedOffsets)
+		}
+		got.StrandedRecords = nil
 		if got != w {
 			t.Errorf("orders/%d reported %+v, want %+v", w.Partition, rep.Partitions[i], w)
 		}
@@ -211,6 +216,23 @@ func TestFailbackRefusals(t *testing.T) {
 		Checkpoints: []*ferryv1.CheckpointPosition{{Topic: "orders", Partition: 0, NextSourceOffset: 5}}})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("SetCheckpoints of a running link answered %v, want FailedPrecondition", err)
+	}
+	// orders/2 has no checkpoint (nothing copied), but a writer serving a
+	// stream of the link refuses it too: the link has started.
+	l := r.waitStatus(t, "a shard served", func(l LinkReport) bool {
+		return slices.ContainsFunc(l.Shards, func(s ShardReport) bool { return s.Active })
+	})
+	serving := l.Shards[slices.IndexFunc(l.Shards, func(s ShardReport) bool { return s.Active })].Writer
+	c.writers = multi{serving}
+	sc, err := c.dial(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.close()
+	_, err = sc.writers[0].ctl.SetCheckpoints(context.Background(), &ferryv1.SetCheckpointsRequest{Link: "east",
+		Checkpoints: []*ferryv1.CheckpointPosition{{Topic: "orders", Partition: 2, NextSourceOffset: 3}}})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "opened on this writer") {
+		t.Fatalf("SetCheckpoints of orders/2 (no checkpoint) on writer %s serving the link answered %v, want FailedPrecondition", serving, err)
 	}
 
 	r.fetcher.Stop()

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
@@ -15,12 +16,32 @@ import (
 // maxSetCheckpoints bounds the partitions of one SetCheckpoints call.
 const maxSetCheckpoints = 1 << 16
 
-// SetCheckpoints moves checkpoints of a failed-over link, signed with this
-// writer's key as `ferry-writer checkpoint set` signs them (Store.Move):
-// failback's way to start the original direction at the old source's
-// end. Only while the link is failed_over: no stream of it writes then,
-// so no shard's round moves a checkpoint meanwhile, and the writers that
-// read the change take it at their next open's checkpoint sync.
+// SetCheckpoints sets checkpoints of a link, signed with this writer's
+// key as `ferry-writer checkpoint set` signs them (Store.Move). Two cases
+// only, both where no stream of the link can race the write:
+//
+//   - A failed-over link: failback's way to start the original direction
+//     at the old source's end. Every stream of it is refused, so no
+//     shard's round moves a checkpoint meanwhile, and the writers that
+//     read the change take it at their next open's checkpoint sync.
+//   - A link not started: NONE of the named partitions has a checkpoint,
+//     and no stream of the link opened on this writer: failback's way to
+//     start the reverse link where the target's own writes began.
+//
+// Why the second cannot move a running link's checkpoint: a shard's round
+// commits checkpoints with (exactly-once) or right after (at-least-once)
+// every record it copies, and never deletes one, so a link that has
+// copied anything of a partition holds a checkpoint of it, which the
+// Sync below makes visible (the barrier is read only after every
+// checkpoint written before it, transactions resolved): refused. What is
+// left is a stream that opened on these partitions and has not committed
+// its first round yet: refused when it opened here; on another writer,
+// its round either commits above the checkpoint set (and its progress
+// stands) or below it (every writer ignores a lower checkpoint as a
+// replay, and a restart resumes at the one set). ferryctl also refuses
+// when any writer it asks serves a stream of the link, and the runbook
+// sets the checkpoints before the reverse link's fetchers start, so only
+// fetchers started during the command meet that window.
 func (c *Control) SetCheckpoints(ctx context.Context, req *ferryv1.SetCheckpointsRequest) (*ferryv1.SetCheckpointsResponse, error) {
 	by, err := c.admit(ctx)
 	if err != nil {
@@ -38,7 +59,9 @@ func (c *Control) SetCheckpoints(ctx context.Context, req *ferryv1.SetCheckpoint
 		return nil, unavailable(ctx, fmt.Errorf("checkpoint sync: %w", err))
 	}
 	if st := s.store.Control(link).State; st != linkstate.FailedOver {
-		return nil, status.Errorf(codes.FailedPrecondition, "link %s is %s, not failed_over: its checkpoints are moved only while every stream of it is refused", link, st)
+		if err := c.checkNotStarted(link, req.GetCheckpoints()); err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "link %s is %s, not failed_over, and %v: nothing set (checkpoints are set only on a failed-over link, or on one not started)", link, st, err)
+		}
 	}
 	if err := c.checkForward(link, req.GetCheckpoints()); err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
@@ -59,6 +82,26 @@ func (c *Control) SetCheckpoints(ctx context.Context, req *ferryv1.SetCheckpoint
 			"from", ch.PreviousNextSourceOffset, "to", ch.NextSourceOffset, "by", by, "reason", req.GetReason())
 	}
 	return resp, nil
+}
+
+// checkNotStarted refuses a link that has started: a named partition has
+// a checkpoint (even one that does not verify), or a stream of the link
+// opened on this writer.
+func (c *Control) checkNotStarted(link string, ps []*ferryv1.CheckpointPosition) error {
+	if c.s.streamOpened(link) {
+		return errors.New("a stream of it opened on this writer")
+	}
+	for _, p := range ps {
+		k := checkpoint.Key{Link: link, Topic: p.GetTopic(), Partition: p.GetPartition()}
+		cur, ok, err := c.s.store.Get(k)
+		switch {
+		case ok && err != nil:
+			return fmt.Errorf("%s/%d has a checkpoint (that does not verify: %v)", clip(k.Topic), k.Partition, err)
+		case ok:
+			return fmt.Errorf("%s/%d has a checkpoint (next source offset %d)", clip(k.Topic), k.Partition, cur.NextSourceOffset)
+		}
+	}
+	return nil
 }
 
 // checkForward refuses, before anything is written, a checkpoint that

@@ -392,6 +392,19 @@ func (s *Server) claim(ctx context.Context, sess *session) error {
 	return nil
 }
 
+// streamOpened is true when a stream of link has opened on this writer
+// since it started (a shard it claimed).
+func (s *Server) streamOpened(link string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.shards {
+		if k.link == link {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Server) release(sess *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
