@@ -381,11 +381,11 @@ func (e *env) netFault(ctx context.Context, f Fault) error {
 	switch f.Kind {
 	case "net-cut":
 		for _, n := range names {
-			e.proxies[n].Stop() // closes every connection, refuses new ones
+			e.proxies[n].proxy().Stop() // closes every connection, refuses new ones
 		}
 		err := sleep(ctx, f.For)
 		for _, n := range names {
-			if serr := e.proxies[n].Start(); serr != nil && err == nil {
+			if serr := e.proxies[n].proxy().Start(); serr != nil && err == nil {
 				err = serr
 			}
 		}
@@ -402,25 +402,24 @@ func (e *env) netFault(ctx context.Context, f Fault) error {
 			for _, stream := range []string{"upstream", "downstream"} {
 				spec := fmt.Sprintf(`{"name":%q,"type":"latency","stream":%q,"attributes":{"latency":%d,"jitter":%d}}`,
 					f.Kind+"-"+stream, stream, latency, jitter)
-				if _, err := e.proxies[n].Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
+				if _, err := e.proxies[n].proxy().Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
 					return fmt.Errorf("toxic on %s: %w", n, err)
 				}
 			}
 		}
 		err := sleep(ctx, f.For)
 		for _, n := range names {
-			for _, stream := range []string{"upstream", "downstream"} {
-				if rerr := e.proxies[n].Toxics.RemoveToxic(context.Background(), f.Kind+"-"+stream); rerr != nil && err == nil {
-					err = rerr
-				}
+			if rerr := e.proxies[n].removeToxics(f.Kind+"-upstream", f.Kind+"-downstream"); rerr != nil && err == nil {
+				err = rerr
 			}
 		}
 		if f.Kind == "net-stall" {
 			// What the stall held would arrive 30 s late: a stalled link
 			// that recovers resets its connections instead.
 			for _, n := range names {
-				e.proxies[n].Stop()
-				if serr := e.proxies[n].Start(); serr != nil && err == nil {
+				p := e.proxies[n].proxy()
+				p.Stop()
+				if serr := p.Start(); serr != nil && err == nil {
 					err = serr
 				}
 			}

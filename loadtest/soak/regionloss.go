@@ -202,7 +202,7 @@ func (e *env) loseRegion() {
 func (e *env) lagTarget(ctx context.Context, d time.Duration) error {
 	for _, stream := range []string{"upstream", "downstream"} {
 		spec := fmt.Sprintf(`{"name":"lag-%s","type":"latency","stream":%q,"attributes":{"latency":2000}}`, stream, stream)
-		if _, err := e.proxies["target"].Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
+		if _, err := e.proxies["target"].proxy().Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
 			return err
 		}
 	}
@@ -212,10 +212,8 @@ func (e *env) lagTarget(ctx context.Context, d time.Duration) error {
 
 // unlagTarget ends lagTarget.
 func (e *env) unlagTarget() error {
-	for _, stream := range []string{"upstream", "downstream"} {
-		if err := e.proxies["target"].Toxics.RemoveToxic(context.Background(), "lag-"+stream); err != nil {
-			return fmt.Errorf("end the target hop's latency: %w", err)
-		}
+	if err := e.proxies["target"].removeToxics("lag-upstream", "lag-downstream"); err != nil {
+		return fmt.Errorf("end the target hop's latency: %w", err)
 	}
 	return nil
 }

@@ -155,7 +155,7 @@ type env struct {
 	consul *consulagent.Agent
 	toxics *toxiproxy.ApiServer
 	// proxies by hop: "source", "target", "consul", and "writer-<i>".
-	proxies map[string]*toxiproxy.Proxy
+	proxies map[string]*hop
 	// addresses the system under test uses: through the proxies.
 	srcProxy, dstProxy, consulProxy string
 	// Ferry's processes; nil for mm2-eos.
@@ -181,7 +181,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("soak options: %w", err)
 	}
 	opts.defaults()
-	e := &env{opts: opts, log: opts.Log, proxies: map[string]*toxiproxy.Proxy{}}
+	e := &env{opts: opts, log: opts.Log, proxies: map[string]*hop{}}
 	defer e.close()
 	if err := e.start(ctx); err != nil {
 		return nil, err
@@ -442,7 +442,7 @@ func (e *env) proxy(name, listen, upstream string) error {
 	if err := p.Start(); err != nil {
 		return fmt.Errorf("proxy %s: %w", name, err)
 	}
-	e.proxies[name] = p
+	e.proxies[name] = &hop{p: p, toxics: e.toxics, log: e.log}
 	return nil
 }
 
@@ -562,9 +562,8 @@ func running(m *member) bool {
 // heal ends every fault a run may have left: toxics, stopped proxies,
 // paused processes, and brings the two-and-two baseline (or MM2) back.
 func (e *env) heal() {
-	for _, p := range e.proxies {
-		p.Toxics.ResetToxics(context.Background())
-		_ = p.Start() // an error means it is already listening
+	for _, h := range e.proxies {
+		h.reset()
 	}
 	// A broker a failed restart left down comes back (the run still
 	// fails: brokenEnvironment).
@@ -705,8 +704,8 @@ func (e *env) close() {
 	if e.mm2 != nil {
 		_ = e.mm2.Stop()
 	}
-	for _, p := range e.proxies {
-		p.Stop()
+	for _, h := range e.proxies {
+		h.proxy().Stop()
 	}
 	if e.consul != nil {
 		_ = e.consul.Stop()
