@@ -60,8 +60,13 @@ func startCountingServer(t *testing.T, opts ...grpc.ServerOption) *countingServe
 			StreamName:    st.StreamName,
 			ServerStreams: st.ServerStreams,
 			ClientStreams: st.ClientStreams,
-			Handler: func(any, grpc.ServerStream) error {
+			Handler: func(_ any, ss grpc.ServerStream) error {
 				cs.calls.Add(1)
+				if !st.ServerStreams {
+					// A client stream (Report) answers with exactly one
+					// message: none is a cardinality violation.
+					return ss.SendMsg(&emptypb.Empty{})
+				}
 				return nil
 			},
 		})
