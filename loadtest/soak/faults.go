@@ -402,7 +402,7 @@ func (e *env) netFault(ctx context.Context, f Fault) error {
 			for _, stream := range []string{"upstream", "downstream"} {
 				spec := fmt.Sprintf(`{"name":%q,"type":"latency","stream":%q,"attributes":{"latency":%d,"jitter":%d}}`,
 					f.Kind+"-"+stream, stream, latency, jitter)
-				if _, err := e.proxies[n].proxy().Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
+				if err := e.proxies[n].addToxic(spec); err != nil {
 					return fmt.Errorf("toxic on %s: %w", n, err)
 				}
 			}

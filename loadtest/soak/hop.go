@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,28 +37,57 @@ func (h *hop) proxy() *toxiproxy.Proxy {
 	return h.p
 }
 
+// addToxic adds the toxic spec describes (toxiproxy's JSON form). Adding
+// interrupts the link's last toxic and can hang as a removal does: the
+// proxy is then replaced and the toxic added to the new one.
+func (h *hop) addToxic(spec string) error {
+	add := func(p *toxiproxy.Proxy) error {
+		_, err := p.Toxics.AddToxicJson(strings.NewReader(spec))
+		return err
+	}
+	p := h.proxy()
+	err, ok := within(func() error { return add(p) })
+	if ok {
+		return err
+	}
+	h.log.Warn("toxiproxy did not add a toxic (Shopify/toxiproxy#558): replacing the proxy", "proxy", p.Name)
+	if err := h.replace(p); err != nil {
+		return err
+	}
+	return add(h.proxy())
+}
+
 // removeToxics removes the named toxics, or, when toxiproxy hangs doing
 // it, replaces the proxy with one without toxics (every connection of
 // the old one closed, as a reset link does).
 func (h *hop) removeToxics(names ...string) error {
 	p := h.proxy()
-	done := make(chan error, 1)
-	// Not stoppable: a hung removal stays blocked inside toxiproxy (the
-	// soak's TestMain ignores it in its leak check).
-	go func() {
+	err, ok := within(func() error {
 		var errs []error
 		for _, n := range names {
 			errs = append(errs, p.Toxics.RemoveToxic(context.Background(), n))
 		}
-		done <- errors.Join(errs...)
-	}()
-	select {
-	case err := <-done:
+		return errors.Join(errs...)
+	})
+	if ok {
 		return err
-	case <-time.After(removeWait):
 	}
 	h.log.Warn("toxiproxy did not remove a toxic (Shopify/toxiproxy#558): replacing the proxy", "proxy", p.Name, "toxics", names)
 	return h.replace(p)
+}
+
+// within runs a toxiproxy change and reports whether it returned within
+// removeWait. Not stoppable: a hung change stays blocked inside toxiproxy
+// (the soak's TestMain ignores it in its leak check).
+func within(change func() error) (err error, ok bool) {
+	done := make(chan error, 1)
+	go func() { done <- change() }()
+	select {
+	case err := <-done:
+		return err, true
+	case <-time.After(removeWait):
+		return nil, false
+	}
 }
 
 // replace stops old and starts a proxy of the same name, address and
@@ -77,18 +107,12 @@ func (h *hop) replace(old *toxiproxy.Proxy) error {
 // reset removes every toxic and starts the proxy if it was stopped.
 func (h *hop) reset() {
 	p := h.proxy()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.Toxics.ResetToxics(context.Background())
-	}()
-	select {
-	case <-done:
+	if _, ok := within(func() error { p.Toxics.ResetToxics(context.Background()); return nil }); ok {
 		_ = p.Start() // an error means it is already listening
-	case <-time.After(removeWait):
-		h.log.Warn("toxiproxy did not reset its toxics (Shopify/toxiproxy#558): replacing the proxy", "proxy", p.Name)
-		if err := h.replace(p); err != nil {
-			h.log.Error("heal: replace proxy", "err", err)
-		}
+		return
+	}
+	h.log.Warn("toxiproxy did not reset its toxics (Shopify/toxiproxy#558): replacing the proxy", "proxy", p.Name)
+	if err := h.replace(p); err != nil {
+		h.log.Error("heal: replace proxy", "err", err)
 	}
 }

@@ -202,7 +202,7 @@ func (e *env) loseRegion() {
 func (e *env) lagTarget(ctx context.Context, d time.Duration) error {
 	for _, stream := range []string{"upstream", "downstream"} {
 		spec := fmt.Sprintf(`{"name":"lag-%s","type":"latency","stream":%q,"attributes":{"latency":2000}}`, stream, stream)
-		if _, err := e.proxies["target"].proxy().Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
+		if err := e.proxies["target"].addToxic(spec); err != nil {
 			return err
 		}
 	}
