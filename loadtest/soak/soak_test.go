@@ -307,3 +307,53 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// A fault's recovery leaves out the time later faults acted before the lag
+// was healthy again; its whole span is reported beside it.
+func TestRecoveryLeavesOutLaterFaults(t *testing.T) {
+	// A target restart ends at 10 s; a writer pause (15-40 s) and a
+	// fetcher kill (35-45 s) follow before the lag is healthy again at
+	// 60 s. A fault that did not act (skipped) takes no time off.
+	t0 := time.Now()
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	done := []Done{
+		{Fault: Fault{Kind: "target-restart", Target: "kill"}, Start: at(5), End: at(10)},
+		{Fault: Fault{Kind: "writer-pause", Target: "0"}, Start: at(15), End: at(40)},
+		{Fault: Fault{Kind: "fetcher-kill", Target: "1"}, Start: at(35), End: at(45)},
+		{Fault: Fault{Kind: "fetcher-pause", Target: "0"}, Start: at(20), End: at(50), Err: errSkipped.Error()},
+	}
+	var samples []sample
+	for sec := -5; sec <= 70; sec++ {
+		lag := int64(0)
+		if sec >= 6 && sec < 60 {
+			lag = 10_000
+		}
+		samples = append(samples, sample{at: at(sec), lag: lag})
+	}
+	for i, want := range []struct{ rec, wall time.Duration }{
+		{20 * time.Second, 50 * time.Second}, // 50 s less 15-45 s
+		{15 * time.Second, 20 * time.Second}, // 20 s less 40-45 s
+		{15 * time.Second, 15 * time.Second},
+	} {
+		rec, wall, ok := recovery(done, i, samples, 100)
+		if !ok || rec != want.rec || wall != want.wall {
+			t.Errorf("%s: recovery %s of %s (%v), want %s of %s", done[i].Kind, rec, wall, ok, want.rec, want.wall)
+		}
+	}
+	if _, _, ok := recovery(done, 0, samples[:60], 100); ok {
+		t.Error("a lag never back under the threshold gave a recovery")
+	}
+
+	opts := Options{Seed: 1, RecoveryBound: 19 * time.Second}
+	opts.defaults()
+	r := newReport(opts, nil, done, &progress{rate: 10, samples: samples}, at(-5), verify.Result{}, &producers{})
+	if r.LongestRecovery != 20*time.Second || r.LongestRecoveryWall != 50*time.Second || r.LongestKind != "target-restart/kill" {
+		t.Errorf("longest recovery %s (%s from its end) after %s, want 20s (50s) after target-restart/kill", r.LongestRecovery, r.LongestRecoveryWall, r.LongestKind)
+	}
+	if r.OK() {
+		t.Error("a run with a recovery over its bound is OK")
+	}
+	if sum := r.Summary(); !strings.Contains(sum, "longest recovery=20s (target-restart/kill; 50s from its end, 30s of it under later faults)") {
+		t.Errorf("summary does not give the recovery and its span:\n%s", sum)
+	}
+}
