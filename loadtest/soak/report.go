@@ -31,9 +31,9 @@ type Report struct {
 	NotApplicable int           `json:"not_applicable"`
 	Result        verify.Result `json:"result"`
 	// LongestRecovery is the longest time from a fault's end until the lag
-	// was back at its healthy level, not counting the time later faults
+	// was back at its healthy level, not counting the time other faults
 	// acted meanwhile (each is charged its own recovery); LongestKind names
-	// that fault and LongestRecoveryWall is its whole span, later faults
+	// that fault and LongestRecoveryWall is its whole span, other faults
 	// included.
 	LongestRecovery     time.Duration `json:"longest_recovery"`
 	LongestRecoveryWall time.Duration `json:"longest_recovery_wall,omitempty"`
@@ -164,14 +164,15 @@ func newReport(opts Options, sched []Fault, done []Done, prog *progress, warmFro
 }
 
 // recovery is how long the lag took to come back under threshold after
-// fault d = done[i] ended (wall: from d's end to the first such sample), less the time other
-// faults acted in that span. The schedule starts a fault every 6 to 16 s,
-// so several overlap: measured by the clock alone, a fault's recovery
-// would include every fault after it until the lag first came back (seed
-// 735: a target restart charged 65 s, 40 s of it five later faults acting,
-// the last of which recovered in 14 s). Time with no fault acting still
-// counts in full, so a copy that never recovers between faults fails the
-// bound at its last fault. ok is false if the lag never came back.
+// fault done[i] ended (wall: from its end to the first such sample), less
+// the time other faults acted in that span. The schedule starts a fault
+// every 6 to 16 s, so several overlap: measured by the clock alone, a
+// fault's recovery would include every fault acting until the lag first
+// came back (seed 735: a target restart charged 65 s, 40 s of it seven
+// other faults acting, the last of which recovered in 14 s). Time with no
+// fault acting still counts in full, so a copy that never recovers
+// between faults fails the bound at its last fault. ok is false if the
+// lag never came back.
 func recovery(done []Done, i int, samples []sample, threshold int64) (rec, wall time.Duration, ok bool) {
 	d := done[i]
 	var healthy time.Time
@@ -315,7 +316,7 @@ func (r *Report) Summary() string {
 	fmt.Fprintf(&b, "%s\n", r.Result.Line())
 	longest := r.LongestKind
 	if under := r.LongestRecoveryWall - r.LongestRecovery; under > 0 {
-		longest += fmt.Sprintf("; %s from its end, %s of it under later faults", r.LongestRecoveryWall.Round(time.Second), under.Round(time.Second))
+		longest += fmt.Sprintf("; %s from its end, %s of it under other faults", r.LongestRecoveryWall.Round(time.Second), under.Round(time.Second))
 	}
 	fmt.Fprintf(&b, "caught up=%v longest recovery=%s (%s) healthy rate=%.0f rec/s producer errors=%d\n",
 		r.CaughtUp, r.LongestRecovery.Round(time.Second), longest, r.HealthyRate, r.ProducerErrors)

@@ -308,9 +308,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// A fault's recovery leaves out the time later faults acted before the lag
+// A fault's recovery leaves out the time other faults acted before the lag
 // was healthy again; its whole span is reported beside it.
-func TestRecoveryLeavesOutLaterFaults(t *testing.T) {
+func TestRecoveryLeavesOutOtherFaults(t *testing.T) {
 	// A target restart ends at 10 s; a writer pause (15-40 s) and a
 	// fetcher kill (35-45 s) follow before the lag is healthy again at
 	// 60 s. A fault that did not act (skipped) takes no time off.
@@ -353,7 +353,7 @@ func TestRecoveryLeavesOutLaterFaults(t *testing.T) {
 	if r.OK() {
 		t.Error("a run with a recovery over its bound is OK")
 	}
-	if sum := r.Summary(); !strings.Contains(sum, "longest recovery=20s (target-restart/kill; 50s from its end, 30s of it under later faults)") {
+	if sum := r.Summary(); !strings.Contains(sum, "longest recovery=20s (target-restart/kill; 50s from its end, 30s of it under other faults)") {
 		t.Errorf("summary does not give the recovery and its span:\n%s", sum)
 	}
 }
