@@ -76,7 +76,8 @@ func markdown(rep Report, plots []string, notes string) string {
 	p("## How to read it\n\n")
 	p("- **MB/s** and **rec/s** count logical bytes (key + value + headers, uncompressed) of the records the target received, over the copy window: ")
 	p("first record on the target to last (catch-up, wan), or live producer start to last record (live). **startup** is replicator start to its first record on the target; it is not in the window.\n")
-	p("- **CPU s/GB** is utime+stime of the replicator's own processes (Ferry: fetcher + writer; MM2: its JVM; floor: its process), read from /proc/PID/stat at the window's start and end, per GB (10^9 logical bytes) copied. Broker CPU is not counted.\n")
+	p("- **CPU s/GB** is utime+stime of the replicator's own processes (Ferry: fetcher + writer; MM2: its JVM; floor: its process), read from /proc/PID/stat at the window's start and end, per GB (10^9 logical bytes) copied. Broker CPU is not counted in it.\n")
+	p("- **broker CPU s/GB** is the same for each broker's JVM over the same window, source / target: what the replicator's requests cost the clusters; the target's includes the harness's tail consumer (the same for every system).\n")
 	p("- **peak RSS** is VmHWM from /proc/PID/status at the end of the run, summed over the system's processes (Ferry has two).\n")
 	p("- **×tuned** columns divide by MM2 tuned in the same table (higher is better for throughput, lower for CPU, RSS and latency).\n")
 	p("- **wire MB/GB** counts both directions through the WAN proxy per GB copied: for Ferry the gRPC stream (batches in the link codec: lz4 by default, zstd for ferry-zstd), for MM2 and the floor the Kafka fetch traffic (lz4 batches as stored on the source).\n")
@@ -149,14 +150,14 @@ func table(b *strings.Builder, key string, rs []Result) {
 	live := rs[0].Workload == Live
 	wan := rs[0].Workload == WAN
 	p("## %s\n\n", key)
-	p("| system | MB/s | rec/s | ×tuned | CPU s/GB | ×tuned | peak RSS MB | ×tuned | startup s |")
+	p("| system | MB/s | rec/s | ×tuned | CPU s/GB | ×tuned | broker CPU s/GB source / target | peak RSS MB | ×tuned | startup s |")
 	if live {
 		p(" produced rec/s | p50 ms | p99 ms | p99.9 ms | max ms | p99 ×tuned |")
 	}
 	if wan {
 		p(" wire MB/GB | ×tuned |")
 	}
-	p(" verify |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	p(" verify |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	if live {
 		p("---:|---:|---:|---:|---:|---:|")
 	}
@@ -175,8 +176,8 @@ func table(b *strings.Builder, key string, rs []Result) {
 			}
 			return ratio(a, bb)
 		}
-		p("| %s | %.1f | %.0f | %s | %.1f | %s | %d | %s | %.1f |", runLabel(r), r.MBps, r.RecordsPerSec, t(r.MBps, tuned.MBps),
-			r.CPUPerGB, t(r.CPUPerGB, tuned.CPUPerGB), r.PeakRSSBytes>>20, t(float64(r.PeakRSSBytes), float64(tuned.PeakRSSBytes)), r.StartupSeconds)
+		p("| %s | %.1f | %.0f | %s | %.1f | %s | %s | %d | %s | %.1f |", runLabel(r), r.MBps, r.RecordsPerSec, t(r.MBps, tuned.MBps),
+			r.CPUPerGB, t(r.CPUPerGB, tuned.CPUPerGB), brokerCPU(r), r.PeakRSSBytes>>20, t(float64(r.PeakRSSBytes), float64(tuned.PeakRSSBytes)), r.StartupSeconds)
 		if live {
 			l := r.Latency
 			prod := "–"
@@ -235,6 +236,10 @@ func pair(b *strings.Builder, results []Result, before, after System, title stri
 		}
 		p("| %s | throughput MB/s | %.1f | %.1f | %s |\n", k, x.MBps, y.MBps, ratio(y.MBps, x.MBps))
 		p("| %s | CPU s/GB | %.1f | %.1f | %s |\n", k, x.CPUPerGB, y.CPUPerGB, ratio(y.CPUPerGB, x.CPUPerGB))
+		if x.SourceCPUPerGB > 0 && y.SourceCPUPerGB > 0 {
+			p("| %s | source broker CPU s/GB | %.1f | %.1f | %s |\n", k, x.SourceCPUPerGB, y.SourceCPUPerGB, ratio(y.SourceCPUPerGB, x.SourceCPUPerGB))
+			p("| %s | target broker CPU s/GB | %.1f | %.1f | %s |\n", k, x.TargetCPUPerGB, y.TargetCPUPerGB, ratio(y.TargetCPUPerGB, x.TargetCPUPerGB))
+		}
 		p("| %s | peak RSS MB | %d | %d | %s |\n", k, x.PeakRSSBytes>>20, y.PeakRSSBytes>>20, ratio(float64(y.PeakRSSBytes), float64(x.PeakRSSBytes)))
 		if x.WireBytesPerGB > 0 && y.WireBytesPerGB > 0 {
 			p("| %s | wire MB per GB | %.0f | %.0f | %s |\n", k, x.WireBytesPerGB/1e6, y.WireBytesPerGB/1e6, ratio(y.WireBytesPerGB, x.WireBytesPerGB))
@@ -400,4 +405,13 @@ func hasSystem(rs []Result, sys System) bool {
 		}
 	}
 	return false
+}
+
+// brokerCPU is r's source / target broker CPU per GB, "–" in results from
+// before it was measured.
+func brokerCPU(r Result) string {
+	if r.SourceCPUPerGB <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f / %.1f", r.SourceCPUPerGB, r.TargetCPUPerGB)
 }

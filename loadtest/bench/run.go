@@ -132,7 +132,14 @@ type Result struct {
 	CPUSeconds      float64 `json:"cpu_s"`
 	CPUTotalSeconds float64 `json:"cpu_total_s"`
 	CPUPerGB        float64 `json:"cpu_s_per_gb"`
-	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
+	// SourceCPUPerGB and TargetCPUPerGB are utime+stime of each broker
+	// over the copy window, per GB: what the replicator costs the
+	// clusters (its fetches, produces, offset and metadata requests); the
+	// target's includes what the harness's tail consumer costs it, the
+	// same for all systems.
+	SourceCPUPerGB float64 `json:"source_cpu_s_per_gb,omitempty"`
+	TargetCPUPerGB float64 `json:"target_cpu_s_per_gb,omitempty"`
+	PeakRSSBytes   int64   `json:"peak_rss_bytes"`
 
 	Latency    LatencyMillis `json:"latency_ms"`
 	LatencyCDF []float64     `json:"latency_cdf_ms,omitempty"` // 1000 quantiles
@@ -212,8 +219,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		if r.Error != "" {
 			fmt.Fprintf(cfg.Out, "    FAILED: %s\n", r.Error)
 		} else {
-			fmt.Fprintf(cfg.Out, "    %.1f MB/s %.0f rec/s, cpu %.1f s/GB, rss %d MB, latency p99 %.0f ms, %s\n",
-				r.MBps, r.RecordsPerSec, r.CPUPerGB, r.PeakRSSBytes>>20, r.Latency.P99, r.Verify.Line())
+			fmt.Fprintf(cfg.Out, "    %.1f MB/s %.0f rec/s, cpu %.1f s/GB (source broker %.1f, target broker %.1f), rss %d MB, latency p99 %.0f ms, %s\n",
+				r.MBps, r.RecordsPerSec, r.CPUPerGB, r.SourceCPUPerGB, r.TargetCPUPerGB, r.PeakRSSBytes>>20, r.Latency.P99, r.Verify.Line())
 		}
 		results = append(results, r)
 		if cfg.OnResult != nil {
@@ -530,7 +537,7 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 		return err
 	}
 	defer ends.close()
-	p := &progress{rep: rep, tail: t, ends: ends, start: start, txn: s.system.transactional()}
+	p := &progress{rep: rep, brokers: [2]int{c.source.PID(), c.target.PID()}, tail: t, ends: ends, start: start, txn: s.system.transactional()}
 	if f, ok := rep.(*ferry); ok && cfg.ProfileSeconds > 0 && s.workload != Live {
 		prof := &profiler{dir: cfg.ProfileDir, name: filepath.Base(dir), seconds: cfg.ProfileSeconds, out: cfg.Out}
 		p.onCopy = func() { prof.start(ctx, map[string]string{"writer": f.pprofs[0], "fetcher": f.pprofs[1]}) }
@@ -557,6 +564,8 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 	r.CPUSeconds, r.CPUTotalSeconds = m.cpuEnd-m.cpuFrom, m.cpuEnd
 	if m.bytes > 0 {
 		r.CPUPerGB = r.CPUSeconds / (float64(m.bytes) / 1e9)
+		r.SourceCPUPerGB = (m.brokersEnd[0] - m.brokersFrom[0]) / (float64(m.bytes) / 1e9)
+		r.TargetCPUPerGB = (m.brokersEnd[1] - m.brokersFrom[1]) / (float64(m.bytes) / 1e9)
 	}
 	if r.PeakRSSBytes, err = totalPeakRSS(pids); err != nil {
 		return err
@@ -582,11 +591,12 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 
 // measured is what a wait loop saw.
 type measured struct {
-	records, bytes    int64     // in the measured window
-	expected          int64     // on the target in all
-	first, from, last time.Time // first record seen; window start; last record seen
-	cpuFrom, cpuEnd   float64
-	produced          float64 // live producer records/s
+	records, bytes          int64      // in the measured window
+	expected                int64      // on the target in all
+	first, from, last       time.Time  // first record seen; window start; last record seen
+	cpuFrom, cpuEnd         float64    // the replicator's processes
+	brokersFrom, brokersEnd [2]float64 // the source's and the target's
+	produced                float64    // live producer records/s
 }
 
 // progress watches the target while a replicator runs: the tail's record
@@ -595,13 +605,14 @@ type measured struct {
 // whose commit markers also advance end offsets, the tail decides the last
 // moment) and the per-second series.
 type progress struct {
-	rep    replicator
-	tail   *tail
-	ends   *endOffsets
-	start  time.Time
-	series []int64
-	txn    bool   // the system writes transactions
-	onCopy func() // if set, runs when the first record shows up
+	rep     replicator
+	brokers [2]int // the source's and the target's processes
+	tail    *tail
+	ends    *endOffsets
+	start   time.Time
+	series  []int64
+	txn     bool   // the system writes transactions
+	onCopy  func() // if set, runs when the first record shows up
 }
 
 // waitFor returns once the tail holds want records (and the end offsets
@@ -648,14 +659,27 @@ func (p *progress) waitFor(ctx context.Context, want int64, onFirst func()) (tim
 	}
 }
 
+// cpu reads the CPU seconds the replicator's processes and each broker
+// have used.
+func (p *progress) cpu() (replicator float64, brokers [2]float64, err error) {
+	if replicator, err = totalCPU(p.rep.PIDs()); err != nil {
+		return 0, brokers, err
+	}
+	for i, pid := range p.brokers {
+		if brokers[i], err = cpuSeconds(pid); err != nil {
+			return 0, brokers, err
+		}
+	}
+	return replicator, brokers, nil
+}
+
 func measureCatchUp(ctx context.Context, records int64, p *progress) (measured, error) {
 	m := measured{records: records, expected: records}
-	pids := p.rep.PIDs()
 	var cpuErr error
 	last, err := p.waitFor(ctx, records, func() {
 		m.first = time.Now()
 		m.from = m.first
-		m.cpuFrom, cpuErr = totalCPU(pids)
+		m.cpuFrom, m.brokersFrom, cpuErr = p.cpu()
 	})
 	if err != nil {
 		return m, err
@@ -664,7 +688,7 @@ func measureCatchUp(ctx context.Context, records int64, p *progress) (measured, 
 		return m, cpuErr
 	}
 	m.last = last
-	if m.cpuEnd, err = totalCPU(pids); err != nil {
+	if m.cpuEnd, m.brokersEnd, err = p.cpu(); err != nil {
 		return m, err
 	}
 	m.bytes = p.tail.Bytes()
@@ -685,9 +709,8 @@ func measureLive(ctx context.Context, cfg Config, c *cluster, wl workload.Option
 	if _, err := p.waitFor(ctx, int64(primer.Records), func() { m.first = time.Now() }); err != nil {
 		return m, fmt.Errorf("primer: %w", err)
 	}
-	pids := p.rep.PIDs()
 	var err error
-	if m.cpuFrom, err = totalCPU(pids); err != nil {
+	if m.cpuFrom, m.brokersFrom, err = p.cpu(); err != nil {
 		return m, err
 	}
 	bytes0 := t.Bytes()
@@ -714,7 +737,7 @@ func measureLive(ctx context.Context, cfg Config, c *cluster, wl workload.Option
 		return m, err
 	}
 	m.last = last
-	if m.cpuEnd, err = totalCPU(pids); err != nil {
+	if m.cpuEnd, m.brokersEnd, err = p.cpu(); err != nil {
 		return m, err
 	}
 	m.bytes = p.tail.Bytes() - bytes0
