@@ -3,12 +3,14 @@ package shard
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
@@ -175,4 +177,58 @@ func TestRefusedReportsEndTheSession(t *testing.T) {
 	writertest.WaitFor(t, 10*time.Second, "the restart counted as invalid_argument", func() bool {
 		return testutil.ToFloat64(m.StreamRestarts.WithLabelValues(testLink, "invalid_argument")) >= 1
 	})
+}
+
+// A partition whose fetch answers show that nothing moved is not asked
+// again: once a still topic is copied, the shard sends its leader no
+// ListOffsets, yet heartbeats keep coming, observed anew, with the head
+// read before. Records arriving move the high watermark, and the next
+// heartbeat carries it and the new head, read from the leader.
+func TestStillPartitionsAreNotAskedAgain(t *testing.T) {
+	const topic = "still"
+	src := newSource(t, topic)
+	var lists atomic.Int64
+	src.cluster.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
+		src.cluster.KeepControl()
+		lists.Add(1)
+		return nil, nil, false
+	})
+	produce := func(from, n int) {
+		base := time.Now()
+		for i := range n {
+			r := &kgo.Record{Topic: topic, Value: []byte("v" + strconv.Itoa(from+i)), Timestamp: base.Add(time.Duration(i) * time.Millisecond)}
+			if err := src.producer.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(0, 5)
+	cps := writertest.NewCheckpoints()
+	writer := writertest.Start(t, "127.0.0.1:0", cps)
+	writer.TakeHeartbeats()
+	startRunnerOn(t, src, newWriters(t, writer.Addr()), metrics.New(prometheus.NewRegistry()),
+		func(s *Settings) { s.HeartbeatInterval = 300 * time.Millisecond }, topic)
+	writertest.WaitFor(t, 10*time.Second, "5 records committed and a heartbeat of head 4", func() bool {
+		n, _ := cps.Next(topic, 0)
+		return n == 5 && lastHeartbeat(writer, topic).GetHeadOffset() == 4
+	})
+
+	asked, beats, still := lists.Load(), len(writer.Heartbeats()), time.Now()
+	writertest.WaitFor(t, 10*time.Second, "five more heartbeats", func() bool { return len(writer.Heartbeats()) >= beats+5 })
+	if n := lists.Load() - asked; n != 0 {
+		t.Errorf("%d ListOffsets requests for a partition that did not move", n)
+	}
+	hb := lastHeartbeat(writer, topic)
+	if hb.GetHighWatermark() != 5 || hb.GetLogStartOffset() != 0 || hb.GetHeadOffset() != 4 || hb.GetHeadTimestamp() < 0 || hb.GetObservedAt() < still.UnixMilli() {
+		t.Fatalf("heartbeat %v: want high watermark 5, log start 0, head 4 with its timestamp, observed after %v", hb, still)
+	}
+
+	produce(5, 3)
+	writertest.WaitFor(t, 10*time.Second, "a heartbeat of high watermark 8 and head 7", func() bool {
+		hb := lastHeartbeat(writer, topic)
+		return hb.GetHighWatermark() == 8 && hb.GetHeadOffset() == 7
+	})
+	if lists.Load() == asked {
+		t.Error("the new head came without a ListOffsets request")
+	}
 }

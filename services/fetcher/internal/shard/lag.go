@@ -53,39 +53,89 @@ func (r *Runner) heartbeatInterval() time.Duration {
 	return DefaultHeartbeatInterval
 }
 
-// readSource asks the partition leaders (three ListOffsets requests per
-// leader: log start, high watermark, head) for the shard's offsets, sets
-// the lag and keeps the read for the heartbeats. A partition that could
-// not be read keeps its previous read (its observation time says how old
-// it is); failures are left to the next round.
+// readSource takes the shard's source offsets, sets the lag and keeps the
+// read for the heartbeats. A partition that could not be read keeps its
+// previous read (its observation time says how old it is); failures are
+// left to the next round.
+//
+// Asking costs the leader three ListOffsets requests (log start, high
+// watermark, head) per shard every interval: in the catch-up benchmark
+// about a fifth of the source broker's CPU per GB (docs/benchmark.md). So
+// a partition is asked only when its fetch answers since the last read
+// (which carry its high watermark and log start) say something moved, or
+// when there were none (fetching paused, stalled or failing). A partition
+// whose high watermark and log start did not move holds the same records,
+// so its head is the one read before. (Only compaction could remove that
+// record without moving either; the head kept is then newer than the
+// truth, so the lag in seconds errs high, not low, until the next move.)
 func (r *Runner) readSource(ctx context.Context) {
-	parts := make([]rawfetch.Partition, len(r.parts))
-	for i, p := range r.parts {
-		parts[i] = rawfetch.Partition{Topic: p.Topic, Partition: p.Partition}
+	r.mu.Lock()
+	prev, fetched := r.source, r.fetched
+	r.fetched = nil
+	r.mu.Unlock()
+	read := make(sourceRead, len(r.parts))
+	var ask []rawfetch.Partition
+	for _, p := range r.parts {
+		f, seen := fetched[p]
+		o, known := prev[p]
+		if seen && known && f.highWater == o.HighWatermark && f.logStart == o.LogStart {
+			o.at = later(o.at, f.at)
+			read[p] = o
+			continue
+		}
+		ask = append(ask, rawfetch.Partition{Topic: p.Topic, Partition: p.Partition})
 	}
-	ctx, cancel := context.WithTimeout(ctx, max(r.heartbeatInterval(), 5*time.Second))
-	defer cancel()
-	got, err := r.deps.RawFetch.Offsets(ctx, parts)
-	if err != nil {
-		r.log.Debug("source offsets", "err", err)
+	if len(ask) > 0 {
+		ctx, cancel := context.WithTimeout(ctx, max(r.heartbeatInterval(), 5*time.Second))
+		got, err := r.deps.RawFetch.Offsets(ctx, ask)
+		cancel()
+		if err != nil {
+			r.log.Debug("source offsets", "err", err)
+		}
+		now := time.Now()
+		for rp, o := range got {
+			p := discovery.Partition{Topic: rp.Topic, Partition: rp.Partition}
+			r.setHighWater(p, o.HighWatermark)
+			read[p] = observed{Offsets: o, at: now}
+		}
 	}
-	if len(got) == 0 {
+	if len(read) == 0 {
 		return
-	}
-	now := time.Now()
-	for rp, o := range got {
-		r.setHighWater(discovery.Partition{Topic: rp.Topic, Partition: rp.Partition}, o.HighWatermark)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.source == nil {
 		r.source = sourceRead{}
 	}
-	for rp, o := range got {
-		r.source[discovery.Partition{Topic: rp.Topic, Partition: rp.Partition}] = observed{Offsets: o, at: now}
-	}
+	maps.Copy(r.source, read)
 	close(r.read)
 	r.read = make(chan struct{})
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// fetchedBounds are a partition's high watermark and log start as a fetch
+// answer carried them, and when it came.
+type fetchedBounds struct {
+	highWater, logStart int64
+	at                  time.Time
+}
+
+// noteFetched keeps a fetch answer's high watermark and log start of p for
+// the next read of the source's offsets; a log start the answer did not
+// carry (-1) never matches a read, so p is asked then.
+func (r *Runner) noteFetched(p discovery.Partition, highWater, logStart int64, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fetched == nil {
+		r.fetched = map[discovery.Partition]fetchedBounds{}
+	}
+	r.fetched[p] = fetchedBounds{highWater: highWater, logStart: logStart, at: at}
 }
 
 // lastRead returns a copy of the last read of the source's offsets and a

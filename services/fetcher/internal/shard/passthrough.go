@@ -189,6 +189,7 @@ func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, r
 	}
 	if res.HighWatermark >= 0 {
 		s.r.setHighWater(pp.p, res.HighWatermark) // keeps the lag right between the watcher's rounds
+		s.r.noteFetched(pp.p, res.HighWatermark, res.LogStartOffset, s.fetched)
 	}
 	ks, err := kafkaBatches(res.Batches, pp.next)
 	if err != nil {

@@ -139,6 +139,10 @@ type Runner struct {
 	// sessions send a heartbeat per read.
 	source sourceRead
 	read   chan struct{}
+	// fetched are the source offsets the shard's fetch answers carried
+	// since the last read (lag.go), which the next read takes instead of
+	// asking the leaders again where nothing moved.
+	fetched map[discovery.Partition]fetchedBounds
 	// fromStart are the partitions the next session reads from their
 	// topic's start: the topic was recreated while they were read, and
 	// link.on_data_loss: skip accepted it. A partition leaves once a
