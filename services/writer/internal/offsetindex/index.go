@@ -97,6 +97,24 @@ func (x *Index) Add(e Entry) {
 	x.next, x.targetEnd = e.Next, e.TargetEnd()
 }
 
+// Extend adds e, an entry a checkpoint carried (not yet in the index topic
+// when the checkpoint was read, see the writer's flush_interval), to the
+// index read after it, which may hold part or all of e already: a flush
+// between the two reads wrote it. Only what the index does not hold yet is
+// added; adding the rest again would cut off what the index holds after
+// it. A part that does not continue where the index ends on the target
+// belongs to a copy the index has since replaced, and is left out.
+func (x *Index) Extend(e Entry) {
+	switch {
+	case x.empty || e.From >= x.next:
+		x.Add(e)
+	case e.Next > x.next:
+		if tail := e.After(x.next); tail.TargetBefore == x.targetEnd {
+			x.Add(tail)
+		}
+	}
+}
+
 // truncate drops what the runs say from source offset src or target
 // offset tgt on.
 func (x *Index) truncate(src, tgt int64) {

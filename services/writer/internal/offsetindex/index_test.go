@@ -3,6 +3,7 @@ package offsetindex
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -213,5 +214,104 @@ func TestTrimKeepsTheNewestRuns(t *testing.T) {
 		if got, err := x.Translate(s); err != nil || got != want {
 			t.Errorf("Translate(%d) = %+v, %v; want %+v", s, got, err, want)
 		}
+	}
+}
+
+// The writer's deferred flushes, read back as translations read them:
+// entries merged while a checkpoint carries them (Entry.Extend), written
+// to the topic at random flushes, and a reader that takes the checkpoint
+// first and reads the topic after, some entries and flushes later
+// (Index.Extend). The index read so equals the copy up to the later of the
+// two: exact at every offset, both ways, whether the reads overlap or not.
+func TestCarriedEntriesTranslateAsFlushed(t *testing.T) {
+	for seed := range uint64(60) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		keep := []float64{1, 0.9, 0.5}[seed%3]
+		_, entries := simulate(rng, 400, keep, seed%2 == 1)
+		var topic, carried []Entry
+		flushedAt := 0 // entries[:flushedAt] are in topic
+		var cpCarried []Entry
+		cpAt := rng.IntN(len(entries)) + 1              // the checkpoint is read after entries[:cpAt]
+		topicAt := cpAt + rng.IntN(len(entries)-cpAt+1) // the topic, after entries[:topicAt]
+		var topicRead []Entry
+		lastFlushBy := 0
+		for i, e := range entries {
+			if n := len(carried); n == 0 || !carried[n-1].Extend(e) {
+				e.Runs = slices.Clone(e.Runs) // Extend grows them
+				carried = append(carried, e)
+			}
+			if rng.IntN(4) == 0 { // a flush
+				topic = append(topic, carried...)
+				carried, flushedAt = nil, i+1
+			}
+			if i+1 == cpAt {
+				cpCarried = append([]Entry(nil), carried...)
+				for j := range cpCarried {
+					cpCarried[j].Runs = append([]Run(nil), cpCarried[j].Runs...)
+				}
+			}
+			if i+1 == topicAt {
+				topicRead, lastFlushBy = append([]Entry(nil), topic...), flushedAt
+			}
+		}
+		x := NewIndex()
+		for _, e := range topicRead {
+			x.Add(e)
+		}
+		for _, e := range cpCarried {
+			x.Extend(e)
+		}
+		want := &copied{bySource: map[int64]int64{}}
+		for _, e := range entries[:max(cpAt, lastFlushBy)] {
+			for _, r := range e.Runs {
+				for k := range r.Count {
+					want.add(r.Source+k, r.Target+k)
+				}
+			}
+		}
+		if len(want.sources) == 0 {
+			continue
+		}
+		for s := int64(0); s <= 410; s++ {
+			if got, err := x.Translate(s); err != nil || got != want.wantForward(s) {
+				t.Fatalf("seed %d: Translate(%d) = %+v, %v; want %+v", seed, s, got, err, want.wantForward(s))
+			}
+		}
+		last := want.targets[len(want.targets)-1]
+		for tgt := int64(0); tgt <= last+5; tgt++ {
+			if got, err := x.TranslateBack(tgt); err != nil || got != want.wantBack(tgt) {
+				t.Fatalf("seed %d: TranslateBack(%d) = %+v, %v; want %+v", seed, tgt, got, err, want.wantBack(tgt))
+			}
+		}
+	}
+}
+
+// A checkpoint's carried entry that the index topic holds in part (a flush
+// between the two reads) adds only its tail; one whose tail does not
+// continue where the index ends on the target belongs to a copy the topic
+// has since replaced, and adds nothing.
+func TestExtendAddsOnlyWhatTheIndexLacks(t *testing.T) {
+	carried := Entry{From: 0, Next: 30, TargetBefore: -1, Runs: []Run{{0, 0, 10}, {12, 10, 18}}}
+	x := NewIndex()
+	x.Add(Entry{From: 0, Next: 20, TargetBefore: -1, Runs: []Run{{0, 0, 10}, {12, 10, 8}}})
+	x.Extend(carried)
+	for s, want := range map[int64]Position{5: {Offset: 5}, 11: {Offset: 10}, 20: {Offset: 18}, 29: {Offset: 27}, 30: {Offset: 28, End: true}} {
+		if got, err := x.Translate(s); err != nil || got != want {
+			t.Errorf("overlapping: Translate(%d) = %+v, %v; want %+v", s, got, err, want)
+		}
+	}
+
+	// The topic holds a later copy of 0..19 (at target 40..): the carried
+	// entry's tail continues target 18, not 60, and is left out.
+	x = NewIndex()
+	x.Add(Entry{From: 0, Next: 20, TargetBefore: 39, Runs: []Run{{0, 40, 20}}})
+	x.Extend(carried)
+	if got, err := x.Translate(25); err != nil || got != (Position{Offset: 60, End: true}) {
+		t.Errorf("replaced copy: Translate(25) = %+v, %v; want the index's end at 60", got, err)
+	}
+	// Held whole already: nothing changes.
+	x.Extend(Entry{From: 0, Next: 10, TargetBefore: 39, Runs: []Run{{0, 40, 10}}})
+	if got, err := x.Translate(15); err != nil || got != (Position{Offset: 55}) {
+		t.Errorf("held whole: Translate(15) = %+v, %v; want 55", got, err)
 	}
 }

@@ -2,10 +2,14 @@
 // record landed on the target, so a source offset translates to the target
 // offset a consumer should resume at, and back (issue 23, item 1).
 //
-// The writer adds one index record per source partition to each round it
-// commits, beside the partition's checkpoint: exactly-once, in the round's
-// transaction; at-least-once, with the round's checkpoint, after the target
-// acknowledged the data. The record is keyed "link/topic/partition" (the
+// The writer computes one index entry per source partition for each round
+// it commits, beside the partition's checkpoint. The entry rides in the
+// checkpoint (merged with the next rounds' while they continue it,
+// Entry.Extend) until a round flushes it to the index topic, once a
+// flush interval: exactly-once, in that round's transaction; at-least-once,
+// with its checkpoints, after the target acknowledged the data. Readers add
+// what a checkpoint carries to what the topic holds (Index.Extend). A
+// record is keyed "link/topic/partition" (the
 // checkpoint key's spelling) and holds what the round copied of the
 // partition as runs: records contiguous on both the source and the target.
 // All of a partition's records go to one partition of the index topic
@@ -92,6 +96,40 @@ func (e *Entry) Add(source, target, count int64) {
 		}
 	}
 	e.Runs = append(e.Runs, Run{Source: source, Target: target, Count: count})
+}
+
+// Extend appends next, the entry of the round after e's, to e when next
+// continues it (starts at or after e's end on the source, where e left the
+// target) and the runs stay within MaxRuns; it says whether it did. It
+// grows e.Runs in place: e must not share them.
+func (e *Entry) Extend(next Entry) bool {
+	if next.From < e.Next || next.TargetBefore != e.TargetEnd() || len(e.Runs)+len(next.Runs) > MaxRuns {
+		return false
+	}
+	for _, r := range next.Runs {
+		e.Add(r.Source, r.Target, r.Count)
+	}
+	e.Next = next.Next
+	return true
+}
+
+// After is the part of e from source offset src on (src within [From,
+// Next]): its TargetBefore is where e's records before src left the target.
+func (e Entry) After(src int64) Entry {
+	tail := Entry{From: src, Next: e.Next, TargetBefore: e.TargetBefore}
+	for _, r := range e.Runs {
+		switch {
+		case r.SourceEnd() <= src:
+			tail.TargetBefore = r.TargetEnd()
+		case r.Source < src:
+			cut := src - r.Source
+			tail.TargetBefore = r.Target + cut
+			tail.Runs = append(tail.Runs, Run{Source: src, Target: r.Target + cut, Count: r.Count - cut})
+		default:
+			tail.Runs = append(tail.Runs, r)
+		}
+	}
+	return tail
 }
 
 // TargetEnd is the target offset after the entry's last copied record, or

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"testing"
 )
 
@@ -133,4 +134,44 @@ func TestSplitLargeEntries(t *testing.T) {
 	if from != e.Next || x.Runs() != len(e.Runs) {
 		t.Errorf("parts end at %d with %d runs, want %d with %d", from, x.Runs(), e.Next, len(e.Runs))
 	}
+}
+
+// Extend merges the next round's entry when it continues the entry on both
+// sides, keeping gaps on the source as offsets not copied; it refuses one
+// that goes back, leaves the target elsewhere, or would pass MaxRuns.
+func TestExtendMergesOnlyWhatContinues(t *testing.T) {
+	e := Entry{From: 10, Next: 20, TargetBefore: 4, Runs: []Run{{10, 5, 10}}}
+	next := Entry{From: 22, Next: 30, TargetBefore: 15, Runs: []Run{{22, 16, 8}}} // a gap at 20-21, a marker at 15
+	if !e.Extend(next) {
+		t.Fatal("a continuing entry was not merged")
+	}
+	want := Entry{From: 10, Next: 30, TargetBefore: 4, Runs: []Run{{10, 5, 10}, {22, 16, 8}}}
+	if !reflect.DeepEqual(e, want) {
+		t.Fatalf("merged %+v, want %+v", e, want)
+	}
+	plain := Entry{From: 30, Next: 35, TargetBefore: 24, Runs: []Run{{30, 24, 5}}}
+	if !e.Extend(plain) || len(e.Runs) != 2 || e.Runs[1] != (Run{22, 16, 13}) || e.Next != 35 {
+		t.Fatalf("a contiguous entry merged into %+v, want its run joined to the last", e)
+	}
+	for name, bad := range map[string]Entry{
+		"back on the source":  {From: 34, Next: 40, TargetBefore: 29, Runs: []Run{{34, 29, 6}}},
+		"elsewhere on target": {From: 35, Next: 40, TargetBefore: -1, Runs: []Run{{35, 0, 5}}},
+		"past MaxRuns":        {From: 35, Next: 35 + 2*MaxRuns, TargetBefore: 29, Runs: manyRuns(35, 29, MaxRuns)},
+	} {
+		before := e
+		before.Runs = append([]Run(nil), e.Runs...)
+		if e.Extend(bad) || !reflect.DeepEqual(e, before) {
+			t.Errorf("%s: merged, or changed the entry to %+v", name, e)
+		}
+	}
+}
+
+// manyRuns are n runs of one record from source, target, a gap between
+// each on both sides.
+func manyRuns(source, target int64, n int) []Run {
+	out := make([]Run, n)
+	for i := range out {
+		out[i] = Run{Source: source + 2*int64(i), Target: target + 2*int64(i), Count: 1}
+	}
+	return out
 }

@@ -9,6 +9,13 @@ import (
 const (
 	DefaultTopic     = "__ferry_offset_index"
 	DefaultRetention = 7 * 24 * time.Hour
+	// DefaultFlushInterval is offset_index.flush_interval's default: a
+	// shard copying at full speed writes its index partition once every
+	// seven or so rounds instead of in each.
+	DefaultFlushInterval = time.Second
+	// MaxFlushInterval bounds it: the entries a checkpoint carries stay
+	// few.
+	MaxFlushInterval = time.Minute
 	// MinRetention is the shortest offset_index.retention: translation
 	// needs the index for as long as consumers may lag on the source.
 	MinRetention = time.Hour
@@ -20,6 +27,9 @@ type Topic struct {
 	// Partitions is the topic's partition count as the target reports it:
 	// PartitionOf depends on it, so the topic must never grow.
 	Partitions int32
+	// FlushInterval is how long a partition's index entries may ride in
+	// its checkpoints before a round writes them here (0: every round).
+	FlushInterval time.Duration
 }
 
 // PartitionOf is the partition of k's index records.
