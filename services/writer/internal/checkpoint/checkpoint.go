@@ -50,6 +50,13 @@ type Checkpoint struct {
 	Epoch  uint64    `json:"epoch"`
 	Writer string    `json:"writer"`
 	Time   time.Time `json:"time"`
+	// Unindexed are the offset index records (package offsetindex's
+	// encoding) of the rounds up to this checkpoint that were not yet
+	// known to be in the index topic when it was written: the writer
+	// writes the index once an offset_index.flush_interval, and until then
+	// a round's index rides, signed, in its checkpoint, committed with the
+	// data as the index topic would have it.
+	Unindexed [][]byte `json:"unindexed,omitempty"`
 }
 
 // Key identifies a source partition within a link; its record key is

@@ -348,7 +348,9 @@ func (s *Store) Move(ctx context.Context, k Key, next int64, writer string) (pre
 	}
 	cp := Checkpoint{NextSourceOffset: next, TargetOffset: -1, Writer: writer, Time: time.Now().UTC()}
 	if ok {
-		cp.TargetOffset, cp.SourceTopicID, cp.Epoch = cur.TargetOffset, cur.SourceTopicID, cur.Epoch
+		// The index entries it carries still say where what was copied
+		// landed: they stay until the partition's next flush writes them.
+		cp.TargetOffset, cp.SourceTopicID, cp.Epoch, cp.Unindexed = cur.TargetOffset, cur.SourceTopicID, cur.Epoch, cur.Unindexed
 	}
 	return cur, ok, s.Put(ctx, k, cp)
 }

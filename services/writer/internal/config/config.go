@@ -148,6 +148,11 @@ type OffsetIndex struct {
 	// longest retention of the source topics, or translating their oldest
 	// offsets answers that they are before the index.
 	Retention time.Duration `yaml:"retention"`
+	// FlushInterval is how often a shard writes its partitions' index
+	// records to the topic (0: with every round). Until then they ride,
+	// committed with the data, in the partitions' checkpoints, where
+	// translation reads them too.
+	FlushInterval time.Duration `yaml:"flush_interval"`
 }
 
 // Heartbeats configures the compacted heartbeat topic (created with
@@ -289,7 +294,7 @@ func Defaults() Config {
 		Log:                telemetry.LogConfig{Level: "info", Format: "text"},
 		Target:             kafkaclient.Defaults("ferry-writer"),
 		Checkpoints:        Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
-		OffsetIndex:        OffsetIndex{Topic: offsetindex.DefaultTopic, Retention: offsetindex.DefaultRetention},
+		OffsetIndex:        OffsetIndex{Topic: offsetindex.DefaultTopic, Retention: offsetindex.DefaultRetention, FlushInterval: offsetindex.DefaultFlushInterval},
 		Heartbeats:         Heartbeats{Topic: "__ferry_heartbeats", PersistInterval: 5 * time.Second},
 		Producer:           Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
 		MaxBatchBytes:      4 << 20,
@@ -565,6 +570,9 @@ func (o *OffsetIndex) validate(cps Checkpoints, p *config.Problems) {
 	}
 	if o.Retention < offsetindex.MinRetention {
 		p.Addf("offset_index.retention", "%v: must be at least %v (set it to the longest retention of the source topics at least)", o.Retention, offsetindex.MinRetention)
+	}
+	if o.FlushInterval < 0 || o.FlushInterval > offsetindex.MaxFlushInterval {
+		p.Addf("offset_index.flush_interval", "%v: must be between 0 (every round) and %v", o.FlushInterval, offsetindex.MaxFlushInterval)
 	}
 }
 

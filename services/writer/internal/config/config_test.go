@@ -95,6 +95,9 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		{"offset index without a topic", base + "offset_index: {topic: ''}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.topic: required"},
 		{"offset index in the checkpoint topic", base + "offset_index: {topic: __ferry_checkpoints}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.topic: must differ from checkpoints.topic"},
 		{"offset index partitions", base + "offset_index: {partitions: -1}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.partitions: -1"},
+		{"offset index flushed every round", base + "offset_index: {flush_interval: 0s}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", ""},
+		{"offset index flush interval negative", base + "offset_index: {flush_interval: -1s}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.flush_interval: -1s: must be between 0 (every round) and 1m0s"},
+		{"offset index flush interval above a minute", base + "offset_index: {flush_interval: 2m}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.flush_interval: 2m0s: must be between 0"},
 		// Issue 23 item 5: the control plane admits operators by identity.
 		{"control allowed ids with insecure", base + "control: {allowed_ids: ['spiffe://x/op']}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "control.allowed_ids: has no effect with tls.insecure"},
 		{"control allowed id not an identity", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\ncontrol: {allowed_ids: ['*.ops']}\nlinks: [{name: a, topics: {include: ['.*']}}]\n",
@@ -141,8 +144,8 @@ func TestOffsetIndexDefaults(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if o := c.OffsetIndex; o.Topic != "__ferry_offset_index" || o.Partitions != 5 || o.Retention != 7*24*time.Hour {
-		t.Errorf("offset_index defaults %+v, want __ferry_offset_index, the checkpoints' 5 partitions, 7 days", o)
+	if o := c.OffsetIndex; o.Topic != "__ferry_offset_index" || o.Partitions != 5 || o.Retention != 7*24*time.Hour || o.FlushInterval != time.Second {
+		t.Errorf("offset_index defaults %+v, want __ferry_offset_index, the checkpoints' 5 partitions, 7 days, flushed every second", o)
 	}
 }
 

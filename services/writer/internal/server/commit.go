@@ -108,6 +108,9 @@ func (ss *session) releaseAcked(acked []work) {
 // what its rounds commit (progress) and what it reports to (obs); build
 // turns a group into a round's target batches (build.go).
 func newCommitter(exactly bool, prod *producer.Producer, prog *progress, obs *observer, build func([]work) (*round, error)) committer {
+	// Exactly-once, a round's index records commit with its checkpoints
+	// (index.go).
+	prog.atomic = exactly
 	if exactly {
 		return &exactlyOnce{prod: prod, prog: prog, obs: obs, build: build}
 	}
@@ -169,8 +172,8 @@ func (c *exactlyOnce) round(ctx context.Context, group []work) (committed, error
 		return committed{}, err
 	}
 	// The round's checkpoints need its target offsets, so they follow its
-	// records in the same transaction; all its partitions join the
-	// transaction in one request.
+	// records in the same transaction; its data and checkpoint partitions
+	// join the transaction in one request.
 	if err := c.prod.AddPartitions(ctx, c.prog.partitions(group, r)); err != nil {
 		return committed{}, fmt.Errorf("begin target transaction: %w", err)
 	}
@@ -186,6 +189,12 @@ func (c *exactlyOnce) round(ctx context.Context, group []work) (committed, error
 	cpRound := &round{}
 	if err := c.prog.add(cpRound, cps); err != nil {
 		return committed{}, err
+	}
+	// The index partitions of a round that flushes join now: a request
+	// about once a flush_interval, where joining them as the round began
+	// would add them to every transaction.
+	if err := c.prod.AddPartitions(ctx, c.prog.partitions(nil, cpRound)); err != nil {
+		return committed{}, fmt.Errorf("offset index in target transaction: %w", err)
 	}
 	if _, err := c.prod.Produce(ctx, cpRound.batches); err != nil {
 		err = fmt.Errorf("checkpoint in target transaction: %w", err)

@@ -58,7 +58,7 @@ func (c *Control) Translate(ctx context.Context, req *ferryv1.TranslateRequest) 
 	defer r.Close()
 	resp := &ferryv1.TranslateResponse{Writer: c.s.opts.ID}
 	if q := req.GetOffset(); q != nil {
-		resp.Offset, err = translateOffset(ctx, r, link, q)
+		resp.Offset, err = c.translateOffset(ctx, r, link, q)
 	} else {
 		resp.Group, err = c.translateGroup(ctx, r, link, req.GetGroup())
 	}
@@ -103,8 +103,8 @@ func unavailable(ctx context.Context, err error) error {
 }
 
 // translateOffset answers q from the partition's index records.
-func translateOffset(ctx context.Context, r *offsetindex.Reader, link Link, q *ferryv1.OffsetQuery) (*ferryv1.OffsetTranslation, error) {
-	x, err := r.Load(ctx, offsetindex.Key{Link: link.Name, Topic: q.GetTopic(), Partition: q.GetPartition()})
+func (c *Control) translateOffset(ctx context.Context, r *offsetindex.Reader, link Link, q *ferryv1.OffsetQuery) (*ferryv1.OffsetTranslation, error) {
+	x, err := loadIndex(ctx, r, c.s.store, offsetindex.Key{Link: link.Name, Topic: q.GetTopic(), Partition: q.GetPartition()})
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +168,7 @@ func (c *Control) translateGroup(ctx context.Context, r *offsetindex.Reader, lin
 		if s, ours := groupsync.ParseMarker(o.Metadata); ours {
 			p.Ferry, p.SourceOffset, p.Outcome = true, s, ferryv1.TranslateOutcome_TRANSLATE_OUTCOME_EXACT
 		} else {
-			x, err := r.Load(ctx, offsetindex.Key{Link: link.Name, Topic: source, Partition: o.Partition})
+			x, err := loadIndex(ctx, r, c.s.store, offsetindex.Key{Link: link.Name, Topic: source, Partition: o.Partition})
 			if err != nil {
 				return nil, err
 			}

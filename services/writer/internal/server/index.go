@@ -1,18 +1,41 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
 )
 
-// The offset index part of progress: each round adds, beside each of its
-// partitions' checkpoints, the index record of what it copied of the
-// partition (package offsetindex), in the same place and order: exactly-
-// once in the round's transaction, at-least-once with the round's
-// checkpoints, after the target acknowledged the data they describe.
+// The offset index part of progress: each round computes, beside each of
+// its partitions' checkpoints, the index entry of what it copied of the
+// partition (package offsetindex). The entries ride in the partition's
+// checkpoints (checkpoint.Checkpoint.Unindexed), committed with the data
+// as the checkpoints are, until a round flushes them to the index topic:
+// the first round after offset_index.flush_interval, or one whose
+// entries grew past unindexedRuns. Writing the index partition in every
+// round cost the target broker an append and a transaction marker a round
+// (5-8 % of its CPU in the exactly-once catch-up benchmark); once a
+// second, a shard's index costs a seventh of that at full speed. Readers
+// of the index topic add the entries the partition's checkpoint carries
+// (Index.Extend).
+//
+// A flush writes the partition's entries in the same place and order as
+// the checkpoints: exactly-once in the round's transaction, whose
+// checkpoints then carry none of them; at-least-once with the round's
+// checkpoints, which still carry them, since either produce may fail
+// alone: the next round drops them, the committers adding a round only
+// once the previous one's writes succeeded.
+
+// unindexedRuns bounds the runs a partition's checkpoint carries: a round
+// that passes it flushes. A plain topic's round adds one run; a compacted
+// one's, one a gap.
+const unindexedRuns = 256
 
 // indexBatchBytes bounds one index batch: a round's index records of an
 // index partition go in batches of about this, far below any topic's
@@ -88,30 +111,92 @@ func (r *round) eachRun(group []work, b int, f func(source int64, n int)) {
 	}
 }
 
-// addIndex appends to r the index records of the partitions whose
-// checkpoints cps are (reached computed them with the checkpoints), in
-// batches per index partition.
-func (p *progress) addIndex(r *round, cps checkpoints) error {
-	byPartition := map[int32][]recordbatch.Record{}
-	var order []int32
-	for tp, cp := range cps {
+// addIndex moves the index entries of the partitions whose checkpoints
+// cps are (reached computed them with the checkpoints) to their unindexed
+// entries and, when the round flushes, appends their index records to r,
+// in batches per index partition. It returns the entries each
+// partition's checkpoint carries, encoded.
+func (p *progress) addIndex(r *round, cps checkpoints) (map[topicPartition][][]byte, error) {
+	// The last round's flush succeeded, or this round would not be.
+	for tp, n := range p.flushing {
+		p.unindexed[tp] = p.unindexed[tp][n:]
+		delete(p.flushing, tp)
+	}
+	flush := time.Since(p.flushed) >= p.index.FlushInterval
+	for tp := range cps {
 		e, ok := p.pending[tp]
 		if !ok {
 			continue
 		}
 		delete(p.pending, tp)
 		p.written[tp] = append(p.written[tp], *e)
+		un := p.unindexed[tp]
+		if n := len(un); n == 0 || !un[n-1].Extend(*e) {
+			// Its own runs: Extend grows them, and written shares e's.
+			own := *e
+			own.Runs = slices.Clone(e.Runs)
+			un = append(un, own)
+		}
+		p.unindexed[tp] = un
+		if runs(un) > unindexedRuns {
+			flush = true
+		}
+	}
+	if flush {
+		if err := p.flush(r, cps); err != nil {
+			return nil, err
+		}
+		if len(p.flushing) > 0 {
+			p.flushed = time.Now()
+		}
+	}
+	carried := map[topicPartition][][]byte{}
+	for tp := range cps {
+		// A flushed partition's checkpoint carries what the flush
+		// writes only where it may commit alone (at-least-once), and
+		// only while that stays small: past unindexedRuns (a round of a
+		// heavily compacted partition), an index produce refused alone
+		// leaves those runs out of the index, as it did a round before
+		// flushes were deferred (Index.Add starts again after them).
+		un := p.unindexed[tp]
+		if f := p.flushing[tp]; f > 0 && (p.atomic || runs(un[:f]) > unindexedRuns) {
+			un = un[f:]
+		}
+		for _, e := range un {
+			value, err := e.Append(nil)
+			if err != nil {
+				return nil, fmt.Errorf("offset index entry of %s: %w", p.indexKey(tp), err)
+			}
+			carried[tp] = append(carried[tp], value)
+		}
+	}
+	return carried, nil
+}
+
+// flush appends to r the index records of the unindexed entries of the
+// partitions of cps, in batches per index partition.
+func (p *progress) flush(r *round, cps checkpoints) error {
+	byPartition := map[int32][]recordbatch.Record{}
+	var order []int32
+	for tp, cp := range cps {
+		un := p.unindexed[tp]
+		if len(un) == 0 {
+			continue
+		}
+		p.flushing[tp] = len(un)
 		key := p.indexKey(tp)
 		part := p.index.PartitionOf(key)
-		for _, sub := range e.Split() {
-			value, err := sub.Append(nil)
-			if err != nil {
-				return fmt.Errorf("offset index record of %s: %w", key, err)
+		for _, e := range un {
+			for _, sub := range e.Split() {
+				value, err := sub.Append(nil)
+				if err != nil {
+					return fmt.Errorf("offset index record of %s: %w", key, err)
+				}
+				if _, ok := byPartition[part]; !ok {
+					order = append(order, part)
+				}
+				byPartition[part] = append(byPartition[part], recordbatch.Record{Timestamp: cp.Time.UnixMilli(), Key: []byte(key.String()), Value: value})
 			}
-			if _, ok := byPartition[part]; !ok {
-				order = append(order, part)
-			}
-			byPartition[part] = append(byPartition[part], recordbatch.Record{Timestamp: cp.Time.UnixMilli(), Key: []byte(key.String()), Value: value})
 		}
 	}
 	for _, part := range order {
@@ -133,8 +218,45 @@ func (p *progress) addIndex(r *round, cps checkpoints) error {
 	return nil
 }
 
-// indexPartition is the index partition of tp's records, which joins the
-// transaction of each round that writes tp.
-func (p *progress) indexPartition(tp topicPartition) producer.TopicPartition {
-	return producer.TopicPartition{Topic: p.index.Name, Partition: p.index.PartitionOf(p.indexKey(tp))}
+// runs counts the runs of entries.
+func runs(entries []offsetindex.Entry) int {
+	n := 0
+	for _, e := range entries {
+		n += len(e.Runs)
+	}
+	return n
+}
+
+// decodeUnindexed reads the index entries a checkpoint carries.
+func decodeUnindexed(values [][]byte) ([]offsetindex.Entry, error) {
+	var out []offsetindex.Entry
+	for i, v := range values {
+		e, err := offsetindex.Decode(v)
+		if err != nil {
+			return nil, fmt.Errorf("unindexed entry %d: %w", i, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// loadIndex reads key's index records with r, then adds the entries the
+// partition's checkpoint in store carries that the topic does not hold
+// yet. The checkpoint is taken first: a flush between the two reads makes
+// them overlap, which Index.Extend trims, and never leaves a gap. A
+// checkpoint that does not verify adds nothing.
+func loadIndex(ctx context.Context, r *offsetindex.Reader, store *checkpoint.Store, key offsetindex.Key) (*offsetindex.Index, error) {
+	cp, ok, cpErr := store.Get(key)
+	x, err := r.Load(ctx, key)
+	if err != nil || !ok || cpErr != nil {
+		return x, err
+	}
+	carried, err := decodeUnindexed(cp.Unindexed)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint of %s: %w", key, err)
+	}
+	for _, e := range carried {
+		x.Extend(e)
+	}
+	return x, nil
 }

@@ -78,12 +78,26 @@ type span struct {
 }
 
 // checkIndex checks the writer's offset index of each span's partition
-// against the target itself, at every offset: Translate(s) for every
-// source offset s is the target offset of the first copied record at or
-// after s (past the last: the end, saying so), TranslateBack(t) for every
-// target offset the source offset of the first copied record at or after
-// t, and an offset before the index's start is ErrBeforeIndex naming it.
+// (the index topic and what the partition's checkpoint carries, as
+// operators' translations read it) against the target itself, at every
+// offset: Translate(s) for every source offset s is the target offset of
+// the first copied record at or after s (past the last: the end, saying
+// so), TranslateBack(t) for every target offset the source offset of the
+// first copied record at or after t, and an offset before the index's
+// start is ErrBeforeIndex naming it.
 func checkIndex(ctx context.Context, t *testing.T, w *testWriter, spans ...span) {
+	t.Helper()
+	checkIndexOf(ctx, t, w, w.store, spans...)
+}
+
+// checkIndexTopic checks as checkIndex does what the index topic alone
+// holds: every entry flushed.
+func checkIndexTopic(ctx context.Context, t *testing.T, w *testWriter, spans ...span) {
+	t.Helper()
+	checkIndexOf(ctx, t, w, nil, spans...)
+}
+
+func checkIndexOf(ctx context.Context, t *testing.T, w *testWriter, store *checkpoint.Store, spans ...span) {
 	t.Helper()
 	r, err := offsetindex.NewReader([]kgo.Opt{kgo.SeedBrokers(w.cluster.ListenAddrs()...)}, indexTopic)
 	if err != nil {
@@ -102,6 +116,15 @@ func checkIndex(ctx context.Context, t *testing.T, w *testWriter, spans ...span)
 		}
 		last := copied[len(copied)-1]
 		key := offsetindex.Key{Link: "east", Topic: "orders", Partition: sp.partition}
+		var x *offsetindex.Index
+		if store != nil {
+			x, err = loadIndex(ctx, r, store, key)
+		} else {
+			x, err = r.Load(ctx, key)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		for s := sp.start; s < sp.end; s++ {
 			want := offsetindex.Position{Offset: last.target + 1, End: true}
 			for _, c := range copied {
@@ -110,7 +133,7 @@ func checkIndex(ctx context.Context, t *testing.T, w *testWriter, spans ...span)
 					break
 				}
 			}
-			if got, err := r.Translate(ctx, key, s); err != nil || got != want {
+			if got, err := x.Translate(s); err != nil || got != want {
 				t.Errorf("orders/%d: Translate(%d) = %+v, %v; want %+v (target: %v)", sp.partition, s, got, err, want, copied)
 			}
 		}
@@ -123,13 +146,13 @@ func checkIndex(ctx context.Context, t *testing.T, w *testWriter, spans ...span)
 					break
 				}
 			}
-			if got, err := r.TranslateBack(ctx, key, tgt); err != nil || got != want {
+			if got, err := x.TranslateBack(tgt); err != nil || got != want {
 				t.Errorf("orders/%d: TranslateBack(%d) = %+v, %v; want %+v (target: %v)", sp.partition, tgt, got, err, want, copied)
 			}
 		}
 		if sp.start > 0 {
 			var before *offsetindex.BeforeIndexError
-			if _, err := r.Translate(ctx, key, sp.start-1); !errors.As(err, &before) || before.Start != sp.start {
+			if _, err := x.Translate(sp.start - 1); !errors.As(err, &before) || before.Start != sp.start {
 				t.Errorf("orders/%d: Translate(%d) before the index: %v, want ErrBeforeIndex starting at %d", sp.partition, sp.start-1, err, sp.start)
 			}
 		}
@@ -228,22 +251,81 @@ var indexCases = []struct {
 // (exactly-once: the transactions' markers take target offsets between
 // rounds), the offset index translates every source offset and every
 // target offset exactly, as the target itself shows.
+//
+// With every round flushing, the index topic alone holds it all; with
+// flushes an hour apart, only the first round's entries are in the topic
+// and the checkpoints carry the rest, across a stream opened again too.
 func TestOffsetIndexIsExact(t *testing.T) {
 	for _, tc := range indexCases {
 		for _, exactlyOnce := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s exactly-once %v", tc.name, exactlyOnce), func(t *testing.T) {
-				edit := tc.edit
-				if edit == nil {
-					edit = func(*ProducerSettings) {}
-				}
-				w := startWriterWith(t, passthroughLinks(t, exactlyOnce), edit)
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				defer cancel()
-				spans := tc.run(ctx, t, w)
-				checkIndex(ctx, t, w, spans...)
-			})
+			for _, flush := range []time.Duration{0, time.Hour} {
+				t.Run(fmt.Sprintf("%s exactly-once %v flush %v", tc.name, exactlyOnce, flush), func(t *testing.T) {
+					w := startWriterOptions(t, passthroughLinks(t, exactlyOnce), func(o *Options) {
+						if tc.edit != nil {
+							tc.edit(&o.Producer)
+						}
+						o.Index.FlushInterval = flush
+					})
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					defer cancel()
+					spans := tc.run(ctx, t, w)
+					checkIndex(ctx, t, w, spans...)
+					if flush == 0 {
+						checkIndexTopic(ctx, t, w, spans...)
+					}
+				})
+			}
 		}
 	}
+}
+
+// A round writes the index topic only when it flushes. With flushes an
+// hour apart, the rounds after the first flush add nothing to the index
+// partition, not even a transaction marker (exactly-once: it joined none
+// of their transactions), and the partition's checkpoint carries their
+// entries, which translate exactly. A stream opened again flushes what the
+// checkpoint carried with its first round's own: the index topic alone
+// then translates every offset.
+func TestIndexFlushesOnceAnInterval(t *testing.T) {
+	bothModes(t, func(t *testing.T, exactlyOnce bool) {
+		w := startWriterOptions(t, passthroughLinks(t, exactlyOnce), func(o *Options) { o.Index.FlushInterval = time.Hour })
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		key := offsetindex.Key{Link: "east", Topic: "orders", Partition: 0}
+		stream := w.openOrders(ctx, t, "east")
+		mustSend(t, stream, 1, 0, 0, sourceBatch(t, 0, 10, nil, recordbatch.LZ4, 0))
+		mustSend(t, stream, 2, 0, 10, sourceBatch(t, 10, 5, nil, recordbatch.None, 0))
+		flushed := w.cluster.PartitionInfo(indexTopic, 0).HighWatermark
+		if flushed == 0 {
+			t.Fatal("the first round's index was not written: no flush")
+		}
+		for seq, first := uint64(3), int64(15); seq <= 6; seq, first = seq+1, first+4 {
+			mustSend(t, stream, seq, 0, first, sourceBatch(t, first, 4, nil, recordbatch.LZ4, 0))
+		}
+		if hw := w.cluster.PartitionInfo(indexTopic, 0).HighWatermark; hw != flushed {
+			t.Fatalf("index partition went from %d to %d with flushes an hour apart", flushed, hw)
+		}
+		cp, ok, err := w.store.Get(key)
+		if err != nil || !ok {
+			t.Fatalf("checkpoint: %v, %v", ok, err)
+		}
+		carried, err := decodeUnindexed(cp.Unindexed)
+		if err != nil || len(carried) != 1 || carried[0].Next != 31 {
+			t.Fatalf("checkpoint carries %+v (%v), want one entry ending at 31, the rounds since the flush merged", carried, err)
+		}
+		checkIndex(ctx, t, w, span{0, 0, 31})
+
+		closeStream(t, stream)
+		stream = w.openOrders(ctx, t, "east")
+		mustSend(t, stream, 1, 0, 31, sourceBatch(t, 31, 3, nil, recordbatch.None, 0))
+		checkIndexTopic(ctx, t, w, span{0, 0, 34})
+		if exactlyOnce {
+			// The flush committed with the checkpoint, which carries none.
+			if cp, _, err := w.store.Get(key); err != nil || len(cp.Unindexed) != 0 {
+				t.Fatalf("checkpoint after the flush carries %d entries (%v), want none", len(cp.Unindexed), err)
+			}
+		}
+	})
 }
 
 // Exactly-once: a round whose transaction does not commit leaves no index

@@ -136,7 +136,7 @@ func (ss *session) resume(log *slog.Logger, targetCluster string) (*ferryv1.Open
 			// from its start.
 			if id := ss.topicIDs[tp.topic]; len(id) > 0 && len(cp.SourceTopicID) > 0 && !bytes.Equal(id, cp.SourceTopicID) {
 				ss.next[tp] = 0
-				ss.progress.tr.resumed(tp, -1, -1) // the old topic's copy is no group's position
+				ss.progress.tr.resumed(tp, -1, -1, nil) // the old topic's copy is no group's position
 			}
 		}
 		opened.Resume = append(opened.Resume, pos)

@@ -27,10 +27,21 @@ type progress struct {
 	// of its records; -1 while unknown (nothing copied yet).
 	target map[topicPartition]int64
 	// index is the offset index topic; pending, the index entries of the
-	// partitions of the last round reached computed, which add writes
-	// with their checkpoints (index.go).
+	// partitions of the last round reached computed, which add moves to
+	// unindexed (index.go).
 	index   offsetindex.Topic
 	pending map[topicPartition]*offsetindex.Entry
+	// unindexed are each partition's index entries not known to be in
+	// the index topic, oldest first, which its checkpoints carry until
+	// they are; flushing, how many of them the last round wrote there,
+	// and flushed, when a round last did (index.go).
+	unindexed map[topicPartition][]offsetindex.Entry
+	flushing  map[topicPartition]int
+	flushed   time.Time
+	// atomic is set when a round's index records and checkpoints commit
+	// together (exactly-once): a checkpoint then carries no entry its
+	// round writes to the index topic.
+	atomic bool
 	// written are the index entries added to rounds whose checkpoints
 	// are not committed yet; committed hands them to tr, the in-memory
 	// index group sync translates with (translate.go).
@@ -43,7 +54,8 @@ type checkpoints = map[topicPartition]checkpoint.Checkpoint
 
 func newProgress(link, writer string, epoch uint64, store *checkpoint.Store, topicIDs map[string][]byte) *progress {
 	return &progress{link: link, writer: writer, epoch: epoch, store: store, topicIDs: topicIDs, target: map[topicPartition]int64{},
-		written: map[topicPartition][]offsetindex.Entry{}, tr: newTranslator()}
+		written: map[topicPartition][]offsetindex.Entry{}, tr: newTranslator(),
+		unindexed: map[topicPartition][]offsetindex.Entry{}, flushing: map[topicPartition]int{}}
 }
 
 func (p *progress) key(tp topicPartition) checkpoint.Key {
@@ -51,17 +63,26 @@ func (p *progress) key(tp topicPartition) checkpoint.Key {
 }
 
 // resume starts tp at its committed checkpoint, or with nothing copied
-// yet when it has none. A checkpoint that does not verify is an error
-// (checkpoint.UnverifiedError): tp must stop, not start afresh.
+// yet when it has none; the index entries the checkpoint carries go on
+// riding in tp's checkpoints until a flush writes them. A checkpoint that
+// does not verify is an error (checkpoint.UnverifiedError): tp must stop,
+// not start afresh.
 func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool, error) {
 	cp, ok, err := p.store.Get(p.key(tp))
 	p.target[tp] = -1
-	p.tr.resumed(tp, -1, -1)
-	if ok && err == nil {
-		p.target[tp] = cp.TargetOffset
-		p.tr.resumed(tp, cp.NextSourceOffset, cp.TargetOffset)
+	p.tr.resumed(tp, -1, -1, nil)
+	delete(p.unindexed, tp)
+	if !ok || err != nil {
+		return cp, ok, err
 	}
-	return cp, ok, err
+	entries, err := decodeUnindexed(cp.Unindexed)
+	if err != nil {
+		return cp, ok, fmt.Errorf("checkpoint of %s: %w", p.key(tp), err)
+	}
+	p.target[tp] = cp.TargetOffset
+	p.unindexed[tp] = entries
+	p.tr.resumed(tp, cp.NextSourceOffset, cp.TargetOffset, entries)
+	return cp, ok, nil
 }
 
 // committed is told the checkpoints of a round that committed: the index
@@ -95,12 +116,18 @@ func (p *progress) reached(group []work, r *round, offsets []int64, now time.Tim
 	}
 }
 
-// add appends to r one batch per checkpoint partition holding cps, and
-// their partitions' index records.
+// add appends to r one batch per checkpoint partition holding cps, each
+// carrying its partition's unindexed entries, and the index records the
+// round flushes (index.go).
 func (p *progress) add(r *round, cps checkpoints) error {
+	carried, err := p.addIndex(r, cps)
+	if err != nil {
+		return err
+	}
 	byPartition := map[int32][]recordbatch.Record{}
 	var order []int32
 	for tp, cp := range cps {
+		cp.Unindexed = carried[tp]
 		rec, err := p.store.Record(p.key(tp), cp)
 		if err != nil {
 			return err
@@ -121,12 +148,13 @@ func (p *progress) add(r *round, cps checkpoints) error {
 		}
 		r.batches = append(r.batches, producer.Batch{Topic: p.store.Topic(), Partition: part, Raw: raw})
 	}
-	return p.addIndex(r, cps)
+	return nil
 }
 
 // partitions are the target partitions a round of group writes, which
-// join its transaction: those of its batches (r), and the checkpoint and
-// index partitions of its source partitions.
+// join its transaction as it begins: those of its batches (r), and the
+// checkpoint partitions of its source partitions. The index partitions
+// join only the rounds that flush, once add has built them (commit.go).
 func (p *progress) partitions(group []work, r *round) []producer.TopicPartition {
 	seen := map[producer.TopicPartition]bool{}
 	var out []producer.TopicPartition
@@ -141,7 +169,6 @@ func (p *progress) partitions(group []work, r *round) []producer.TopicPartition 
 	}
 	for _, w := range group {
 		add(producer.TopicPartition{Topic: p.store.Topic(), Partition: p.store.PartitionOf(p.key(topicPartition{w.b.GetTopic(), w.b.GetPartition()}))})
-		add(p.indexPartition(topicPartition{w.b.GetTopic(), w.b.GetPartition()}))
 	}
 	return out
 }

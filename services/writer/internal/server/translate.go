@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -65,11 +66,12 @@ type partIndex struct {
 func newTranslator() *translator { return &translator{parts: map[topicPartition]*partIndex{}} }
 
 // resumed sets tp's committed position from its checkpoint at open (next
-// -1: none).
-func (t *translator) resumed(tp topicPartition, next, target int64) {
+// -1: none) and the index entries it carries, which the load adds after
+// what it reads of the index topic.
+func (t *translator) resumed(tp topicPartition, next, target int64, carried []offsetindex.Entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.parts[tp] = &partIndex{next: next, target: target}
+	t.parts[tp] = &partIndex{next: next, target: target, tail: slices.Clone(carried)}
 }
 
 // confirm adds the index entries of a committed round of tp and its new
