@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 )
@@ -111,6 +112,13 @@ func (e *Entry) Extend(next Entry) bool {
 	}
 	e.Next = next.Next
 	return true
+}
+
+// Clone is e with runs of its own, for a holder that Extends it while
+// another still reads e.
+func (e Entry) Clone() Entry {
+	e.Runs = slices.Clone(e.Runs)
+	return e
 }
 
 // After is the part of e from source offset src on (src within [From,

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
@@ -133,9 +132,7 @@ func (p *progress) addIndex(r *round, cps checkpoints) (map[topicPartition][][]b
 		un := p.unindexed[tp]
 		if n := len(un); n == 0 || !un[n-1].Extend(*e) {
 			// Its own runs: Extend grows them, and written shares e's.
-			own := *e
-			own.Runs = slices.Clone(e.Runs)
-			un = append(un, own)
+			un = append(un, e.Clone())
 		}
 		p.unindexed[tp] = un
 		if runs(un) > unindexedRuns {

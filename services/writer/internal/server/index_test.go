@@ -305,6 +305,11 @@ func TestIndexFlushesOnceAnInterval(t *testing.T) {
 		if hw := w.cluster.PartitionInfo(indexTopic, 0).HighWatermark; hw != flushed {
 			t.Fatalf("index partition went from %d to %d with flushes an hour apart", flushed, hw)
 		}
+		// The store's view follows the checkpoint topic: Sync waits until
+		// it holds what the acknowledged rounds committed.
+		if err := w.store.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
 		cp, ok, err := w.store.Get(key)
 		if err != nil || !ok {
 			t.Fatalf("checkpoint: %v, %v", ok, err)
@@ -321,6 +326,9 @@ func TestIndexFlushesOnceAnInterval(t *testing.T) {
 		checkIndexTopic(ctx, t, w, span{0, 0, 34})
 		if exactlyOnce {
 			// The flush committed with the checkpoint, which carries none.
+			if err := w.store.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
 			if cp, _, err := w.store.Get(key); err != nil || len(cp.Unindexed) != 0 {
 				t.Fatalf("checkpoint after the flush carries %d entries (%v), want none", len(cp.Unindexed), err)
 			}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -71,7 +70,14 @@ func newTranslator() *translator { return &translator{parts: map[topicPartition]
 func (t *translator) resumed(tp topicPartition, next, target int64, carried []offsetindex.Entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.parts[tp] = &partIndex{next: next, target: target, tail: slices.Clone(carried)}
+	// Runs of its own: the checkpoint's unindexed entries, which the
+	// progress holds too, grow in place (Entry.Extend) while the load
+	// reads these.
+	tail := make([]offsetindex.Entry, len(carried))
+	for i, e := range carried {
+		tail[i] = e.Clone()
+	}
+	t.parts[tp] = &partIndex{next: next, target: target, tail: tail}
 }
 
 // confirm adds the index entries of a committed round of tp and its new
