@@ -72,8 +72,10 @@ type Config struct {
 	PartitionSystems []System
 
 	// Repeat runs each catch-up system this many times, interleaved (every
-	// system once, then again), and ratios use each system's median run:
-	// on shared cores one run can be twice as fast as the next.
+	// system once, then again in the reverse order, so that no system is
+	// always the first or the last of a round), and ratios use each
+	// system's median run: on shared cores one run can be twice as fast as
+	// the next.
 	Repeat int
 
 	// ProfileSeconds, when above 0, takes a CPU profile of each Ferry
@@ -231,7 +233,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if cfg.CatchUp {
 		repeat := max(cfg.Repeat, 1)
 		for i := range repeat {
-			for _, sys := range cfg.Systems {
+			for _, sys := range roundOrder(cfg.Systems, i) {
 				sp := spec{system: sys, workload: CatchUp, records: cfg.Records}
 				if repeat > 1 {
 					sp.run = i + 1
@@ -758,4 +760,16 @@ func summarize(d []time.Duration) (LatencyMillis, []float64) {
 		cdf[i] = at(float64(i) / 1000)
 	}
 	return LatencyMillis{Count: len(d), P50: at(0.5), P99: at(0.99), P999: at(0.999), Max: ms(d[len(d)-1])}, cdf
+}
+
+// roundOrder is the order of systems in catch-up round i: as given, and
+// reversed every other round. Whichever system ran first of a pair was
+// slower by some 2 % in throughput in one comparison of two builds, head
+// first and baseline first (2026-12-05-dr-cost-flush and -rev).
+func roundOrder(systems []System, i int) []System {
+	order := slices.Clone(systems)
+	if i%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
 }

@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string) error {
 	runTimeout := fs.Duration("run-timeout", 20*time.Minute, "limit of one run")
 	baselineBin := fs.String("baseline-bin", "", "folder of an older build's ferry-fetcher and ferry-writer, for systems ferry-baseline and ferry-baseline-eos")
 	baselineCommit := fs.String("baseline-commit", "", "the commit -baseline-bin was built from, for the report")
-	repeat := fs.Int("repeat", 3, "catch-up runs per system, interleaved; ratios use each system's median run")
+	repeat := fs.Int("repeat", 3, "catch-up runs per system, interleaved (order reversed every other round); ratios use each system's median run")
 	quick := fs.Bool("quick", false, "a few minutes: 30,000 records, live 15 s, WAN 20,000 records at 50 ms, systems mm2-tuned, ferry and ferry-eos")
 	if err := fs.Parse(args); err != nil {
 		return err
