@@ -37,6 +37,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/ownership"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/shard"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/sourcewatch"
 )
 
 // statusPage renders /status for people at the admin port's / (package
@@ -190,6 +191,10 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, reg *pro
 	// Deferred before the shards run, so it runs after they drain.
 	defer raw.Close()
 	deps.RawFetch = raw.Fetcher
+	// One read of the source's offsets for the process, shared by its
+	// shards: three ListOffsets requests per leader and interval, however
+	// many shards run here.
+	deps.Source = sourcewatch.New(raw.Fetcher, cfg.Link.Heartbeat.Interval, log.With("component", "source-offsets"))
 	if cfg.Link.SkipReplicated {
 		opts, err := cfg.Source.Franz()
 		if err != nil {
@@ -252,6 +257,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, reg *pro
 		g.Go(func() error { certs.Run(gctx); return nil })
 		g.Go(func() error { tlsconfig.ReloadOnHangup(gctx, certs, log); return nil })
 	}
+	g.Go(func() error { deps.Source.Run(gctx); return nil })
 	if poller != nil {
 		g.Go(func() error { poller.Run(gctx); return nil })
 	}

@@ -254,7 +254,8 @@ func (c *Config) Validate() error {
 	if l.DiscoveryInterval < 100*time.Millisecond {
 		p.Addf("link.discovery_interval", "%v: must be at least 100ms", l.DiscoveryInterval)
 	}
-	// Each read is three ListOffsets requests per leader per shard: below
+	// Each read is three ListOffsets requests per leader (package
+	// sourcewatch, one read for all the fetcher's shards): below
 	// 100ms that is load on the source for nothing the meter needs; above
 	// a minute the failover meter knows too little.
 	if l.Heartbeat.Interval < 100*time.Millisecond || l.Heartbeat.Interval > time.Minute {

@@ -5,10 +5,12 @@ import (
 	"fmt"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/sourcewatch"
 )
 
 // heartbeats sends a heartbeat after each read of the source's offsets
-// (watchSource), until ctx ends, whether or not data flows: the writer
+// (package sourcewatch), until ctx ends, whether or not data flows: the writer
 // keeps the last one of each partition, so the target side knows what the
 // source held when the source is gone (the failover meter). The session
 // starts it only for a writer whose Opened says it takes heartbeats.
@@ -30,7 +32,7 @@ func (s *session) heartbeats(ctx context.Context) error {
 
 // heartbeat is the heartbeat of a read, in the shard's partition order;
 // nil when nothing has been read yet.
-func (r *Runner) heartbeat(read sourceRead) *ferryv1.Heartbeat {
+func (r *Runner) heartbeat(read map[discovery.Partition]sourcewatch.Observed) *ferryv1.Heartbeat {
 	if len(read) == 0 {
 		return nil
 	}
@@ -44,7 +46,7 @@ func (r *Runner) heartbeat(read sourceRead) *ferryv1.Heartbeat {
 			Topic: p.Topic, Partition: p.Partition,
 			HighWatermark: o.HighWatermark, LogStartOffset: o.LogStart,
 			HeadTimestamp: o.HeadTimestamp, HeadOffset: o.HeadOffset,
-			ObservedAt: o.at.UnixMilli(),
+			ObservedAt: o.At.UnixMilli(),
 		})
 	}
 	return hb

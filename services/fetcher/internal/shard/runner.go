@@ -32,6 +32,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/sourcewatch"
 )
 
 // Settings are the fixed parameters of every shard of a fetcher.
@@ -50,9 +51,10 @@ type Settings struct {
 	MinBackoff   time.Duration
 	MaxBackoff   time.Duration
 	DrainTimeout time.Duration
-	// HeartbeatInterval is how often the source's offsets are read, for
-	// the lag gauge and for the heartbeat each open stream then sends
-	// (link.heartbeat.interval; DefaultHeartbeatInterval when zero).
+	// HeartbeatInterval is how often a runner without Deps.Source reads
+	// the source's offsets, for the lag gauge and for the heartbeat each
+	// open stream then sends (link.heartbeat.interval;
+	// DefaultHeartbeatInterval when zero).
 	HeartbeatInterval time.Duration
 	// SkipOnDataLoss lets a partition go on past an anomaly (counted and
 	// logged) instead of stopping: link.on_data_loss: skip.
@@ -80,7 +82,7 @@ const DefaultLinkRetry = 3 * time.Second
 // Deps are the shared clients a shard uses.
 type Deps struct {
 	// Client answers where a partition starts and ends when a session
-	// opens; the lag and the heartbeats read through RawFetch (lag.go).
+	// opens; the lag and the heartbeats come from Source (lag.go).
 	Client  sarama.Client
 	Writers *Writers
 	Codecs  *batch.Codecs
@@ -104,6 +106,10 @@ type Deps struct {
 	// it) produced, which the fetch loop then leaves out
 	// (link.skip_replicated); nil copies every batch.
 	Provenance *provenance.View
+	// Source reads the source's offsets for all the fetcher's shards
+	// (lag.go); nil: the runner reads its own through RawFetch, every
+	// Settings.HeartbeatInterval.
+	Source *sourcewatch.Watcher
 	// Groups, when set, is the source's consumer-group offsets, which
 	// each stream sends to a writer that takes them (link.groups); nil
 	// sends none.
@@ -128,21 +134,16 @@ type Runner struct {
 	warnUnattributed sync.Once
 	// linkLog logs once that the link is not running (waitLink).
 	linkLog sync.Once
+	// source reads the partitions' source offsets (lag.go): Deps.Source,
+	// or the runner's own, which Run runs.
+	source    *sourcewatch.Watcher
+	ownSource bool
 
 	mu     sync.Mutex
 	status Status
 	// topics are the shard's topics; a topic's ID changes when its
 	// recreation while it was read is accepted (recreatedWhileReading).
 	topics []discovery.Topic
-	// source is the last read of the partitions' source offsets
-	// (lag.go), and read is closed and replaced after each read, so
-	// sessions send a heartbeat per read.
-	source sourceRead
-	read   chan struct{}
-	// fetched are the source offsets the shard's fetch answers carried
-	// since the last read (lag.go), which the next read takes instead of
-	// asking the leaders again where nothing moved.
-	fetched map[discovery.Partition]fetchedBounds
 	// fromStart are the partitions the next session reads from their
 	// topic's start: the topic was recreated while they were read, and
 	// link.on_data_loss: skip accepted it. A partition leaves once a
@@ -192,7 +193,10 @@ func NewRunner(set Settings, deps Deps, shard int, epoch uint64, lost <-chan str
 		set: set, deps: deps, shard: shard, epoch: epoch, lost: lost, topics: topics, parts: parts,
 		log:    deps.Log.With("shard", shard, "epoch", epoch),
 		status: Status{Shard: shard, Epoch: epoch, Partitions: map[string]PartitionStatus{}},
-		read:   make(chan struct{}),
+		source: deps.Source,
+	}
+	if r.source == nil {
+		r.source, r.ownSource = sourcewatch.New(deps.RawFetch, r.heartbeatInterval(), r.log), true
 	}
 	for _, p := range parts {
 		r.status.Partitions[partKey(p)] = PartitionStatus{Committed: -1, HighWater: -1}
@@ -242,6 +246,13 @@ func (r *Runner) Run(ctx context.Context) {
 		lostAt time.Time // when the lease was lost, if it was
 	)
 	wg.Add(2)
+	if r.ownSource {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.source.Run(hwCtx)
+		}()
+	}
 	go func() {
 		defer wg.Done()
 		r.watchSource(hwCtx)

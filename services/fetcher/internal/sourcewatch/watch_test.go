@@ -1,0 +1,205 @@
+package sourcewatch
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
+	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
+)
+
+const topic = "orders"
+
+// source is a one-broker kfake cluster with a topic of four partitions,
+// partition p holding p+1 records, and a log of the ListOffsets requests
+// it answers: for each, the partitions it asks.
+type source struct {
+	cluster *kfake.Cluster
+	fetcher *rawfetch.Fetcher
+
+	mu    sync.Mutex
+	lists [][]discovery.Partition
+}
+
+func newSource(t *testing.T) *source {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	base := time.Now()
+	for p := range int32(4) {
+		for i := range p + 1 {
+			// A millisecond apart: the head is the newest record.
+			r := &kgo.Record{Partition: p, Value: []byte("v"), Timestamp: base.Add(time.Duration(i) * time.Millisecond)}
+			if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s := &source{cluster: c, fetcher: rawfetch.New(cl, rawfetch.Options{MaxWait: 100 * time.Millisecond})}
+	c.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		var asked []discovery.Partition
+		for _, rt := range req.(*kmsg.ListOffsetsRequest).Topics {
+			for _, rp := range rt.Partitions {
+				asked = append(asked, discovery.Partition{Topic: rt.Topic, Partition: rp.Partition})
+			}
+		}
+		slices.SortFunc(asked, func(a, b discovery.Partition) int { return int(a.Partition - b.Partition) })
+		s.mu.Lock()
+		s.lists = append(s.lists, asked)
+		s.mu.Unlock()
+		return nil, nil, false // observe only
+	})
+	return s
+}
+
+// taken returns and forgets the requests logged so far.
+func (s *source) taken() [][]discovery.Partition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lists
+	s.lists = nil
+	return l
+}
+
+func parts(ns ...int32) []discovery.Partition {
+	var ps []discovery.Partition
+	for _, n := range ns {
+		ps = append(ps, discovery.Partition{Topic: topic, Partition: n})
+	}
+	return ps
+}
+
+func newWatcher(s *source) *Watcher {
+	return New(s.fetcher, time.Hour, slog.New(slog.DiscardHandler))
+}
+
+// expectAsked fails unless the requests are the three of one read (log
+// start, head, high watermark), each asking exactly want.
+func expectAsked(t *testing.T, got [][]discovery.Partition, want []discovery.Partition) {
+	t.Helper()
+	if len(got) != 3 {
+		t.Fatalf("%d ListOffsets requests, want the 3 of one read: %v", len(got), got)
+	}
+	for _, asked := range got {
+		if !slices.Equal(asked, want) {
+			t.Fatalf("a ListOffsets request asked %v, want %v", asked, want)
+		}
+	}
+}
+
+// Shards following partitions on the same leader share a read: one round
+// of three requests asks the leader about all of them, and each shard
+// sees its own partitions' offsets.
+func TestOneReadForEveryFollower(t *testing.T) {
+	s := newSource(t)
+	w := newWatcher(s)
+	w.Follow(parts(0, 1))
+	w.Follow(parts(2, 3))
+	w.read(context.Background())
+	expectAsked(t, s.taken(), parts(0, 1, 2, 3))
+
+	for _, shard := range [][]discovery.Partition{parts(0, 1), parts(2, 3)} {
+		got, _ := w.Last(shard)
+		if len(got) != len(shard) {
+			t.Fatalf("last read of %v: %v", shard, got)
+		}
+		for p, o := range got {
+			want := int64(p.Partition) + 1
+			if o.HighWatermark != want || o.LogStart != 0 || o.HeadOffset != want-1 || o.HeadTimestamp < 0 {
+				t.Errorf("%v: %+v, want log start 0, high watermark %d, head %d with its timestamp", p, o.Offsets, want, want-1)
+			}
+		}
+	}
+}
+
+// A partition whose fetch answers since the last read carried the bounds
+// read before is not asked again: its observation is renewed at the
+// answer's time. One whose bounds moved, or that no answer covered, is.
+func TestOnlyMovedPartitionsAreAsked(t *testing.T) {
+	s := newSource(t)
+	w := newWatcher(s)
+	w.Follow(parts(0, 1, 2))
+	w.read(context.Background())
+	s.taken()
+	first, _ := w.Last(parts(0))
+
+	at := first[parts(0)[0]].At.Add(time.Minute)
+	w.NoteFetched(parts(0)[0], 1, 0, at) // as read: still
+	w.NoteFetched(parts(1)[0], 5, 0, at) // moved
+	w.read(context.Background())
+	expectAsked(t, s.taken(), parts(1, 2))
+	got, _ := w.Last(parts(0))
+	if o := got[parts(0)[0]]; o.At != at || o.HighWatermark != 1 || o.HeadOffset != 0 {
+		t.Errorf("still partition: %+v, want the read before renewed at %v", o, at)
+	}
+
+	// Notes last one read: without new answers, every partition is asked.
+	w.read(context.Background())
+	expectAsked(t, s.taken(), parts(0, 1, 2))
+}
+
+// A partition nobody follows any more is not read, and its observation is
+// gone; one still followed by another shard (a handover) is read on.
+func TestUnfollowedPartitionsAreLeft(t *testing.T) {
+	s := newSource(t)
+	w := newWatcher(s)
+	unfollowA := w.Follow(parts(0, 1))
+	w.Follow(parts(1, 2)) // partition 1 moves from shard A to shard B
+	w.read(context.Background())
+	s.taken()
+
+	unfollowA()
+	unfollowA() // once only: B still follows partition 1
+	w.read(context.Background())
+	expectAsked(t, s.taken(), parts(1, 2))
+	if got, _ := w.Last(parts(0, 1)); len(got) != 1 {
+		t.Errorf("after unfollowing partition 0: %v, want partition 1 alone", got)
+	}
+}
+
+// A partition newly followed is read at once, not an interval later, so a
+// new shard's first heartbeat does not wait.
+func TestFollowingReadsAtOnce(t *testing.T) {
+	s := newSource(t)
+	w := newWatcher(s) // an hour between reads
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	deadline := time.After(10 * time.Second)
+	for _, shard := range [][]discovery.Partition{parts(0), parts(3)} {
+		w.Follow(shard)
+		for {
+			got, next := w.Last(shard)
+			if len(got) == 1 {
+				break
+			}
+			select {
+			case <-next:
+			case <-deadline:
+				t.Fatalf("%v not read within 10s of being followed", shard)
+			}
+		}
+	}
+}
