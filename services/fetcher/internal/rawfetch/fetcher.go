@@ -773,6 +773,26 @@ type Offsets struct {
 // maxTimestamp is ListOffsets' MAX_TIMESTAMP (KIP-734).
 const maxTimestamp = -3
 
+// Bounds reads the log start and high watermark of each partition, leaving
+// its head unknown (-1): two ListOffsets requests per leader, which the
+// broker answers from memory, where the head (Offsets) has it read a
+// record batch from the log and decompress it. A partition whose bounds
+// could not be read is left out, and err says why.
+func (f *Fetcher) Bounds(ctx context.Context, parts []Partition) (map[Partition]Offsets, error) {
+	starts, err := f.listAt(ctx, parts, -2)
+	ends, endErr := f.listAt(ctx, parts, -1)
+	err = cmp.Or(err, endErr)
+	out := make(map[Partition]Offsets, len(parts))
+	for _, p := range parts {
+		start, ok1 := starts[p]
+		end, ok2 := ends[p]
+		if ok1 && ok2 {
+			out[p] = Offsets{LogStart: start.offset, HighWatermark: end.offset, HeadOffset: -1, HeadTimestamp: -1}
+		}
+	}
+	return out, err
+}
+
 // Offsets reads the log start, high watermark and head timestamp of each
 // partition: three ListOffsets requests per leader, as one partition may
 // appear once per request. A partition whose log start or high watermark

@@ -12,6 +12,7 @@ package sourcewatch
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -19,8 +20,10 @@ import (
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/rawfetch"
 )
 
-// Reader asks the source's leaders (rawfetch.Fetcher.Offsets).
+// Reader asks the source's leaders (rawfetch.Fetcher): Bounds for the log
+// start and high watermark, Offsets for those and the head.
 type Reader interface {
+	Bounds(ctx context.Context, parts []rawfetch.Partition) (map[rawfetch.Partition]rawfetch.Offsets, error)
 	Offsets(ctx context.Context, parts []rawfetch.Partition) (map[rawfetch.Partition]rawfetch.Offsets, error)
 }
 
@@ -148,35 +151,35 @@ func (w *Watcher) Last(parts []discovery.Partition) (map[discovery.Partition]Obs
 // and it is not asked (only compaction could remove that record without
 // moving either; the head kept is then newer than the truth, so the lag
 // in seconds errs high, not low, until the next move). The others are
-// asked; one that could not be read keeps its previous read, whose time
-// says how old it is, and failures are left to the next round.
+// asked their bounds, and only those whose bounds moved (or were never
+// read) their head too: reading the head costs the leader a record batch
+// read from its log and decompressed, the bounds nothing but memory, and
+// while the shard is still fetching (a catch-up held back by the writer)
+// they rarely move. A partition that could not be read keeps its previous
+// read, whose time says how old it is; failures are left to the next
+// round.
 func (w *Watcher) read(ctx context.Context) {
 	w.mu.Lock()
 	var ask []rawfetch.Partition
+	before := map[discovery.Partition]Observed{}
 	still := map[discovery.Partition]Observed{}
 	for p := range w.followers {
 		f, seen := w.fetched[p]
 		o, known := w.last[p]
-		if seen && known && f.highWater == o.HighWatermark && f.logStart == o.LogStart {
+		switch {
+		case seen && known && f.highWater == o.HighWatermark && f.logStart == o.LogStart:
 			o.At = later(o.At, f.at)
 			still[p] = o
 			continue
+		case known:
+			before[p] = o
 		}
 		ask = append(ask, rawfetch.Partition(p))
 	}
 	clear(w.fetched)
 	w.mu.Unlock()
 
-	var got map[rawfetch.Partition]rawfetch.Offsets
-	if len(ask) > 0 {
-		ctx, cancel := context.WithTimeout(ctx, max(w.interval, 5*time.Second))
-		var err error
-		got, err = w.reader.Offsets(ctx, ask)
-		cancel()
-		if err != nil {
-			w.log.Debug("source offsets", "err", err)
-		}
-	}
+	got := w.ask(ctx, ask, before)
 	now := time.Now()
 
 	w.mu.Lock()
@@ -193,6 +196,47 @@ func (w *Watcher) read(ctx context.Context) {
 	}
 	close(w.next)
 	w.next = make(chan struct{})
+}
+
+// ask reads the offsets of parts: the bounds of those read before, keeping
+// the head read then where they did not move, and everything of the rest.
+func (w *Watcher) ask(ctx context.Context, parts []rawfetch.Partition, before map[discovery.Partition]Observed) map[rawfetch.Partition]rawfetch.Offsets {
+	if len(parts) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(w.interval, 5*time.Second))
+	defer cancel()
+	var known, unknown []rawfetch.Partition
+	for _, p := range parts {
+		if _, ok := before[discovery.Partition(p)]; ok {
+			known = append(known, p)
+		} else {
+			unknown = append(unknown, p)
+		}
+	}
+	got := map[rawfetch.Partition]rawfetch.Offsets{}
+	if len(known) > 0 {
+		bounds, err := w.reader.Bounds(ctx, known)
+		if err != nil {
+			w.log.Debug("source offsets", "err", err)
+		}
+		for p, b := range bounds {
+			o := before[discovery.Partition(p)]
+			if b.HighWatermark == o.HighWatermark && b.LogStart == o.LogStart {
+				got[p] = o.Offsets
+			} else {
+				unknown = append(unknown, p)
+			}
+		}
+	}
+	if len(unknown) > 0 {
+		offs, err := w.reader.Offsets(ctx, unknown)
+		if err != nil {
+			w.log.Debug("source offsets", "err", err)
+		}
+		maps.Copy(got, offs)
+	}
+	return got
 }
 
 func later(a, b time.Time) time.Time {

@@ -20,13 +20,21 @@ const topic = "orders"
 
 // source is a one-broker kfake cluster with a topic of four partitions,
 // partition p holding p+1 records, and a log of the ListOffsets requests
-// it answers: for each, the partitions it asks.
+// it answers.
 type source struct {
-	cluster *kfake.Cluster
-	fetcher *rawfetch.Fetcher
+	cluster  *kfake.Cluster
+	producer *kgo.Client
+	fetcher  *rawfetch.Fetcher
 
 	mu    sync.Mutex
-	lists [][]discovery.Partition
+	lists []list
+}
+
+// list is a ListOffsets request: the timestamp it asks at (-2 log start,
+// -1 high watermark, -3 head) and the partitions it asks, in order.
+type list struct {
+	at    int64
+	parts []discovery.Partition
 }
 
 func newSource(t *testing.T) *source {
@@ -51,18 +59,19 @@ func newSource(t *testing.T) *source {
 			}
 		}
 	}
-	s := &source{cluster: c, fetcher: rawfetch.New(cl, rawfetch.Options{MaxWait: 100 * time.Millisecond})}
+	s := &source{cluster: c, producer: cl, fetcher: rawfetch.New(cl, rawfetch.Options{MaxWait: 100 * time.Millisecond})}
 	c.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		var asked []discovery.Partition
+		var l list
 		for _, rt := range req.(*kmsg.ListOffsetsRequest).Topics {
 			for _, rp := range rt.Partitions {
-				asked = append(asked, discovery.Partition{Topic: rt.Topic, Partition: rp.Partition})
+				l.at = rp.Timestamp // rawfetch asks one timestamp per request
+				l.parts = append(l.parts, discovery.Partition{Topic: rt.Topic, Partition: rp.Partition})
 			}
 		}
-		slices.SortFunc(asked, func(a, b discovery.Partition) int { return int(a.Partition - b.Partition) })
+		slices.SortFunc(l.parts, func(a, b discovery.Partition) int { return int(a.Partition - b.Partition) })
 		s.mu.Lock()
-		s.lists = append(s.lists, asked)
+		s.lists = append(s.lists, l)
 		s.mu.Unlock()
 		return nil, nil, false // observe only
 	})
@@ -70,7 +79,7 @@ func newSource(t *testing.T) *source {
 }
 
 // taken returns and forgets the requests logged so far.
-func (s *source) taken() [][]discovery.Partition {
+func (s *source) taken() []list {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.lists
@@ -90,17 +99,28 @@ func newWatcher(s *source) *Watcher {
 	return New(s.fetcher, time.Hour, slog.New(slog.DiscardHandler))
 }
 
-// expectAsked fails unless the requests are the three of one read (log
-// start, head, high watermark), each asking exactly want.
-func expectAsked(t *testing.T, got [][]discovery.Partition, want []discovery.Partition) {
+// expectAsked fails unless got are the requests of one read: the two of
+// the bounds (log start, high watermark) asking bounds, if any, then the
+// three of the whole (log start, head, high watermark) asking whole, if
+// any.
+func expectAsked(t *testing.T, got []list, bounds, whole []discovery.Partition) {
 	t.Helper()
-	if len(got) != 3 {
-		t.Fatalf("%d ListOffsets requests, want the 3 of one read: %v", len(got), got)
+	var want []list
+	if len(bounds) > 0 {
+		want = append(want, list{-2, bounds}, list{-1, bounds})
 	}
-	for _, asked := range got {
-		if !slices.Equal(asked, want) {
-			t.Fatalf("a ListOffsets request asked %v, want %v", asked, want)
-		}
+	if len(whole) > 0 {
+		want = append(want, list{-2, whole}, list{-3, whole}, list{-1, whole})
+	}
+	if !slices.EqualFunc(got, want, func(a, b list) bool { return a.at == b.at && slices.Equal(a.parts, b.parts) }) {
+		t.Fatalf("ListOffsets requests %v, want %v", got, want)
+	}
+}
+
+func (s *source) produce(t *testing.T, p int32) {
+	t.Helper()
+	if err := s.producer.ProduceSync(context.Background(), &kgo.Record{Partition: p, Value: []byte("v"), Timestamp: time.Now().Add(time.Second)}).FirstErr(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -113,7 +133,7 @@ func TestOneReadForEveryFollower(t *testing.T) {
 	w.Follow(parts(0, 1))
 	w.Follow(parts(2, 3))
 	w.read(context.Background())
-	expectAsked(t, s.taken(), parts(0, 1, 2, 3))
+	expectAsked(t, s.taken(), nil, parts(0, 1, 2, 3))
 
 	for _, shard := range [][]discovery.Partition{parts(0, 1), parts(2, 3)} {
 		got, _ := w.Last(shard)
@@ -131,28 +151,41 @@ func TestOneReadForEveryFollower(t *testing.T) {
 
 // A partition whose fetch answers since the last read carried the bounds
 // read before is not asked again: its observation is renewed at the
-// answer's time. One whose bounds moved, or that no answer covered, is.
+// answer's time. The others are asked their bounds, and only those whose
+// bounds moved their head: the head costs the leader a batch read and
+// decompressed.
 func TestOnlyMovedPartitionsAreAsked(t *testing.T) {
 	s := newSource(t)
 	w := newWatcher(s)
 	w.Follow(parts(0, 1, 2))
 	w.read(context.Background())
 	s.taken()
-	first, _ := w.Last(parts(0))
+	first, _ := w.Last(parts(0, 1, 2))
 
 	at := first[parts(0)[0]].At.Add(time.Minute)
 	w.NoteFetched(parts(0)[0], 1, 0, at) // as read: still
-	w.NoteFetched(parts(1)[0], 5, 0, at) // moved
+	w.NoteFetched(parts(1)[0], 5, 0, at) // an answer said it moved; it did not
 	w.read(context.Background())
-	expectAsked(t, s.taken(), parts(1, 2))
-	got, _ := w.Last(parts(0))
-	if o := got[parts(0)[0]]; o.At != at || o.HighWatermark != 1 || o.HeadOffset != 0 {
+	expectAsked(t, s.taken(), parts(1, 2), nil)
+	got, _ := w.Last(parts(0, 1, 2))
+	if o := got[parts(0)[0]]; o.At != at || o.Offsets != first[parts(0)[0]].Offsets {
 		t.Errorf("still partition: %+v, want the read before renewed at %v", o, at)
 	}
+	for _, p := range parts(1, 2) {
+		if o := got[p]; o.Offsets != first[p].Offsets || !o.At.After(first[p].At) {
+			t.Errorf("%v: %+v, want the read before %+v, observed anew", p, o, first[p])
+		}
+	}
 
-	// Notes last one read: without new answers, every partition is asked.
+	// Notes last one read: without answers every partition's bounds are
+	// asked, and the head of the one that grew.
+	s.produce(t, 2)
 	w.read(context.Background())
-	expectAsked(t, s.taken(), parts(0, 1, 2))
+	expectAsked(t, s.taken(), parts(0, 1, 2), parts(2))
+	got, _ = w.Last(parts(2))
+	if o := got[parts(2)[0]]; o.HighWatermark != 4 || o.HeadOffset != 3 || o.HeadTimestamp <= first[parts(2)[0]].HeadTimestamp {
+		t.Errorf("partition 2 after a record: %+v, want high watermark 4 and head 3, newer than %+v", o.Offsets, first[parts(2)[0]].Offsets)
+	}
 }
 
 // A partition nobody follows any more is not read, and its observation is
@@ -168,7 +201,7 @@ func TestUnfollowedPartitionsAreLeft(t *testing.T) {
 	unfollowA()
 	unfollowA() // once only: B still follows partition 1
 	w.read(context.Background())
-	expectAsked(t, s.taken(), parts(1, 2))
+	expectAsked(t, s.taken(), parts(1, 2), nil)
 	if got, _ := w.Last(parts(0, 1)); len(got) != 1 {
 		t.Errorf("after unfollowing partition 0: %v, want partition 1 alone", got)
 	}
