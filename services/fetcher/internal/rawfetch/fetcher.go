@@ -799,30 +799,21 @@ func (f *Fetcher) Bounds(ctx context.Context, parts []Partition) (map[Partition]
 // could not be read is left out, and err says why; a head the broker
 // cannot give leaves it at -1.
 func (f *Fetcher) Offsets(ctx context.Context, parts []Partition) (map[Partition]Offsets, error) {
-	starts, err := f.listAt(ctx, parts, -2)
 	// A broker before Kafka 3.0 refuses -3 (or kgo sends it below v7,
 	// where it means nothing): the head is then unknown, not an error.
 	// The head is read before the high watermark, which only grows, so
 	// records appended between the two reads cannot put the head at or
 	// past it.
 	heads, _ := f.listAt(ctx, parts, maxTimestamp)
-	ends, endErr := f.listAt(ctx, parts, -1)
-	err = cmp.Or(err, endErr)
-	out := make(map[Partition]Offsets, len(parts))
-	for _, p := range parts {
-		start, ok1 := starts[p]
-		end, ok2 := ends[p]
-		if !ok1 || !ok2 {
-			continue
-		}
-		o := Offsets{LogStart: start.offset, HighWatermark: end.offset, HeadOffset: -1, HeadTimestamp: -1}
+	out, err := f.Bounds(ctx, parts)
+	for p, o := range out {
 		// The leader answers -3 from its whole log, records not yet
 		// replicated (past the high watermark) included: such a head is
 		// not what consumers can read, and is left unknown this time.
-		if h, ok := heads[p]; ok && h.offset >= 0 && h.timestamp >= 0 && h.offset < end.offset {
+		if h, ok := heads[p]; ok && h.offset >= 0 && h.timestamp >= 0 && h.offset < o.HighWatermark {
 			o.HeadOffset, o.HeadTimestamp = h.offset, h.timestamp
+			out[p] = o
 		}
-		out[p] = o
 	}
 	return out, err
 }

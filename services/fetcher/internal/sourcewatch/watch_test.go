@@ -101,7 +101,7 @@ func newWatcher(s *source) *Watcher {
 
 // expectAsked fails unless got are the requests of one read: the two of
 // the bounds (log start, high watermark) asking bounds, if any, then the
-// three of the whole (log start, head, high watermark) asking whole, if
+// three of the whole (head, log start, high watermark) asking whole, if
 // any.
 func expectAsked(t *testing.T, got []list, bounds, whole []discovery.Partition) {
 	t.Helper()
@@ -110,7 +110,7 @@ func expectAsked(t *testing.T, got []list, bounds, whole []discovery.Partition) 
 		want = append(want, list{-2, bounds}, list{-1, bounds})
 	}
 	if len(whole) > 0 {
-		want = append(want, list{-2, whole}, list{-3, whole}, list{-1, whole})
+		want = append(want, list{-3, whole}, list{-2, whole}, list{-1, whole})
 	}
 	if !slices.EqualFunc(got, want, func(a, b list) bool { return a.at == b.at && slices.Equal(a.parts, b.parts) }) {
 		t.Fatalf("ListOffsets requests %v, want %v", got, want)
