@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -26,8 +27,9 @@ type source struct {
 	producer *kgo.Client
 	fetcher  *rawfetch.Fetcher
 
-	mu    sync.Mutex
-	lists []list
+	mu     sync.Mutex
+	lists  []list
+	refuse bool // answer every partition of every ListOffsets with an error
 }
 
 // list is a ListOffsets request: the timestamp it asks at (-2 log start,
@@ -72,10 +74,39 @@ func newSource(t *testing.T) *source {
 		slices.SortFunc(l.parts, func(a, b discovery.Partition) int { return int(a.Partition - b.Partition) })
 		s.mu.Lock()
 		s.lists = append(s.lists, l)
+		refuse := s.refuse
 		s.mu.Unlock()
-		return nil, nil, false // observe only
+		if !refuse {
+			return nil, nil, false // observe only
+		}
+		return refused(req.(*kmsg.ListOffsetsRequest)), nil, true
 	})
 	return s
+}
+
+// refused answers every partition of req with a non-retriable error, as a
+// leader that cannot serve it.
+func refused(req *kmsg.ListOffsetsRequest) *kmsg.ListOffsetsResponse {
+	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+	resp.SetVersion(req.GetVersion())
+	for _, rt := range req.Topics {
+		t := kmsg.NewListOffsetsResponseTopic()
+		t.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			p := kmsg.NewListOffsetsResponseTopicPartition()
+			p.Partition = rp.Partition
+			p.ErrorCode = kerr.UnknownServerError.Code
+			t.Partitions = append(t.Partitions, p)
+		}
+		resp.Topics = append(resp.Topics, t)
+	}
+	return resp
+}
+
+func (s *source) setRefusing(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refuse = on
 }
 
 // taken returns and forgets the requests logged so far.
@@ -234,5 +265,54 @@ func TestFollowingReadsAtOnce(t *testing.T) {
 				t.Fatalf("%v not read within 10s of being followed", shard)
 			}
 		}
+	}
+}
+
+// While the leaders refuse to answer, every partition keeps its last
+// observation, time and all, and each read still ends (heartbeats go on,
+// their observed_at saying how old the offsets are); a partition never
+// read stays unknown. Once the leaders answer again, what moved meanwhile
+// is read.
+func TestRefusedReadKeepsTheLastObservation(t *testing.T) {
+	s := newSource(t)
+	w := newWatcher(s)
+	w.Follow(parts(0, 1, 2))
+	w.read(context.Background())
+	first, _ := w.Last(parts(0, 1, 2))
+	if len(first) != 3 {
+		t.Fatalf("first read: %v", first)
+	}
+
+	s.produce(t, 2) // moved while the leader refuses
+	s.setRefusing(true)
+	w.Follow(parts(3)) // never read
+	_, next := w.Last(parts(0))
+	w.read(context.Background())
+	select {
+	case <-next:
+	default:
+		t.Fatal("a refused read did not end: heartbeats would wait on it")
+	}
+	if len(s.taken()) == 0 {
+		t.Fatal("the refusing leader was not asked")
+	}
+	got, _ := w.Last(parts(0, 1, 2, 3))
+	if _, ok := got[parts(3)[0]]; ok {
+		t.Errorf("partition 3, never answered, has an observation: %+v", got[parts(3)[0]])
+	}
+	for _, p := range parts(0, 1, 2) {
+		if got[p] != first[p] {
+			t.Errorf("%v after a refused read: %+v, want the last observation %+v unchanged", p, got[p], first[p])
+		}
+	}
+
+	s.setRefusing(false)
+	w.read(context.Background())
+	got, _ = w.Last(parts(2, 3))
+	if o := got[parts(2)[0]]; o.HighWatermark != 4 || o.HeadOffset != 3 || !o.At.After(first[parts(2)[0]].At) {
+		t.Errorf("partition 2 once answered: %+v, want high watermark 4, head 3, observed anew", o)
+	}
+	if o, ok := got[parts(3)[0]]; !ok || o.HighWatermark != 4 {
+		t.Errorf("partition 3 once answered: %+v (%v), want high watermark 4", o, ok)
 	}
 }
