@@ -134,7 +134,7 @@ func (c *atLeastOnce) idle() bool { return len(c.pending) == 0 }
 func (c *atLeastOnce) round(ctx context.Context, group []work) (committed, error) {
 	r, err := c.build(group)
 	if err == nil {
-		err = c.prog.add(r, c.cps)
+		err = c.prog.add(r, c.cps, c.prog.flushDue(time.Now()))
 	}
 	if err != nil {
 		return committed{}, err
@@ -173,8 +173,12 @@ func (c *exactlyOnce) round(ctx context.Context, group []work) (committed, error
 	}
 	// The round's checkpoints need its target offsets, so they follow its
 	// records in the same transaction; its data and checkpoint partitions
-	// join the transaction in one request.
-	if err := c.prod.AddPartitions(ctx, c.prog.partitions(group, r)); err != nil {
+	// join the transaction in one request, and so do its index partitions
+	// when the round is due to flush the index (about once a
+	// flush_interval: joining them in every round would add them to every
+	// transaction, a marker each).
+	flush := c.prog.flushDue(start)
+	if err := c.prod.AddPartitions(ctx, c.prog.partitions(group, r, flush)); err != nil {
 		return committed{}, fmt.Errorf("begin target transaction: %w", err)
 	}
 	offsets, err := c.prod.Produce(ctx, r.batches)
@@ -187,13 +191,12 @@ func (c *exactlyOnce) round(ctx context.Context, group []work) (committed, error
 	cps := checkpoints{}
 	c.prog.reached(group, r, offsets, start, cps)
 	cpRound := &round{}
-	if err := c.prog.add(cpRound, cps); err != nil {
+	if err := c.prog.add(cpRound, cps, flush); err != nil {
 		return committed{}, err
 	}
-	// The index partitions of a round that flushes join now: a request
-	// about once a flush_interval, where joining them as the round began
-	// would add them to every transaction.
-	if err := c.prod.AddPartitions(ctx, c.prog.partitions(nil, cpRound)); err != nil {
+	// A round whose unindexed runs grew past their bound flushes though
+	// not due: its index partitions join now, in a request of their own.
+	if err := c.prod.AddPartitions(ctx, c.prog.partitions(nil, cpRound, false)); err != nil {
 		return committed{}, fmt.Errorf("offset index in target transaction: %w", err)
 	}
 	if _, err := c.prod.Produce(ctx, cpRound.batches); err != nil {

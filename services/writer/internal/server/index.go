@@ -110,18 +110,26 @@ func (r *round) eachRun(group []work, b int, f func(source int64, n int)) {
 	}
 }
 
+// flushDue says whether a round that began at now flushes the index: the
+// first after flush_interval. The committer asks as the round begins and
+// hands the answer to add, so that an exactly-once round's index
+// partitions join its transaction with its other partitions.
+func (p *progress) flushDue(now time.Time) bool {
+	return now.Sub(p.flushed) >= p.index.FlushInterval
+}
+
 // addIndex moves the index entries of the partitions whose checkpoints
 // cps are (reached computed them with the checkpoints) to their unindexed
-// entries and, when the round flushes, appends their index records to r,
-// in batches per index partition. It returns the entries each
-// partition's checkpoint carries, encoded.
-func (p *progress) addIndex(r *round, cps checkpoints) (map[topicPartition][][]byte, error) {
+// entries and, when the round flushes (flush, or entries past
+// unindexedRuns), appends their index records to r, in batches per index
+// partition. It returns the entries each partition's checkpoint carries,
+// encoded.
+func (p *progress) addIndex(r *round, cps checkpoints, flush bool) (map[topicPartition][][]byte, error) {
 	// The last round's flush succeeded, or this round would not be.
 	for tp, n := range p.flushing {
 		p.unindexed[tp] = p.unindexed[tp][n:]
 		delete(p.flushing, tp)
 	}
-	flush := time.Since(p.flushed) >= p.index.FlushInterval
 	for tp := range cps {
 		e, ok := p.pending[tp]
 		if !ok {

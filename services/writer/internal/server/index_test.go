@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -334,6 +336,58 @@ func TestIndexFlushesOnceAnInterval(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Exactly-once, a round due to flush joins its index partition to its
+// transaction with its data and checkpoint partitions, in the one
+// AddPartitionsToTxn request every round makes: a flush costs the
+// transaction coordinator no request (and state write) of its own.
+func TestFlushingRoundAddsItsPartitionsOnce(t *testing.T) {
+	w := startWriterOptions(t, passthroughLinks(t, true), func(o *Options) { o.Index.FlushInterval = 0 }) // every round flushes
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var adds []map[string]bool // the topics of each request
+	commits := 0
+	w.cluster.ControlKey(kmsg.AddPartitionsToTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		w.cluster.KeepControl()
+		topics := map[string]bool{}
+		for _, rt := range req.(*kmsg.AddPartitionsToTxnRequest).Topics {
+			topics[rt.Topic] = true
+		}
+		mu.Lock()
+		adds = append(adds, topics)
+		mu.Unlock()
+		return nil, nil, false
+	})
+	w.cluster.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		w.cluster.KeepControl()
+		if req.(*kmsg.EndTxnRequest).Commit {
+			mu.Lock()
+			commits++
+			mu.Unlock()
+		}
+		return nil, nil, false
+	})
+
+	stream := w.openOrders(ctx, t, "east")
+	for seq, first := uint64(1), int64(0); seq <= 3; seq, first = seq+1, first+5 {
+		mustSend(t, stream, seq, 0, first, sourceBatch(t, first, 5, nil, recordbatch.LZ4, 0))
+	}
+	checkIndexTopic(ctx, t, w, span{0, 0, 15})
+	mu.Lock()
+	defer mu.Unlock()
+	// A request may be sent again while the coordinator completes the
+	// last transaction (CONCURRENT_TRANSACTIONS): every request names all
+	// three topics, none the index partition alone.
+	if commits != 3 || len(adds) < commits {
+		t.Fatalf("%d AddPartitionsToTxn requests for %d committed rounds, want 3 rounds, one request each at least", len(adds), commits)
+	}
+	for i, topics := range adds {
+		if !topics["orders"] || !topics[w.store.Topic()] || !topics[indexTopic] || len(topics) != 3 {
+			t.Errorf("request %d added the partitions of %v, want those of orders, %s and %s", i+1, topics, w.store.Topic(), indexTopic)
+		}
+	}
 }
 
 // Exactly-once: a round whose transaction does not commit leaves no index

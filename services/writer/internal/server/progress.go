@@ -119,8 +119,8 @@ func (p *progress) reached(group []work, r *round, offsets []int64, now time.Tim
 // add appends to r one batch per checkpoint partition holding cps, each
 // carrying its partition's unindexed entries, and the index records the
 // round flushes (index.go).
-func (p *progress) add(r *round, cps checkpoints) error {
-	carried, err := p.addIndex(r, cps)
+func (p *progress) add(r *round, cps checkpoints, flush bool) error {
+	carried, err := p.addIndex(r, cps, flush)
 	if err != nil {
 		return err
 	}
@@ -152,10 +152,10 @@ func (p *progress) add(r *round, cps checkpoints) error {
 }
 
 // partitions are the target partitions a round of group writes, which
-// join its transaction as it begins: those of its batches (r), and the
-// checkpoint partitions of its source partitions. The index partitions
-// join only the rounds that flush, once add has built them (commit.go).
-func (p *progress) partitions(group []work, r *round) []producer.TopicPartition {
+// join its transaction as it begins: those of its batches (r), the
+// checkpoint partitions of its source partitions and, if the round is to
+// flush the index (flushDue), their index partitions.
+func (p *progress) partitions(group []work, r *round, flush bool) []producer.TopicPartition {
 	seen := map[producer.TopicPartition]bool{}
 	var out []producer.TopicPartition
 	add := func(tp producer.TopicPartition) {
@@ -168,7 +168,11 @@ func (p *progress) partitions(group []work, r *round) []producer.TopicPartition 
 		add(producer.TopicPartition{Topic: b.Topic, Partition: b.Partition})
 	}
 	for _, w := range group {
-		add(producer.TopicPartition{Topic: p.store.Topic(), Partition: p.store.PartitionOf(p.key(topicPartition{w.b.GetTopic(), w.b.GetPartition()}))})
+		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
+		add(producer.TopicPartition{Topic: p.store.Topic(), Partition: p.store.PartitionOf(p.key(tp))})
+		if flush {
+			add(producer.TopicPartition{Topic: p.index.Name, Partition: p.index.PartitionOf(p.indexKey(tp))})
+		}
 	}
 	return out
 }
