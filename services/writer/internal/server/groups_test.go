@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -270,13 +271,17 @@ func TestFailedOverLinkGroupsAreNotFollowed(t *testing.T) {
 	g := w.srv.groups
 	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
 	copyWithGaps(t, stream) // committed up to source 30
-	waitFor(t, "the group at the copied end", func() bool {
-		if err := stream.Send(groupOffsets(map[string]int64{"ahead": 35})); err != nil {
+	// A group behind the copy has the shard read its index, which the
+	// advances below translate with (the failover ends the stream, and
+	// with it any read not begun).
+	waitFor(t, "the group at the copied end, and one behind moved", func() bool {
+		if err := stream.Send(groupOffsets(map[string]int64{"ahead": 35, "behind": 17})); err != nil {
 			t.Fatalf("send group offsets: %v", err)
 		}
 		syncPending(g)
-		st, _ := groupOf(w, "ahead")
-		return standsFor(st, 30)
+		ahead, _ := groupOf(w, "ahead")
+		behind, _ := groupOf(w, "behind")
+		return standsFor(ahead, 30) && standsFor(behind, 17)
 	})
 	mustSend(t, stream, 4, 0, 30, sourceBatch(t, 30, 10, nil, recordbatch.None, 0))
 	if _, err := w.srv.store.SetControl(ctx, "east", checkpoint.Control{State: linkstate.FailedOver, Reason: "test", Time: time.Now()}, 0); err != nil {
@@ -365,11 +370,12 @@ func TestRewoundGroupStays(t *testing.T) {
 	}
 }
 
-// A new stream of the shard reads the offset index at open: a group
-// committed on what an earlier stream copied translates exactly. With
+// A new stream of the shard reads the offset index (once a group behind
+// the end needs it): a group committed on what an earlier stream copied
+// translates exactly. With
 // flushes an hour apart, the entry that translates it was never written
 // to the index topic: the stream takes it from the checkpoint.
-func TestIndexLoadedAtOpenTranslates(t *testing.T) {
+func TestIndexReadByANewStreamTranslates(t *testing.T) {
 	for _, flush := range []time.Duration{0, time.Hour} {
 		t.Run(fmt.Sprintf("flush %v", flush), func(t *testing.T) {
 			w := startGroupWriter(t, true, func(o *Options) { o.Index.FlushInterval = flush })
@@ -390,6 +396,53 @@ func TestIndexLoadedAtOpenTranslates(t *testing.T) {
 				t.Fatalf("group at %d, want %d (the copy of source 18)", at, want)
 			}
 		})
+	}
+}
+
+// The index topic is read only once a group needs it: groups at or past
+// the committed end translate from the checkpoint alone, and the shard
+// reads no index; the first group behind the end has it read, and then
+// translates exactly.
+func TestIndexReadOnlyForAGroupBehindTheEnd(t *testing.T) {
+	w := startGroupWriter(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	reads := 0 // ListOffsets naming the index topic: each load's first request
+	w.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		w.cluster.KeepControl()
+		for _, rt := range req.(*kmsg.ListOffsetsRequest).Topics {
+			if rt.Topic == indexTopic {
+				mu.Lock()
+				reads++
+				mu.Unlock()
+			}
+		}
+		return nil, nil, false
+	})
+	read := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return reads
+	}
+	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+	copyWithGaps(t, stream) // committed up to source 30
+	syncUntil(t, w, stream, map[string]int64{"caught-up": 30, "ahead": 35}, "both at the copied end", func(g GroupStatus) bool { return standsFor(g, 30) })
+	if n := read(); n != 0 {
+		t.Fatalf("the index topic was read %d times for groups at the end, want never", n)
+	}
+	syncUntil(t, w, stream, map[string]int64{"behind": 17}, "moved", func(g GroupStatus) bool { return standsFor(g, 17) })
+	if n := read(); n == 0 {
+		t.Fatal("a group behind the end translated without the index topic read")
+	}
+	var want int64 = -1
+	for _, c := range copiedRecords(ctx, t, w, 0) {
+		if c.source == 18 { // 17 was compacted away
+			want = c.target
+		}
+	}
+	if at, _ := w.targetGroup(t, "behind"); at != want {
+		t.Fatalf("group at %d, want %d (the copy of source 18)", at, want)
 	}
 }
 

@@ -203,11 +203,17 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	// writer that does not (groups.go).
 	opened.GroupOffsets = s.groups != nil
 	if opened.GroupOffsets {
-		// The shard's offset index is read in memory beside copying; it
-		// ends with the stream (translate.go).
+		// The shard's offset index is read in memory beside copying,
+		// once a group's translation needs it; it ends with the stream
+		// (translate.go).
 		loaded := make(chan struct{})
 		go func() {
 			defer close(loaded)
+			select {
+			case <-ss.progress.tr.needed:
+			case <-ss.ctx.Done():
+				return
+			}
 			ss.progress.tr.load(ss.ctx, s.opts.Target, s.opts.Index, ss.link.Name, log)
 		}()
 		defer func() { ss.cancel(nil); <-loaded }()

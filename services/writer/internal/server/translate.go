@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -15,11 +16,19 @@ import (
 
 // The translator part of progress: where a source offset of one of the
 // shard's partitions lands on the target, for group sync. Each partition
-// has an offset index in memory, read from the index topic once when the
-// shard opens (load) and extended by each round whose checkpoints commit
-// (confirm): a translation is a search in memory, so the stream's
-// receiver answers it as a message arrives, and only committed data is
-// ever pointed at.
+// has an offset index in memory, read from the index topic once (load)
+// and extended by each round whose checkpoints commit (confirm): a
+// translation is a search in memory, so the stream's receiver answers it
+// as a message arrives, and only committed data is ever pointed at.
+//
+// The index topic is read only once a translation needs it: a group
+// behind the committed end of one of the shard's partitions. A group at or
+// past the end needs only the committed checkpoint, and a shard whose
+// source has no such group never reads the topic: each read costs the
+// target a consumer's connections and a fetch per partition, at every
+// shard open. The first translation that needs the index answers
+// index_loading, as one arriving while the read runs does; the fetcher
+// sends the group again at its next read of the source groups.
 
 // groupIndexRuns bounds each partition's index in memory (24 bytes a run:
 // some 1.5 MB at most). A plain partition copied at-least-once merges its
@@ -49,6 +58,10 @@ type translator struct {
 	parts map[topicPartition]*partIndex
 	// loaded is set once load has read the index topic (or given up).
 	loaded bool
+	// needed is closed by the first translation that needs the index:
+	// the shard's load waits for it.
+	needed   chan struct{}
+	isNeeded bool
 }
 
 // partIndex is one partition's index and committed position.
@@ -57,12 +70,34 @@ type partIndex struct {
 	// and target offset after the last copied record; -1 while unknown.
 	next, target int64
 	// idx is the index, nil until loaded; tail are the entries committed
-	// before that, added after what the load read.
-	idx  *offsetindex.Index
-	tail []offsetindex.Entry
+	// before that (merged while they continue each other, at most
+	// groupIndexRuns runs and a last entry), added after what the load
+	// read; tailRuns counts their runs.
+	idx      *offsetindex.Index
+	tail     []offsetindex.Entry
+	tailRuns int
 }
 
-func newTranslator() *translator { return &translator{parts: map[topicPartition]*partIndex{}} }
+func newTranslator() *translator {
+	return &translator{parts: map[topicPartition]*partIndex{}, needed: make(chan struct{})}
+}
+
+// addTail keeps e, committed before the index is loaded, for the load to
+// add. Runs beyond groupIndexRuns drop the oldest entries: an index holds
+// no more, and what they describe was flushed to the index topic long
+// before (a flush at least every 256 runs), where the load reads it.
+func (p *partIndex) addTail(e offsetindex.Entry) {
+	// The tail's entries are its own: the progress extends its unindexed
+	// entries in place (Entry.Extend) while the load reads these.
+	if n := len(p.tail); n == 0 || !p.tail[n-1].Extend(e) {
+		p.tail = append(p.tail, e.Clone())
+	}
+	p.tailRuns += len(e.Runs)
+	for len(p.tail) > 1 && p.tailRuns-len(p.tail[0].Runs) >= groupIndexRuns {
+		p.tailRuns -= len(p.tail[0].Runs)
+		p.tail = slices.Delete(p.tail, 0, 1)
+	}
+}
 
 // resumed sets tp's committed position from its checkpoint at open (next
 // -1: none) and the index entries it carries, which the load adds after
@@ -70,14 +105,11 @@ func newTranslator() *translator { return &translator{parts: map[topicPartition]
 func (t *translator) resumed(tp topicPartition, next, target int64, carried []offsetindex.Entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	// Runs of its own: the checkpoint's unindexed entries, which the
-	// progress holds too, grow in place (Entry.Extend) while the load
-	// reads these.
-	tail := make([]offsetindex.Entry, len(carried))
-	for i, e := range carried {
-		tail[i] = e.Clone()
+	p := &partIndex{next: next, target: target}
+	for _, e := range carried {
+		p.addTail(e)
 	}
-	t.parts[tp] = &partIndex{next: next, target: target, tail: tail}
+	t.parts[tp] = p
 }
 
 // confirm adds the index entries of a committed round of tp and its new
@@ -92,11 +124,8 @@ func (t *translator) confirm(tp topicPartition, next, target int64, entries []of
 	}
 	p.next, p.target = next, target
 	if p.idx == nil {
-		p.tail = append(p.tail, entries...)
-		// The load replays these; a tail longer than an index holds
-		// would be trimmed then anyway.
-		if over := len(p.tail) - groupIndexRuns; over > 0 {
-			p.tail = p.tail[over:]
+		for _, e := range entries {
+			p.addTail(e)
 		}
 		return
 	}
@@ -117,7 +146,7 @@ func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex
 		for _, p := range t.parts {
 			if p.idx == nil {
 				p.idx = fromTail(offsetindex.NewIndex(), p.tail)
-				p.tail = nil
+				p.tail, p.tailRuns = nil, 0
 			}
 		}
 		t.mu.Unlock()
@@ -151,7 +180,7 @@ func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex
 		t.mu.Lock()
 		p := t.parts[tp]
 		p.idx = fromTail(x, p.tail)
-		p.tail = nil
+		p.tail, p.tailRuns = nil, 0
 		t.mu.Unlock()
 	}
 }
@@ -187,6 +216,10 @@ func (t *translator) translate(tp topicPartition, s int64) (pos groupcommit.Posi
 	case s >= p.next:
 		return groupcommit.Position{Target: p.target, Source: p.next}, "", true
 	case p.idx == nil:
+		if !t.isNeeded {
+			t.isNeeded = true
+			close(t.needed)
+		}
 		return pos, notLoading, false
 	}
 	got, err := p.idx.Translate(s)

@@ -25,3 +25,51 @@ func TestTranslatorTailIsItsOwn(t *testing.T) {
 		t.Fatalf("translator's tail %+v changed with the progress's entry, want [10,15) in one run of 5", tail)
 	}
 }
+
+// Before the index is read, what rounds commit is kept in the tail for the
+// load to add: entries that continue each other merged, and no more runs
+// than an index holds (and one entry) however long the shard copies
+// without a group needing its index.
+func TestTranslatorTailIsBounded(t *testing.T) {
+	tp := topicPartition{"orders", 0}
+	tr := newTranslator()
+	tr.resumed(tp, 0, 0, nil)
+	// Rounds of 3 records each, a transaction marker after each on the
+	// target: one run a round, each round continuing the last.
+	source, target, end := int64(0), int64(0), int64(0) // end: after the last copied record
+	round := func() offsetindex.Entry {
+		e := offsetindex.Entry{From: source, Next: source + 3, TargetBefore: end, Runs: []offsetindex.Run{{Source: source, Target: target, Count: 3}}}
+		source, end, target = source+3, target+3, target+4
+		return e
+	}
+	commit := func() {
+		e := round()
+		tr.confirm(tp, e.Next, e.TargetEnd(), []offsetindex.Entry{e})
+	}
+	for range 3 {
+		commit()
+	}
+	if p := tr.parts[tp]; len(p.tail) != 1 || p.tailRuns != 3 || p.tail[0].From != 0 || p.tail[0].Next != 9 {
+		t.Fatalf("three rounds that continue each other: tail of %d entries, %d runs, %+v; want one entry [0,9) of 3 runs", len(p.tail), p.tailRuns, p.tail)
+	}
+	for range 2*groupIndexRuns + 10 {
+		commit()
+	}
+	p := tr.parts[tp]
+	runs := 0
+	for _, e := range p.tail {
+		runs += len(e.Runs)
+	}
+	if runs != p.tailRuns || runs < groupIndexRuns || runs > groupIndexRuns+offsetindex.MaxRuns {
+		t.Fatalf("tail of %d runs (counted %d), want between %d and %d", runs, p.tailRuns, groupIndexRuns, groupIndexRuns+offsetindex.MaxRuns)
+	}
+	if last := p.tail[len(p.tail)-1]; last.Next != source {
+		t.Fatalf("tail ends at %d, want the last round's end %d", last.Next, source)
+	}
+	// Loaded (nothing in the index topic: no reader), the index answers
+	// from the tail: the last round's first record.
+	tr.load(t.Context(), nil, offsetindex.Topic{}, "east", nil)
+	if pos, why, ok := tr.translate(tp, source-3); !ok || pos.Target != target-4 {
+		t.Fatalf("translate %d after the load: %+v %q %v, want target %d", source-3, pos, why, ok, target-4)
+	}
+}
