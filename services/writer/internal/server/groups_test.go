@@ -386,15 +386,7 @@ func TestIndexReadByANewStreamTranslates(t *testing.T) {
 			closeStream(t, stream)
 			stream, _ = w.openOrdersFrom(ctx, t, "east", "")
 			syncUntil(t, w, stream, map[string]int64{"old": 17}, "moved", func(g GroupStatus) bool { return standsFor(g, 17) })
-			var want int64 = -1
-			for _, c := range copiedRecords(ctx, t, w, 0) {
-				if c.source == 18 { // 17 was compacted away
-					want = c.target
-				}
-			}
-			if at, _ := w.targetGroup(t, "old"); at != want {
-				t.Fatalf("group at %d, want %d (the copy of source 18)", at, want)
-			}
+			expectAtCopyOf18(ctx, t, w, "old")
 		})
 	}
 }
@@ -435,14 +427,22 @@ func TestIndexReadOnlyForAGroupBehindTheEnd(t *testing.T) {
 	if n := read(); n == 0 {
 		t.Fatal("a group behind the end translated without the index topic read")
 	}
+	expectAtCopyOf18(ctx, t, w, "behind")
+}
+
+// expectAtCopyOf18 fails unless group stands on the target at the copy of
+// source offset 18, where copyWithGaps's source offset 17 (compacted
+// away) translates.
+func expectAtCopyOf18(ctx context.Context, t *testing.T, w *testWriter, group string) {
+	t.Helper()
 	var want int64 = -1
 	for _, c := range copiedRecords(ctx, t, w, 0) {
-		if c.source == 18 { // 17 was compacted away
+		if c.source == 18 {
 			want = c.target
 		}
 	}
-	if at, _ := w.targetGroup(t, "behind"); at != want {
-		t.Fatalf("group at %d, want %d (the copy of source 18)", at, want)
+	if at, _ := w.targetGroup(t, group); at != want {
+		t.Fatalf("group %s at %d, want %d (the copy of source 18)", group, at, want)
 	}
 }
 
