@@ -31,6 +31,9 @@ func markdown(rep Report, plots []string, notes string) string {
 	if c.Repeat > 1 {
 		p(" Each system runs %d times, interleaved (every system once, then again); every run is in the table, and ratios and plots use each system's run of median throughput.", c.Repeat)
 	}
+	if c.Groups > 0 {
+		p(" Before the replicator starts, %d member-less consumer groups are committed on the source (group i at (i+1)/%d of every partition's end), for the systems that sync groups to translate; a Ferry run's log line counts them on the target after the copy.", c.Groups, c.Groups+1)
+	}
 	p("\n")
 	p("- **live**: the replicator starts on an empty topic, %d primer records prove it copies, then a producer runs at a fixed rate for %.0f s ", primerPer*c.Partitions, c.LiveDurationS)
 	p("(rates: %v of MM2 tuned's catch-up records/s unless given). Latency = time the tail consumer on the target received a record minus its source timestamp.\n", c.LiveFractions)

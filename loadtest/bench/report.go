@@ -43,6 +43,7 @@ type ConfigDesc struct {
 	SizeValueBytes  []int             `json:"size_value_bytes,omitempty"`
 	SizeMB          int               `json:"size_mb,omitempty"`
 	ManyPartitions  int               `json:"many_partitions,omitempty"`
+	Groups          int               `json:"groups,omitempty"`
 	Settings        map[System]string `json:"settings"`
 }
 
@@ -62,7 +63,7 @@ func Describe(cfg Config) ConfigDesc {
 	return ConfigDesc{
 		Records: cfg.Records, ValueBytes: cfg.ValueBytes, Partitions: cfg.Partitions,
 		LiveDurationS: cfg.LiveDuration.Seconds(), LiveFractions: cfg.LiveFractions, Repeat: cfg.Repeat,
-		WANRecords: cfg.WANRecords, WANBandwidthKBs: cfg.WANBandwidthKBs, Settings: settings,
+		WANRecords: cfg.WANRecords, WANBandwidthKBs: cfg.WANBandwidthKBs, Settings: settings, Groups: cfg.Groups,
 		SizeValueBytes: cfg.SizeValueBytes, SizeMB: cfg.SizeMB, ManyPartitions: cfg.ManyPartitions,
 	}
 }

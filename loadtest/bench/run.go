@@ -71,6 +71,11 @@ type Config struct {
 	ManyPartitions   int
 	PartitionSystems []System
 
+	// Groups is how many member-less consumer groups the catch-up runs
+	// commit on the source before the replicator starts (commitGroups):
+	// the cost of a link's group sync, measured. 0: none.
+	Groups int
+
 	// Repeat runs each catch-up system this many times, interleaved (every
 	// system once, then again in the reverse order, so that no system is
 	// always the first or the last of a round), and ratios use each
@@ -151,6 +156,10 @@ type Result struct {
 
 	// Series is records on the target, sampled every second from start.
 	Series []int64 `json:"series"`
+
+	// GroupsSynced counts the Config.Groups found committed on the
+	// target after the copy (catch-up runs of Ferry).
+	GroupsSynced int `json:"groups_synced,omitempty"`
 
 	Verify verify.Result `json:"verify"`
 	OK     bool          `json:"ok"`
@@ -443,6 +452,11 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 			return fmt.Errorf("preload: %w", err)
 		}
 		fmt.Fprintf(cfg.Out, "    preloaded %d records in %v\n", s.records, time.Since(start).Round(100*time.Millisecond))
+		if cfg.Groups > 0 {
+			if err := commitGroups(ctx, src, topic, cfg.Groups); err != nil {
+				return err
+			}
+		}
 	}
 	// The target topic exists before any system starts, with the source's
 	// partition count (every system keeps partition numbers): the tail
@@ -586,6 +600,12 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 	r.Verify = res
 	if !res.OK() || res.Produced != m.expected {
 		return fmt.Errorf("verify failed (expected %d): %s", m.expected, res.Line())
+	}
+	if cfg.Groups > 0 && s.workload != Live && s.system.isFerry() {
+		if r.GroupsSynced, err = groupsOn(ctx, dst, targetTopic, cfg.Groups); err != nil {
+			return err
+		}
+		fmt.Fprintf(cfg.Out, "    groups on the target: %d of %d\n", r.GroupsSynced, cfg.Groups)
 	}
 	r.OK = true
 	return nil

@@ -80,6 +80,7 @@ func run(ctx context.Context, args []string) error {
 	partitionSystems := fs.String("partition-systems", "mm2-tuned,ferry,ferry-eos,floor", "systems of the partitions workload")
 	profileSeconds := fs.Int("profile-seconds", 0, "CPU profile of each Ferry process for this long from the first record of every non-live copy, into -out/profiles (0: none)")
 	runTimeout := fs.Duration("run-timeout", 20*time.Minute, "limit of one run")
+	groups := fs.Int("groups", 0, "member-less consumer groups committed on the source before each catch-up run, spread over every partition (the cost of group sync; 0: none)")
 	baselineBin := fs.String("baseline-bin", "", "folder of an older build's ferry-fetcher and ferry-writer, for systems ferry-baseline and ferry-baseline-eos")
 	baselineCommit := fs.String("baseline-commit", "", "the commit -baseline-bin was built from, for the report")
 	repeat := fs.Int("repeat", 3, "catch-up runs per system, interleaved (order reversed every other round); ratios use each system's median run")
@@ -114,7 +115,7 @@ func run(ctx context.Context, args []string) error {
 		Bin: *binDir, WorkDir: *work,
 		Records: *records, ValueBytes: *valueBytes, Partitions: *partitions,
 		LiveDuration: *liveDuration, WANBandwidthKBs: *wanBandwidth, WANRecords: *wanRecords,
-		SizeMB: *sizeMB, ManyPartitions: *manyPartitions,
+		SizeMB: *sizeMB, ManyPartitions: *manyPartitions, Groups: *groups,
 		ProfileSeconds: *profileSeconds, ProfileDir: filepath.Join(*out, "profiles"),
 		RunTimeout: *runTimeout, Repeat: *repeat, Out: os.Stdout,
 	}
