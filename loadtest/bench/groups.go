@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -72,4 +73,30 @@ func groupsOn(ctx context.Context, addr, topic string, n int) (int, error) {
 		}
 	}
 	return found, nil
+}
+
+// readyCoordinator has the cluster at addr create its group coordinator
+// (the __consumer_offsets topic) and waits until it answers. A target
+// where consumers run has one already; created inside a measured copy, it
+// would be charged to the first system that commits a group there.
+func readyCoordinator(ctx context.Context, addr string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		r := adm.FindGroupCoordinators(ctx, benchGroup(0))[benchGroup(0)]
+		if r.Err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("groups: no group coordinator at %s: %w", addr, r.Err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

@@ -34,6 +34,9 @@ func TestCommitGroupsSpreadsOverEveryPartition(t *testing.T) {
 			}
 		}
 	}
+	if err := readyCoordinator(ctx, addr); err != nil {
+		t.Fatal(err)
+	}
 	if err := commitGroups(ctx, addr, "t", 2); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -71,10 +72,18 @@ type DR struct {
 	// in records); RereadAfterSync those the application committed on the
 	// source after that read, which nothing in the target region can
 	// know. AppReread must be their sum.
-	AppReread       int64 `json:"app_reread"`
-	RereadReported  int64 `json:"reread_reported"`
-	RereadKnown     int64 `json:"reread_known"`
-	RereadAfterSync int64 `json:"reread_after_sync"`
+	// RereadCopiedTwice are those below the source offset the group's
+	// target position stands for, read again because the target holds a
+	// second copy after that position: at-least-once's duplicates, which
+	// no group sync explains. In exactly-once it must be 0.
+	AppReread         int64 `json:"app_reread"`
+	RereadReported    int64 `json:"reread_reported"`
+	RereadKnown       int64 `json:"reread_known"`
+	RereadAfterSync   int64 `json:"reread_after_sync"`
+	RereadCopiedTwice int64 `json:"reread_copied_twice,omitempty"`
+	// AtLeastOnce is the link's delivery: at-least-once copies may stand
+	// twice on the target.
+	AtLeastOnce bool `json:"at_least_once,omitempty"`
 	// TranslationErrors counts partitions where the application's first
 	// record on the target is not the copy of the first source record at
 	// or after the source offset its group's position stands for. It
@@ -88,10 +97,15 @@ type DR struct {
 }
 
 // OK is the region loss accounted for: no misreported record, nothing the
-// application skipped, no step failing.
+// application skipped, no step failing, every re-read explained, none of
+// them more than the failover meter said (it counts offsets, which
+// markers and aborted records also take), and no second copies in
+// exactly-once.
 func (d *DR) OK() bool {
 	return d.Misreported == 0 && d.AppMissing == 0 && d.TranslationErrors == 0 && len(d.Errors) == 0 &&
-		d.AppReread == d.RereadKnown+d.RereadAfterSync
+		d.AppReread == d.RereadKnown+d.RereadAfterSync+d.RereadCopiedTwice &&
+		d.RereadKnown <= d.RereadReported &&
+		(d.AtLeastOnce || d.RereadCopiedTwice == 0)
 }
 
 // tp names a partition.
@@ -484,6 +498,18 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 	if err != nil {
 		return fmt.Errorf("read the target: %w", err)
 	}
+	tally(dr, e.opts.Delivery == "at_least_once", ch, src, dst, srcApp.by, dstApp.by, e.log)
+	return nil
+}
+
+// tally accounts for every record the source held (src), partition by
+// partition, against ferryctl's failover report (ch), what the target has
+// (dst) and what the application read on each side (srcRead: source
+// offsets; dstRead: target offsets). Records are matched by content (the
+// workload's are unique), every copy of a record the target holds twice
+// (at-least-once) to its source offset.
+func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead, dstRead map[tp][]int64, log *slog.Logger) {
+	dr.AtLeastOnce = alo
 	positions := ch.positions()
 	report := map[tp]int{}
 	for i, p := range ch.AtRisk {
@@ -492,24 +518,30 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 	for k, recs := range src {
 		i, ok := report[k]
 		if !ok {
-			return fmt.Errorf("ferryctl reported nothing of %s/%d", k.topic, k.partition)
+			dr.Errors = append(dr.Errors, fmt.Sprintf("ferryctl reported nothing of %s/%d", k.topic, k.partition))
+			continue
 		}
 		rep := ch.AtRisk[i]
-		// The target's copies of this partition: digest → target offset.
-		onTarget := map[uint64]int64{}
-		for _, r := range dst[tp{targetPrefix + k.topic, k.partition}] {
-			onTarget[r.digest] = r.offset
-		}
-		// Source offset of each target offset, for the target reads.
-		sourceOf := map[int64]int64{}
+		// Source offset of each target offset (every copy, where
+		// at-least-once wrote a record twice), for the target reads.
+		offsetOf := make(map[uint64]int64, len(recs))
 		for _, r := range recs {
-			to, copied := onTarget[r.digest]
+			offsetOf[r.digest] = r.offset
+		}
+		sourceOf := map[int64]int64{}
+		onTarget := map[int64]bool{}
+		for _, r := range dst[tp{targetPrefix + k.topic, k.partition}] {
+			if so, ok := offsetOf[r.digest]; ok {
+				sourceOf[r.offset] = so
+				onTarget[so] = true
+			}
+		}
+		for _, r := range recs {
 			switch {
-			case copied:
-				sourceOf[to] = r.offset
+			case onTarget[r.offset]:
 				switch {
 				case r.offset < rep.Committed:
-				case e.opts.Delivery == "at_least_once":
+				case alo:
 					// Written before its checkpoint: at-least-once
 					// writes records first, so the report overstates.
 					dr.CopiedPastCheckpoint++
@@ -525,12 +557,12 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 			}
 		}
 		readSrc := map[int64]bool{}
-		for _, o := range srcApp.by[k] {
+		for _, o := range srcRead[k] {
 			readSrc[o] = true
 		}
 		readDst := map[int64]bool{}
 		firstDst := int64(-1)
-		for _, to := range dstApp.by[tp{targetPrefix + k.topic, k.partition}] {
+		for _, to := range dstRead[tp{targetPrefix + k.topic, k.partition}] {
 			if so, ok := sourceOf[to]; ok {
 				readDst[so] = true
 				if firstDst < 0 {
@@ -546,9 +578,14 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 			switch {
 			case readSrc[r.offset] && readDst[r.offset]:
 				dr.AppReread++
-				if synced && r.offset < pos.source {
+				switch {
+				case synced && r.offset < pos.standsFor:
+					// Below what the group's target position stands
+					// for, yet read after it: a second copy.
+					dr.RereadCopiedTwice++
+				case synced && r.offset < pos.source:
 					dr.RereadKnown++
-				} else {
+				default:
 					dr.RereadAfterSync++
 				}
 			case !readSrc[r.offset] && !readDst[r.offset]:
@@ -568,9 +605,8 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 			}
 			if firstDst != want {
 				dr.TranslationErrors++
-				e.log.Error("region loss: translation", "topic", k.topic, "partition", k.partition, "stands_for", pos.standsFor, "first_read_on_target", firstDst, "want", want)
+				log.Error("region loss: translation", "topic", k.topic, "partition", k.partition, "stands_for", pos.standsFor, "first_read_on_target", firstDst, "want", want)
 			}
 		}
 	}
-	return nil
 }

@@ -350,6 +350,9 @@ func (r *Report) Summary() string {
 		}
 		fmt.Fprintf(&b, "application: %d records skipped, %d read again: %d the meter knew (it said %d offsets), %d committed on the source after the last sync; %d translation errors; RTO %s (failover to first record read on the target)\n",
 			d.AppMissing, d.AppReread, d.RereadKnown, d.RereadReported, d.RereadAfterSync, d.TranslationErrors, d.RTO.Round(100*time.Millisecond))
+		if d.RereadCopiedTwice > 0 {
+			fmt.Fprintf(&b, "  and %d read again from a second copy on the target after the group's position (at-least-once)\n", d.RereadCopiedTwice)
+		}
 		for _, e := range d.Errors {
 			fmt.Fprintf(&b, "  drill: %s\n", e)
 		}

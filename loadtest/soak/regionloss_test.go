@@ -1,0 +1,105 @@
+package soak
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+)
+
+// change is ferryctl's failover report for partition soak.idem/0: the
+// target committed up to committed, the last heartbeat's high watermark
+// hw, and the application's group at source offset source, its target
+// position standing for standsFor.
+func change(t *testing.T, committed, hw, source, standsFor int64) ctlChange {
+	t.Helper()
+	var ch ctlChange
+	js := fmt.Sprintf(`{"state":"failed_over",
+		"at_risk":[{"topic":%q,"partition":0,"committed_next_offset":%d,"source_high_watermark":%d}],
+		"groups":[{"group":%q,"partitions":[{"topic":%q,"partition":0,"source_offset":%d,"target_stands_for_source_offset":%d}]}]}`,
+		topicIdem, committed, hw, appGroup, topicIdem, source, standsFor)
+	if err := json.Unmarshal([]byte(js), &ch); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// logOf is a log holding the source records of the given offsets, in that
+// order, from target offset 0 (the digest of source offset o is o+1000).
+func logOf(sourceOffsets ...int64) []logRecord {
+	out := make([]logRecord, len(sourceOffsets))
+	for i, o := range sourceOffsets {
+		out[i] = logRecord{offset: int64(i), digest: uint64(o + 1000)}
+	}
+	return out
+}
+
+func span(from, to int64) []int64 {
+	var out []int64
+	for o := from; o < to; o++ {
+		out = append(out, o)
+	}
+	return out
+}
+
+func TestTallyAccountsForEveryRecord(t *testing.T) {
+	srcKey, dstKey := tp{topicIdem, 0}, tp{targetPrefix + topicIdem, 0}
+	src := map[tp][]logRecord{srcKey: logOf(span(0, 10)...)} // source offsets 0-9
+	quiet := slog.New(slog.DiscardHandler)
+	cases := []struct {
+		name             string
+		alo              bool
+		target           []int64 // source offsets of the target's records, in order
+		ch               ctlChange
+		srcRead, dstRead []int64 // source offsets; target offsets
+		reported         int64   // the failover meter's re-read offsets
+		want             DR
+		ok               bool
+	}{{
+		// 0-5 copied; 6-8 under the last heartbeat, lost as reported;
+		// 9 accepted after it. The group synced at 3 stands for 2: 2 is
+		// re-read as the meter said, 3 and 4 were committed after the
+		// last sync.
+		name: "exactly-once", target: span(0, 6), ch: change(t, 6, 9, 3, 2),
+		srcRead: span(0, 5), dstRead: span(2, 6), reported: 1,
+		want: DR{LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1},
+		ok:   true,
+	}, {
+		name: "the meter said less than was re-read", target: span(0, 6), ch: change(t, 6, 9, 3, 2),
+		srcRead: span(0, 5), dstRead: span(2, 6), reported: 0,
+		want: DR{LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2},
+	}, {
+		// 3-5 written again after 0-5 (target offsets 6-8); the group at 5
+		// stands for 5 (target offset 5), so the application reads the
+		// second copies of 3 and 4, which no sync explains.
+		name: "at-least-once second copies", alo: true, target: append(span(0, 6), 3, 4, 5), ch: change(t, 6, 9, 5, 5),
+		srcRead: span(0, 5), dstRead: span(5, 9),
+		want: DR{LostInReport: 3, LostUnobserved: 1, AppReread: 2, RereadCopiedTwice: 2, AtLeastOnce: true},
+		ok:   true,
+	}, {
+		name: "second copies in exactly-once", target: append(span(0, 6), 3, 4, 5), ch: change(t, 6, 9, 5, 5),
+		srcRead: span(0, 5), dstRead: span(5, 9),
+		want: DR{LostInReport: 3, LostUnobserved: 1, AppReread: 2, RereadCopiedTwice: 2},
+	}, {
+		// Record 4 is missing below the committed offset, and 7 is on the
+		// target above it: both misreported. The application skipped 2
+		// and its first read on the target is 3, where its position
+		// stands for 2.
+		name: "misreported, skipped, mistranslated", target: []int64{0, 1, 2, 3, 5, 7}, ch: change(t, 6, 9, 2, 2),
+		srcRead: span(0, 2), dstRead: []int64{3, 4},
+		want: DR{Misreported: 2, LostInReport: 2, LostUnobserved: 1, AppMissing: 2, TranslationErrors: 1},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dr := DR{RereadReported: c.reported}
+			tally(&dr, c.alo, c.ch, src, map[tp][]logRecord{dstKey: logOf(c.target...)},
+				map[tp][]int64{srcKey: c.srcRead}, map[tp][]int64{dstKey: c.dstRead}, quiet)
+			if fmt.Sprintf("%+v", dr) != fmt.Sprintf("%+v", c.want) {
+				t.Errorf("tally:\n got %+v\nwant %+v", dr, c.want)
+			}
+			if dr.OK() != c.ok {
+				t.Errorf("OK() = %v, want %v", dr.OK(), c.ok)
+			}
+		})
+	}
+}
