@@ -32,7 +32,7 @@ func markdown(rep Report, plots []string, notes string) string {
 		p(" Each system runs %d times, interleaved (every system once, then again); every run is in the table, and ratios and plots use each system's run of median throughput.", c.Repeat)
 	}
 	if c.Groups > 0 {
-		p(" Before the replicator starts, %d member-less consumer groups are committed on the source (group i at (i+1)/%d of every partition's end), for the systems that sync groups to translate, and the target's group coordinator is made ready (a target where consumers run has one; created inside a measured copy it would be charged to the system committing there first); a Ferry run's log line (not a baseline's) counts them on the target after the copy.", c.Groups, c.Groups+1)
+		p(" Before the replicator starts, %d member-less consumer groups are committed on the source (group i at (i+1)/%d of every partition's end), for the systems that sync groups to translate, and the target's group coordinator is made ready (a target where consumers run has one; created inside a measured copy it would be charged to the system committing there first); each Ferry run's log line counts them on the target after the copy (`groups_synced`).", c.Groups, c.Groups+1)
 	}
 	p("\n")
 	p("- **live**: the replicator starts on an empty topic, %d primer records prove it copies, then a producer runs at a fixed rate for %.0f s ", primerPer*c.Partitions, c.LiveDurationS)

@@ -158,7 +158,8 @@ type Result struct {
 	Series []int64 `json:"series"`
 
 	// GroupsSynced counts the Config.Groups found committed on the
-	// target after the copy (catch-up runs of Ferry but its baselines).
+	// target after the copy (catch-up runs of Ferry; 0 for a baseline
+	// built before group sync).
 	GroupsSynced int `json:"groups_synced,omitempty"`
 
 	Verify verify.Result `json:"verify"`
@@ -606,9 +607,7 @@ func runIn(ctx context.Context, cfg Config, s spec, dir string, r *Result) error
 	if !res.OK() || res.Produced != m.expected {
 		return fmt.Errorf("verify failed (expected %d): %s", m.expected, res.Line())
 	}
-	// The baseline builds do not sync groups (and the target may then
-	// have no group coordinator at all).
-	if cfg.Groups > 0 && s.workload != Live && s.system.isFerry() && !ferryVariants[s.system].baseline {
+	if cfg.Groups > 0 && s.workload != Live && s.system.isFerry() {
 		if r.GroupsSynced, err = groupsOn(ctx, dst, targetTopic, cfg.Groups); err != nil {
 			return err
 		}

@@ -71,11 +71,11 @@ type DR struct {
 	// its source commit as the last sync read it (what the meter counts,
 	// in records); RereadAfterSync those the application committed on the
 	// source after that read, which nothing in the target region can
-	// know. AppReread must be their sum.
-	// RereadCopiedTwice are those below the source offset the group's
+	// know; RereadCopiedTwice those below the source offset the group's
 	// target position stands for, read again because the target holds a
 	// second copy after that position: at-least-once's duplicates, which
-	// no group sync explains. In exactly-once it must be 0.
+	// no group sync explains (in exactly-once it must be 0). AppReread
+	// must be the sum of the three.
 	AppReread         int64 `json:"app_reread"`
 	RereadReported    int64 `json:"reread_reported"`
 	RereadKnown       int64 `json:"reread_known"`
