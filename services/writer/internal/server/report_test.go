@@ -75,6 +75,15 @@ func sendReport(ctx context.Context, t *testing.T, w *testWriter, opened *ferryv
 	}
 }
 
+// reportBound says whether the open stream of link's shard has a Report
+// stream bound to it.
+func (w *testWriter) reportBound(link string, shard uint32) bool {
+	w.srv.mu.Lock()
+	defer w.srv.mu.Unlock()
+	st := w.srv.shards[shardKey{link, shard}]
+	return st != nil && st.active != nil && st.active.reporting.Load()
+}
+
 // waitWithin fails the test unless cond holds within d.
 func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -287,6 +296,10 @@ func TestReportEndsWithItsStream(t *testing.T) {
 
 	stream, opened = w.openOrdersFrom(ctx, t, "east", "")
 	rep = openReport(ctx, t, w.client, 1, opened.GetSession())
+	// A ReportOpen has no answer: wait until the writer has bound it, or
+	// the Replicate stream may end first and the bind be refused (CI saw
+	// "session 2 is not open"), which is right but not what is tested.
+	waitWithin(t, 10*time.Second, "the report stream bound", func() bool { return w.reportBound("east", 1) })
 	if err := stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
