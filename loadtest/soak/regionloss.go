@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -66,7 +67,13 @@ type DR struct {
 	AppMissing int64 `json:"app_missing"`
 	// AppReread counts records the application read on the source and
 	// again on the target. RereadReported is what Ferry's failover meter
-	// (ferry_failover_reread_records, offsets) said after the loss.
+	// said of the application's group in ferryctl failover's report
+	// (failover_reread_records, offsets): after the writers committed
+	// what they held as the streams broke, which the copy's last records
+	// join (a group ahead of them is not followed once the link is
+	// failed over: docs/disaster-recovery.md). RereadAtLoss is the
+	// meter (ferry_failover_reread_records, every group) read right after
+	// the loss, before those commits, kept for comparison.
 	// RereadKnown are the records between the group's target position and
 	// its source commit as the last sync read it (what the meter counts,
 	// in records); RereadAfterSync those the application committed on the
@@ -78,6 +85,7 @@ type DR struct {
 	// must be the sum of the three.
 	AppReread         int64 `json:"app_reread"`
 	RereadReported    int64 `json:"reread_reported"`
+	RereadAtLoss      int64 `json:"reread_at_loss"`
 	RereadKnown       int64 `json:"reread_known"`
 	RereadAfterSync   int64 `json:"reread_after_sync"`
 	RereadCopiedTwice int64 `json:"reread_copied_twice,omitempty"`
@@ -275,6 +283,19 @@ func (ch ctlChange) positions() map[tp]position {
 	return out
 }
 
+// reread is the failover meter's re-read exposure of the application's
+// group in the report, summed over the writers reporting it (each for the
+// partitions of the shards it serves).
+func (ch ctlChange) reread() int64 {
+	var n int64
+	for _, g := range ch.Groups {
+		if g.Group == appGroup && g.Reread != nil {
+			n += *g.Reread
+		}
+	}
+	return n
+}
+
 // failover runs ferryctl failover against the running writers, as an
 // operator in the target region would.
 func (e *env) failover(ctx context.Context) (ctlChange, error) {
@@ -296,6 +317,10 @@ func (e *env) failover(ctx context.Context) (ctlChange, error) {
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
 		return ctlChange{}, fmt.Errorf("ferryctl %s: %w: %s%s", strings.Join(args[:2], " "), err, stderr.String(), out.String())
+	}
+	// Kept with the run's logs: what the operator was told.
+	if err := os.WriteFile(filepath.Join(e.opts.Dir, "failover.json"), out.Bytes(), 0o644); err != nil {
+		return ctlChange{}, err
 	}
 	var ch ctlChange
 	if err := json.Unmarshal(out.Bytes(), &ch); err != nil {
@@ -363,8 +388,7 @@ func (e *env) regionLoss(ctx context.Context, stopLoad func()) *DR {
 	// failover does not wait for them.
 	loadStopped := make(chan struct{})
 	go func() { defer close(loadStopped); stopLoad() }()
-	// Read after the loss: no sync can move the group any more.
-	dr.RereadReported = e.rereadReported(ctx)
+	dr.RereadAtLoss = e.rereadReported(ctx)
 	// The writers commit what they hold as the streams break; the report
 	// is read once they have.
 	if err := sleep(ctx, 3*time.Second); err != nil {
@@ -382,6 +406,7 @@ func (e *env) regionLoss(ctx context.Context, stopLoad func()) *DR {
 	for _, p := range ch.AtRisk {
 		dr.ReportedLost += max(0, p.HW-p.Committed)
 	}
+	dr.RereadReported = ch.reread()
 	e.log.Info("region loss: the application reads on the target", "lost_offsets_reported", dr.ReportedLost)
 	dstApp, dstDone, stopDstApp, err := consume(ctx, e.dst.Addr(), []string{targetPrefix + topicIdem, targetPrefix + topicTxn}, 15*time.Second, 0)
 	if err != nil {

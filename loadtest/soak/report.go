@@ -348,8 +348,8 @@ func (r *Report) Summary() string {
 		if d.CopiedPastCheckpoint > 0 {
 			fmt.Fprintf(&b, "  %d records reported lost were copied (at-least-once writes records before their checkpoint)\n", d.CopiedPastCheckpoint)
 		}
-		fmt.Fprintf(&b, "application: %d records skipped, %d read again: %d the meter knew (it said %d offsets), %d committed on the source after the last sync; %d translation errors; RTO %s (failover to first record read on the target)\n",
-			d.AppMissing, d.AppReread, d.RereadKnown, d.RereadReported, d.RereadAfterSync, d.TranslationErrors, d.RTO.Round(100*time.Millisecond))
+		fmt.Fprintf(&b, "application: %d records skipped, %d read again: %d the meter knew (it said %d offsets at the failover, %d at the loss), %d committed on the source after the last sync; %d translation errors; RTO %s (failover to first record read on the target)\n",
+			d.AppMissing, d.AppReread, d.RereadKnown, d.RereadReported, d.RereadAtLoss, d.RereadAfterSync, d.TranslationErrors, d.RTO.Round(100*time.Millisecond))
 		if d.RereadCopiedTwice > 0 {
 			fmt.Fprintf(&b, "  and %d read again from a second copy on the target after the group's position (at-least-once)\n", d.RereadCopiedTwice)
 		}

@@ -23,8 +23,9 @@ type GroupReport struct {
 	// SyncAge is the age of the source read its position last followed.
 	SyncAge *float64 `json:"sync_age_seconds,omitempty"`
 	// Reread is what it would read again after a failover now: per
-	// partition, its source offset minus what its target position stands
-	// for. Absent when no partition's position is Ferry's.
+	// partition, its source offset (at most the partition's committed
+	// end) minus what its target position stands for (countRereads).
+	// Absent when no partition's position is Ferry's.
 	Reread     *int64                 `json:"failover_reread_records,omitempty"`
 	Partitions []GroupPartitionReport `json:"partitions"`
 }
@@ -86,7 +87,6 @@ func mergeGroup(l *LinkReport, g *ferryv1.LinkGroup) {
 		}
 		return int(a.Partition - b.Partition)
 	})
-	cur.Reread = reread(cur.Partitions)
 	slices.SortFunc(l.Groups, func(a, b GroupReport) int { return strings.Compare(a.Group, b.Group) })
 }
 
@@ -95,19 +95,37 @@ func readAfter(a, b *time.Time) bool {
 	return a != nil && (b == nil || a.After(*b))
 }
 
-func reread(ps []GroupPartitionReport) *int64 {
-	var n int64
-	known := false
-	for _, p := range ps {
-		if p.StandsFor >= 0 {
-			known = true
-			n += max(0, p.SourceOffset-p.StandsFor)
+// countRereads sets each group's Reread once every writer's answer is
+// merged, as the writers' ferry_failover_reread_records counts it: per
+// partition, the source offset the group read, capped at what the target
+// holds (what it read beyond is lost with the source, which the
+// partition's meter counts, not read again), minus the source offset its
+// position stands for. Absent when no partition's position is Ferry's.
+func (l *LinkReport) countRereads() {
+	type key struct {
+		topic     string
+		partition int32
+	}
+	committed := map[key]int64{}
+	for _, p := range l.Partitions {
+		committed[key{p.Topic, p.Partition}] = p.Committed
+	}
+	for i := range l.Groups {
+		g := &l.Groups[i]
+		g.Reread = nil
+		var n int64
+		for _, p := range g.Partitions {
+			if p.StandsFor < 0 {
+				continue
+			}
+			read := p.SourceOffset
+			if c, ok := committed[key{p.Topic, p.Partition}]; ok && c >= 0 {
+				read = min(read, c)
+			}
+			n += max(0, read-p.StandsFor)
+			g.Reread = &n
 		}
 	}
-	if !known {
-		return nil
-	}
-	return &n
 }
 
 // groupFilter is --groups: an anchored regular expression, as

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"testing"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -24,6 +25,7 @@ func TestMergeGroupLatestReadWins(t *testing.T) {
 			for _, g := range order {
 				mergeGroup(&l, g)
 			}
+			l.countRereads()
 			if len(l.Groups) != 1 {
 				t.Fatalf("groups %+v, want app once", l.Groups)
 			}
@@ -35,5 +37,39 @@ func TestMergeGroupLatestReadWins(t *testing.T) {
 				t.Errorf("group %+v, want 0 re-read, the freshest sync's outcome and age", g)
 			}
 		})
+	}
+}
+
+// A group's re-read stops at what the target holds, as the writers' meter
+// counts it: what it read on the source beyond is lost, and the
+// partition's meter counts it (the region-loss soak, seed 747, saw
+// ferryctl report both). Partitions whose position is not Ferry's count
+// nothing; a group with none has no re-read figure.
+func TestRereadStopsAtCommittedEnd(t *testing.T) {
+	l := LinkReport{Partitions: []PartitionReport{
+		{Topic: "orders", Partition: 0, Committed: 100},
+		{Topic: "orders", Partition: 1, Committed: -1},
+	}}
+	mergeGroup(&l, &ferryv1.LinkGroup{Group: "app", Partitions: []*ferryv1.LinkGroupPartition{
+		{Topic: "orders", Partition: 0, SourceOffset: 150, TargetOffset: 95, StandsForSourceOffset: 90}, // 10: 50 more are lost
+		{Topic: "orders", Partition: 1, SourceOffset: 60, TargetOffset: 41, StandsForSourceOffset: 40},  // 20: nothing known committed
+		{Topic: "orders", Partition: 2, SourceOffset: 70, TargetOffset: 71, StandsForSourceOffset: 70},  // 0: caught up
+		{Topic: "orders", Partition: 3, SourceOffset: 80, TargetOffset: -1, StandsForSourceOffset: -1},  // not Ferry's
+	}})
+	mergeGroup(&l, &ferryv1.LinkGroup{Group: "owned", Partitions: []*ferryv1.LinkGroupPartition{
+		{Topic: "orders", Partition: 0, SourceOffset: 10, TargetOffset: -1, StandsForSourceOffset: -1},
+	}})
+	l.countRereads()
+	show := func(g GroupReport) string {
+		if g.Reread == nil {
+			return g.Group + ": none"
+		}
+		return fmt.Sprintf("%s: %d", g.Group, *g.Reread)
+	}
+	if g := l.Groups[0]; g.Group != "app" || g.Reread == nil || *g.Reread != 30 {
+		t.Errorf("re-read %s, want app: 30 (10 + 20 + 0)", show(g))
+	}
+	if g := l.Groups[1]; g.Group != "owned" || g.Reread != nil {
+		t.Errorf("re-read %s, want owned: none", show(g))
 	}
 }

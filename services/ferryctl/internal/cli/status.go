@@ -204,7 +204,9 @@ func merge(answers []*ferryv1.StatusResponse, addrs []string) []LinkReport {
 	out := make([]LinkReport, 0, len(order))
 	slices.Sort(order)
 	for _, name := range order {
-		out = append(out, *byName[name])
+		l := byName[name]
+		l.countRereads()
+		out = append(out, *l)
 	}
 	return out
 }
