@@ -284,8 +284,8 @@ func (ch ctlChange) positions() map[tp]position {
 }
 
 // reread is the failover meter's re-read exposure of the application's
-// group in the report, summed over the writers reporting it (each for the
-// partitions of the shards it serves).
+// group in the report (ferryctl merges the writers' views into one entry
+// per group; 0 when it has no figure).
 func (ch ctlChange) reread() int64 {
 	var n int64
 	for _, g := range ch.Groups {
