@@ -269,6 +269,9 @@ func (c *client) waitFor(ctx context.Context, progress io.Writer, link string, b
 				fmt.Fprintf(progress, "planned failover of %s: %s done\n", link, phase)
 				return v, nil
 			}
+		case left != nil && ended(ctx):
+			// The deadline ended this read: what the wait still waited
+			// for is the last read's answer, not the cut-off call.
 		default:
 			left = []string{err.Error()}
 		}
@@ -283,4 +286,13 @@ func (c *client) waitFor(ctx context.Context, progress io.Writer, link string, b
 		case <-time.After(plannedPoll):
 		}
 	}
+}
+
+// ended says whether ctx is done or its deadline has passed. A call cut
+// off by the deadline can fail before ctx's own timer has marked it done:
+// the writer ends the call at the same deadline (gRPC sends it along) and
+// its answer may arrive first.
+func ended(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(d)
 }

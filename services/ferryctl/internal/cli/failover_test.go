@@ -328,8 +328,8 @@ func TestPlannedFailoverTimeoutLeavesLinkRunning(t *testing.T) {
 	commitGroup(t, r.source, "app", "orders", map[int32]int64{0: 7})
 	r.waitStatus(t, "app found owned", func(l LinkReport) bool { return len(l.Groups) == 1 && l.Groups[0].Outcome == "owned" })
 
-	code, out, errOut := r.run(t, "ferryctl", "failover", "east", "--planned", "--timeout", "3s")
-	if code != exitFailed || !strings.Contains(errOut, "timed out after 3s waiting for group app orders/0") ||
+	code, out, errOut := r.run(t, "ferryctl", "failover", "east", "--planned", "--timeout", "5s")
+	if code != exitFailed || !strings.Contains(errOut, "timed out after 5s waiting for group app orders/0") ||
 		!strings.Contains(errOut, "owned") || !strings.Contains(errOut, "still running") {
 		t.Fatalf("planned failover exited %d: %s%s", code, out, errOut)
 	}
