@@ -89,3 +89,18 @@ func CheckName(name string) error {
 	}
 	return nil
 }
+
+// Reread is how many records a group would read again on one partition if
+// it failed over now: from the source offset its target position stands
+// for (standsFor) up to the source offset it has read (sourceOffset),
+// capped at the partition's committed end on the target (committed; -1:
+// not known). What the group read beyond that end is not read again: it
+// is lost with the source, and the partition's loss meter counts it. The
+// writers' meter and ferryctl's merged report both count it this way.
+func Reread(sourceOffset, standsFor, committed int64) int64 {
+	read := sourceOffset
+	if committed >= 0 {
+		read = min(read, committed)
+	}
+	return max(0, read-standsFor)
+}

@@ -49,3 +49,22 @@ func TestParseMarker(t *testing.T) {
 		}
 	}
 }
+
+func TestReread(t *testing.T) {
+	for _, tc := range []struct {
+		name                         string
+		source, standsFor, committed int64
+		want                         int64
+	}{
+		{"read since the last sync", 120, 100, 500, 20},
+		{"nothing read since", 100, 100, 500, 0},
+		{"read past the copy: the rest is lost, not re-read", 700, 100, 500, 400},
+		{"committed end not known", 700, 100, -1, 600},
+		{"position ahead of the read (a group moved back)", 90, 100, 500, 0},
+		{"nothing copied yet", 120, 100, 0, 0},
+	} {
+		if got := Reread(tc.source, tc.standsFor, tc.committed); got != tc.want {
+			t.Errorf("%s: Reread(%d, %d, %d) = %d, want %d", tc.name, tc.source, tc.standsFor, tc.committed, got, tc.want)
+		}
+	}
+}

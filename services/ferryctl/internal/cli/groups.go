@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/groupsync"
 )
 
 // GroupReport is one consumer group of a link, merged from every writer's
@@ -96,11 +97,10 @@ func readAfter(a, b *time.Time) bool {
 }
 
 // countRereads sets each group's Reread once every writer's answer is
-// merged, as the writers' ferry_failover_reread_records counts it: per
-// partition, the source offset the group read, capped at what the target
-// holds (what it read beyond is lost with the source, which the
-// partition's meter counts, not read again), minus the source offset its
-// position stands for. Absent when no partition's position is Ferry's.
+// merged, with the writers' own formula (groupsync.Reread): the writer
+// that answered for a group partition may not be the one holding the
+// partition's committed end. Absent when no partition's position is
+// Ferry's.
 func (l *LinkReport) countRereads() {
 	type key struct {
 		topic     string
@@ -118,11 +118,11 @@ func (l *LinkReport) countRereads() {
 			if p.StandsFor < 0 {
 				continue
 			}
-			read := p.SourceOffset
-			if c, ok := committed[key{p.Topic, p.Partition}]; ok && c >= 0 {
-				read = min(read, c)
+			c, ok := committed[key{p.Topic, p.Partition}]
+			if !ok {
+				c = -1
 			}
-			n += max(0, read-p.StandsFor)
+			n += groupsync.Reread(p.SourceOffset, p.StandsFor, c)
 			g.Reread = &n
 		}
 	}

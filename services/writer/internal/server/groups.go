@@ -486,15 +486,7 @@ func (g *groupSyncer) status(now time.Time, committed func(link string, tp topic
 			gs.Partitions = append(gs.Partitions, ps)
 			if gp.standsFor >= 0 {
 				known = true
-				// What the group consumed beyond what the target holds is
-				// not read again after a failover now: it is lost with the
-				// source (the partition's meter counts it), so the re-read
-				// stops at the committed end.
-				read := gp.reported
-				if c := committed(k.link, tp); c >= 0 {
-					read = min(read, c)
-				}
-				reread += max(0, read-gp.standsFor)
+				reread += groupsync.Reread(gp.reported, gp.standsFor, committed(k.link, tp))
 			}
 		}
 		if known {
