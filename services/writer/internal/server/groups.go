@@ -277,8 +277,10 @@ func (g *groupSyncer) run(ctx context.Context) {
 // advance queues again every group partition that stands on the target
 // for less than what the group last read on the source, where the copy
 // has moved on since: translated again, the group moves forward as data
-// arrives. Partitions not Ferry's (target -1: active or owned), queued
-// already, or of a link that does not run are left alone.
+// arrives; and every partition whose translation found the shard's index
+// loading, once it has loaded. Partitions not Ferry's (target -1: active
+// or owned), queued already, or of a link that does not run are left
+// alone.
 func (g *groupSyncer) advance() {
 	type lagging struct {
 		k        groupKey
@@ -296,7 +298,14 @@ func (g *groupSyncer) advance() {
 		}
 		for tp, gp := range st.parts {
 			f, ok := g.follow[linkPartition{k.link, tp}]
-			if _, queued := g.pending[k][tp]; queued || !ok || gp.target < 0 || gp.standsFor >= gp.reported {
+			if _, queued := g.pending[k][tp]; queued || !ok {
+				continue
+			}
+			// A partition that found its index loading is translated
+			// again once the load is done, rather than at the fetcher's
+			// next read of the group (link.groups.interval): a failover
+			// in between would find the group without a position there.
+			if gp.note != notLoading && (gp.target < 0 || gp.standsFor >= gp.reported) {
 				continue
 			}
 			todo = append(todo, lagging{k, tp, gp.reported, gp.reportedAt, gp.standsFor, f})

@@ -529,3 +529,34 @@ func (w *testWriter) groupMetric(t *testing.T, name, group string) float64 {
 	}
 	return -1
 }
+
+// A group partition whose first translation found the shard's index
+// loading gets its position once the load is done, from the syncer's own
+// advance: not only at the fetcher's next read of the group, which an
+// unplanned failover in between never sees (the partition would have no
+// position on the target). The group is sent once; only advances follow.
+func TestLoadingIndexIsTranslatedOnceLoaded(t *testing.T) {
+	w := startGroupWriterIdle(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := w.srv.groups
+	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+	copyWithGaps(t, stream) // committed up to source 30
+	if err := stream.Send(groupOffsets(map[string]int64{"behind": 17})); err != nil {
+		t.Fatalf("send group offsets: %v", err)
+	}
+	waitFor(t, "the group's first sync, its index loading", func() bool {
+		syncPending(g)
+		st, ok := groupOf(w, "behind")
+		return ok && len(st.Partitions) == 1 && st.Partitions[0].Note == notLoading
+	})
+	waitFor(t, "the group positioned without another read of it", func() bool {
+		g.advance()
+		syncPending(g)
+		st, _ := groupOf(w, "behind")
+		return standsFor(st, 17)
+	})
+	if at, md := w.targetGroup(t, "behind"); md != groupsync.Marker(17) {
+		t.Fatalf("group at %d %q on the target, want Ferry's marker for source 17", at, md)
+	}
+}

@@ -27,8 +27,9 @@ import (
 // source has no such group never reads the topic: each read costs the
 // target a consumer's connections and a fetch per partition, at every
 // shard open. The first translation that needs the index answers
-// index_loading, as one arriving while the read runs does; the fetcher
-// sends the group again at its next read of the source groups.
+// index_loading, as one arriving while the read runs does; the group
+// syncer translates it again every second (advance) until the read is
+// done, and the fetcher sends the group again at its next read anyway.
 
 // groupIndexRuns bounds each partition's index in memory (24 bytes a run:
 // some 1.5 MB at most). A plain partition copied at-least-once merges its
