@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -82,13 +83,19 @@ type DR struct {
 	// target position stands for, read again because the target holds a
 	// second copy after that position: at-least-once's duplicates, which
 	// no group sync explains (in exactly-once it must be 0). AppReread
-	// must be the sum of the three.
+	// must be the sum of these three and RereadUncounted.
 	AppReread         int64 `json:"app_reread"`
 	RereadReported    int64 `json:"reread_reported"`
 	RereadAtLoss      int64 `json:"reread_at_loss"`
 	RereadKnown       int64 `json:"reread_known"`
 	RereadAfterSync   int64 `json:"reread_after_sync"`
 	RereadCopiedTwice int64 `json:"reread_copied_twice,omitempty"`
+	// RereadUncounted are re-reads on partitions where the report gives
+	// the group no target position, so the meter counts none of them;
+	// the report must name each such partition (UncountedUnnamed counts
+	// those it did not, and must be 0).
+	RereadUncounted  int64 `json:"reread_uncounted,omitempty"`
+	UncountedUnnamed int64 `json:"uncounted_unnamed,omitempty"`
 	// AtLeastOnce is the link's delivery: at-least-once copies may stand
 	// twice on the target.
 	AtLeastOnce bool `json:"at_least_once,omitempty"`
@@ -111,7 +118,7 @@ type DR struct {
 // exactly-once.
 func (d *DR) OK() bool {
 	return d.Misreported == 0 && d.AppMissing == 0 && d.TranslationErrors == 0 && len(d.Errors) == 0 &&
-		d.AppReread == d.RereadKnown+d.RereadAfterSync+d.RereadCopiedTwice &&
+		d.AppReread == d.RereadKnown+d.RereadAfterSync+d.RereadCopiedTwice+d.RereadUncounted && d.UncountedUnnamed == 0 &&
 		d.RereadKnown <= d.RereadReported &&
 		(d.AtLeastOnce || d.RereadCopiedTwice == 0)
 }
@@ -251,8 +258,11 @@ type ctlChange struct {
 		Lag       int64  `json:"lag_records"`
 	} `json:"at_risk"`
 	Groups []struct {
-		Group      string `json:"group"`
-		Reread     *int64 `json:"failover_reread_records"`
+		Group  string `json:"group"`
+		Reread *int64 `json:"failover_reread_records"`
+		// Uncounted names the partitions ("topic/partition (why)") the
+		// meter could not count re-reads on: no target position.
+		Uncounted  []string `json:"reread_uncounted"`
 		Partitions []struct {
 			Topic     string `json:"topic"`
 			Partition int32  `json:"partition"`
@@ -277,7 +287,30 @@ func (ch ctlChange) positions() map[tp]position {
 			continue
 		}
 		for _, p := range g.Partitions {
-			out[tp{p.Topic, p.Partition}] = position{p.Source, p.StandsFor}
+			if p.StandsFor >= 0 {
+				out[tp{p.Topic, p.Partition}] = position{p.Source, p.StandsFor}
+			}
+		}
+	}
+	return out
+}
+
+// uncounted are the application group's partitions the report says the
+// meter could not count re-reads on.
+func (ch ctlChange) uncounted() map[tp]bool {
+	out := map[tp]bool{}
+	for _, g := range ch.Groups {
+		if g.Group != appGroup {
+			continue
+		}
+		for _, u := range g.Uncounted {
+			// "topic/partition (why)": Kafka topic names hold neither
+			// a space nor a slash.
+			name, _, _ := strings.Cut(u, " ")
+			topic, part, _ := strings.Cut(name, "/")
+			if p, err := strconv.ParseInt(part, 10, 32); err == nil {
+				out[tp{topic, int32(p)}] = true
+			}
 		}
 	}
 	return out
@@ -535,7 +568,7 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 // (at-least-once) to its source offset.
 func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead, dstRead map[tp][]int64, log *slog.Logger) {
 	dr.AtLeastOnce = alo
-	positions := ch.positions()
+	positions, uncounted := ch.positions(), ch.uncounted()
 	report := map[tp]int{}
 	for i, p := range ch.AtRisk {
 		report[tp{p.Topic, p.Partition}] = i
@@ -596,6 +629,7 @@ func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead,
 			}
 		}
 		pos, synced := positions[k]
+		var unpositioned int64
 		for _, r := range recs {
 			if r.offset >= rep.Committed {
 				continue
@@ -604,11 +638,13 @@ func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead,
 			case readSrc[r.offset] && readDst[r.offset]:
 				dr.AppReread++
 				switch {
-				case synced && r.offset < pos.standsFor:
+				case !synced:
+					unpositioned++
+				case r.offset < pos.standsFor:
 					// Below what the group's target position stands
 					// for, yet read after it: a second copy.
 					dr.RereadCopiedTwice++
-				case synced && r.offset < pos.source:
+				case r.offset < pos.source:
 					dr.RereadKnown++
 				default:
 					dr.RereadAfterSync++
@@ -616,6 +652,11 @@ func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead,
 			case !readSrc[r.offset] && !readDst[r.offset]:
 				dr.AppMissing++
 			}
+		}
+		dr.RereadUncounted += unpositioned
+		if unpositioned > 0 && !uncounted[k] {
+			dr.UncountedUnnamed++
+			log.Error("region loss: re-reads on a partition without a target position that ferryctl did not name", "topic", k.topic, "partition", k.partition, "reread", unpositioned)
 		}
 		// Exact translation: the application's first record on the target
 		// is the copy of the first source record at or after what its

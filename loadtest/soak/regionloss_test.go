@@ -24,6 +24,13 @@ func change(t *testing.T, committed, hw, source, standsFor int64) ctlChange {
 	return ch
 }
 
+// uncounted is ch with the application group's partitions named as
+// ones the meter could not count.
+func uncounted(ch ctlChange, names ...string) ctlChange {
+	ch.Groups[0].Uncounted = names
+	return ch
+}
+
 // logOf is a log holding the source records of the given offsets, in that
 // order, from target offset 0 (the digest of source offset o is o+1000).
 func logOf(sourceOffsets ...int64) []logRecord {
@@ -88,6 +95,19 @@ func TestTallyAccountsForEveryRecord(t *testing.T) {
 		name: "misreported, skipped, mistranslated", target: []int64{0, 1, 2, 3, 5, 7}, ch: change(t, 6, 9, 2, 2),
 		srcRead: span(0, 2), dstRead: []int64{3, 4},
 		want: DR{Misreported: 2, LostInReport: 2, LostUnobserved: 1, AppMissing: 2, TranslationErrors: 1},
+	}, {
+		// The group has no target position on the partition (its index
+		// was loading at the failover): the application reads the target
+		// from its start, 0-4 again, which the meter cannot count;
+		// ferryctl says so.
+		name: "no target position, named uncounted", target: span(0, 6), ch: uncounted(change(t, 6, 9, 5, -1), topicIdem+"/0 (index_loading)"),
+		srcRead: span(0, 5), dstRead: span(0, 6),
+		want: DR{LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5},
+		ok:   true,
+	}, {
+		name: "no target position, not named", target: span(0, 6), ch: change(t, 6, 9, 5, -1),
+		srcRead: span(0, 5), dstRead: span(0, 6),
+		want: DR{LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5, UncountedUnnamed: 1},
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -350,6 +350,9 @@ func (r *Report) Summary() string {
 		}
 		fmt.Fprintf(&b, "application: %d records skipped, %d read again: %d the meter knew (it said %d offsets at the failover, %d at the loss), %d committed on the source after the last sync; %d translation errors; RTO %s (failover to first record read on the target)\n",
 			d.AppMissing, d.AppReread, d.RereadKnown, d.RereadReported, d.RereadAtLoss, d.RereadAfterSync, d.TranslationErrors, d.RTO.Round(100*time.Millisecond))
+		if d.RereadUncounted > 0 {
+			fmt.Fprintf(&b, "  and %d read again on partitions where the group had no target position (the meter cannot count them; %d such partitions ferryctl did not name)\n", d.RereadUncounted, d.UncountedUnnamed)
+		}
 		if d.RereadCopiedTwice > 0 {
 			fmt.Fprintf(&b, "  and %d read again from a second copy on the target after the group's position (at-least-once)\n", d.RereadCopiedTwice)
 		}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/groupcommit"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 )
 
@@ -27,7 +29,15 @@ type GroupReport struct {
 	// partition, its source offset (at most the partition's committed
 	// end) minus what its target position stands for (countRereads).
 	// Absent when no partition's position is Ferry's.
-	Reread     *int64                 `json:"failover_reread_records,omitempty"`
+	Reread *int64 `json:"failover_reread_records,omitempty"`
+	// Uncounted names the partitions whose re-reads Reread cannot count:
+	// the group read there on the source, the target holds copied data,
+	// and Ferry has given the group no position there (its index still
+	// loading, nothing synced since a writer started, or the position
+	// before the index). A consumer there starts where the target
+	// group's own commit or its auto.offset.reset puts it. Empty for a
+	// group that is not Ferry's to move (active, owned).
+	Uncounted  []string               `json:"reread_uncounted,omitempty"`
 	Partitions []GroupPartitionReport `json:"partitions"`
 }
 
@@ -46,6 +56,9 @@ type GroupPartitionReport struct {
 	// SyncedReadAt is when the fetcher read the source offsets the target
 	// position follows (its clock).
 	SyncedReadAt *time.Time `json:"synced_read_at,omitempty"`
+	// Reread is this partition's share of the group's Reread; absent when
+	// its position is not Ferry's.
+	Reread *int64 `json:"failover_reread_records,omitempty"`
 }
 
 // mergeGroup adds a writer's view of a group. Per partition the writer
@@ -112,20 +125,32 @@ func (l *LinkReport) countRereads() {
 	}
 	for i := range l.Groups {
 		g := &l.Groups[i]
-		g.Reread = nil
+		g.Reread, g.Uncounted = nil, nil
 		var n int64
-		for _, p := range g.Partitions {
-			if p.StandsFor < 0 {
-				continue
-			}
+		for j := range g.Partitions {
+			p := &g.Partitions[j]
 			c, ok := committed[key{p.Topic, p.Partition}]
 			if !ok {
 				c = -1
 			}
-			n += groupsync.Reread(p.SourceOffset, p.StandsFor, c)
+			p.Reread = nil
+			if p.StandsFor < 0 {
+				if ferrys(g.Outcome) && p.SourceOffset > 0 && c != 0 {
+					g.Uncounted = append(g.Uncounted, fmt.Sprintf("%s/%d (%s)", p.Topic, p.Partition, cmp.Or(p.Note, "not synced")))
+				}
+				continue
+			}
+			r := groupsync.Reread(p.SourceOffset, p.StandsFor, c)
+			p.Reread, n = &r, n+r
 			g.Reread = &n
 		}
 	}
+}
+
+// ferrys reports whether a group's positions are Ferry's to give: not
+// when its latest sync found it active or owned on the target.
+func ferrys(outcome string) bool {
+	return outcome != string(groupcommit.Active) && outcome != string(groupcommit.Owned)
 }
 
 // groupFilter is --groups: an anchored regular expression, as
@@ -165,11 +190,17 @@ func printGroups(w io.Writer, gs []GroupReport) {
 	for _, g := range gs {
 		for _, p := range g.Partitions {
 			rr := "?"
-			if p.StandsFor >= 0 {
-				rr = fmt.Sprint(max(0, p.SourceOffset-p.StandsFor))
+			if p.Reread != nil {
+				rr = fmt.Sprint(*p.Reread)
 			}
 			fmt.Fprintf(tw, "  %s\t%s/%d\t%d\t%d\t%d\t%s\t%s\n", g.Group, p.Topic, p.Partition, p.TargetOffset, p.StandsFor, p.SourceOffset, rr, g.Outcome)
 		}
 	}
 	tw.Flush()
+	for _, g := range gs {
+		if len(g.Uncounted) > 0 {
+			fmt.Fprintf(w, "  group %s: REREAD cannot count %s: no target position from Ferry; a consumer there starts at the target group's own commit or its auto.offset.reset\n",
+				g.Group, strings.Join(g.Uncounted, ", "))
+		}
+	}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -49,14 +50,17 @@ func TestRereadStopsAtCommittedEnd(t *testing.T) {
 	l := LinkReport{Partitions: []PartitionReport{
 		{Topic: "orders", Partition: 0, Committed: 100},
 		{Topic: "orders", Partition: 1, Committed: -1},
+		{Topic: "orders", Partition: 4, Committed: 0},
 	}}
-	mergeGroup(&l, &ferryv1.LinkGroup{Group: "app", Partitions: []*ferryv1.LinkGroupPartition{
-		{Topic: "orders", Partition: 0, SourceOffset: 150, TargetOffset: 95, StandsForSourceOffset: 90}, // 10: 50 more are lost
-		{Topic: "orders", Partition: 1, SourceOffset: 60, TargetOffset: 41, StandsForSourceOffset: 40},  // 20: nothing known committed
-		{Topic: "orders", Partition: 2, SourceOffset: 70, TargetOffset: 71, StandsForSourceOffset: 70},  // 0: caught up
-		{Topic: "orders", Partition: 3, SourceOffset: 80, TargetOffset: -1, StandsForSourceOffset: -1},  // not Ferry's
+	mergeGroup(&l, &ferryv1.LinkGroup{Group: "app", Outcome: "moved", Partitions: []*ferryv1.LinkGroupPartition{
+		{Topic: "orders", Partition: 0, SourceOffset: 150, TargetOffset: 95, StandsForSourceOffset: 90},                       // 10: 50 more are lost
+		{Topic: "orders", Partition: 1, SourceOffset: 60, TargetOffset: 41, StandsForSourceOffset: 40},                        // 20: nothing known committed
+		{Topic: "orders", Partition: 2, SourceOffset: 70, TargetOffset: 71, StandsForSourceOffset: 70},                        // 0: caught up
+		{Topic: "orders", Partition: 3, SourceOffset: 80, TargetOffset: -1, StandsForSourceOffset: -1, Note: "index_loading"}, // uncounted
+		{Topic: "orders", Partition: 4, SourceOffset: 5, TargetOffset: -1, StandsForSourceOffset: -1, Note: "not_copied"},     // nothing on the target to read again
+		{Topic: "orders", Partition: 5, SourceOffset: 0, TargetOffset: -1, StandsForSourceOffset: -1},                         // nothing read on the source
 	}})
-	mergeGroup(&l, &ferryv1.LinkGroup{Group: "owned", Partitions: []*ferryv1.LinkGroupPartition{
+	mergeGroup(&l, &ferryv1.LinkGroup{Group: "owned", Outcome: "owned", Partitions: []*ferryv1.LinkGroupPartition{
 		{Topic: "orders", Partition: 0, SourceOffset: 10, TargetOffset: -1, StandsForSourceOffset: -1},
 	}})
 	l.countRereads()
@@ -69,7 +73,25 @@ func TestRereadStopsAtCommittedEnd(t *testing.T) {
 	if g := l.Groups[0]; g.Group != "app" || g.Reread == nil || *g.Reread != 30 {
 		t.Errorf("re-read %s, want app: 30 (10 + 20 + 0)", show(g))
 	}
-	if g := l.Groups[1]; g.Group != "owned" || g.Reread != nil {
-		t.Errorf("re-read %s, want owned: none", show(g))
+	if g := l.Groups[1]; g.Group != "owned" || g.Reread != nil || g.Uncounted != nil {
+		t.Errorf("re-read %s, uncounted %q, want owned: none, none (not Ferry's to count)", show(g), g.Uncounted)
+	}
+	app := l.Groups[0]
+	var per []string
+	for _, p := range app.Partitions {
+		if p.Reread != nil {
+			per = append(per, fmt.Sprintf("%d:%d", p.Partition, *p.Reread))
+		}
+	}
+	if got, want := strings.Join(per, " "), "0:10 1:20 2:0"; got != want {
+		t.Errorf("app's re-reads per partition %q, want %q", got, want)
+	}
+	if got, want := strings.Join(app.Uncounted, "; "), "orders/3 (index_loading)"; got != want {
+		t.Errorf("app's uncounted partitions %q, want %q", got, want)
+	}
+	var out strings.Builder
+	printGroups(&out, l.Groups)
+	if !strings.Contains(out.String(), "group app: REREAD cannot count orders/3 (index_loading)") {
+		t.Errorf("ferryctl's text does not name the uncounted partition:\n%s", out.String())
 	}
 }
