@@ -279,29 +279,19 @@ type ctlChange struct {
 // one partition.
 type position struct{ source, standsFor int64 }
 
-// positions are the application group's partitions in ferryctl's report.
-func (ch ctlChange) positions() map[tp]position {
-	out := map[tp]position{}
+// positions are the application group's partitions in ferryctl's report
+// that have a target position, and uncounted those the report names as
+// ones the meter cannot count re-reads on (no position).
+func (ch ctlChange) positions() (positions map[tp]position, uncounted map[tp]bool) {
+	positions, uncounted = map[tp]position{}, map[tp]bool{}
 	for _, g := range ch.Groups {
 		if g.Group != appGroup {
 			continue
 		}
 		for _, p := range g.Partitions {
 			if p.StandsFor >= 0 {
-				out[tp{p.Topic, p.Partition}] = position{p.Source, p.StandsFor}
+				positions[tp{p.Topic, p.Partition}] = position{p.Source, p.StandsFor}
 			}
-		}
-	}
-	return out
-}
-
-// uncounted are the application group's partitions the report says the
-// meter could not count re-reads on.
-func (ch ctlChange) uncounted() map[tp]bool {
-	out := map[tp]bool{}
-	for _, g := range ch.Groups {
-		if g.Group != appGroup {
-			continue
 		}
 		for _, u := range g.Uncounted {
 			// "topic/partition (why)": Kafka topic names hold neither
@@ -309,11 +299,11 @@ func (ch ctlChange) uncounted() map[tp]bool {
 			name, _, _ := strings.Cut(u, " ")
 			topic, part, _ := strings.Cut(name, "/")
 			if p, err := strconv.ParseInt(part, 10, 32); err == nil {
-				out[tp{topic, int32(p)}] = true
+				uncounted[tp{topic, int32(p)}] = true
 			}
 		}
 	}
-	return out
+	return positions, uncounted
 }
 
 // reread is the failover meter's re-read exposure of the application's
@@ -568,7 +558,7 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 // (at-least-once) to its source offset.
 func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead, dstRead map[tp][]int64, log *slog.Logger) {
 	dr.AtLeastOnce = alo
-	positions, uncounted := ch.positions(), ch.uncounted()
+	positions, uncounted := ch.positions()
 	report := map[tp]int{}
 	for i, p := range ch.AtRisk {
 		report[tp{p.Topic, p.Partition}] = i

@@ -265,12 +265,7 @@ func TestGroupAheadOfTheCopyLandsAtTheEnd(t *testing.T) {
 // them after it, so the failover report's positions hold. The syncer is
 // driven by hand to place the failover between the commit and the advance.
 func TestFailedOverLinkGroupsAreNotFollowed(t *testing.T) {
-	w := startGroupWriterIdle(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	g := w.srv.groups
-	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
-	copyWithGaps(t, stream) // committed up to source 30
+	w, g, stream, ctx := idleSyncerOverCopy(t)
 	// A group behind the copy has the shard read its index, which the
 	// advances below translate with (the failover ends the stream, and
 	// with it any read not begun).
@@ -536,12 +531,7 @@ func (w *testWriter) groupMetric(t *testing.T, name, group string) float64 {
 // unplanned failover in between never sees (the partition would have no
 // position on the target). The group is sent once; only advances follow.
 func TestLoadingIndexIsTranslatedOnceLoaded(t *testing.T) {
-	w := startGroupWriterIdle(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	g := w.srv.groups
-	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
-	copyWithGaps(t, stream) // committed up to source 30
+	w, g, stream, _ := idleSyncerOverCopy(t)
 	if err := stream.Send(groupOffsets(map[string]int64{"behind": 17})); err != nil {
 		t.Fatalf("send group offsets: %v", err)
 	}
@@ -559,4 +549,17 @@ func TestLoadingIndexIsTranslatedOnceLoaded(t *testing.T) {
 	if at, md := w.targetGroup(t, "behind"); md != groupsync.Marker(17) {
 		t.Fatalf("group at %d %q on the target, want Ferry's marker for source 17", at, md)
 	}
+}
+
+// idleSyncerOverCopy is a writer whose group syncer the test drives, and
+// a stream of link east that copied orders/0 up to source 30
+// (copyWithGaps); ctx ends with the test.
+func idleSyncerOverCopy(t *testing.T) (*testWriter, *groupSyncer, ferryv1.ReplicationService_ReplicateClient, context.Context) {
+	t.Helper()
+	w := startGroupWriterIdle(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+	copyWithGaps(t, stream)
+	return w, w.srv.groups, stream, ctx
 }
