@@ -141,7 +141,7 @@ func answer(x *offsetindex.Index, offset int64, reverse bool) (outcome ferryv1.T
 // link's target topics: an offset with Ferry's marker stands for the
 // source offset the marker names; any other (a consumer committed it on
 // the target, after a failover) is translated back through the index,
-// one index read per partition.
+// one read of the index for all such partitions.
 func (c *Control) translateGroup(ctx context.Context, r *offsetindex.Reader, link Link, group string) (*ferryv1.GroupTranslation, error) {
 	cl, err := kgo.NewClient(c.s.opts.Target...)
 	if err != nil {
@@ -156,6 +156,9 @@ func (c *Control) translateGroup(ctx context.Context, r *offsetindex.Reader, lin
 		return nil, fmt.Errorf("offsets of group %q on the target: %w", group, err)
 	}
 	out := &ferryv1.GroupTranslation{Group: group}
+	// Offsets without Ferry's marker are translated back through the
+	// index, read once for all of them.
+	var back []offsetindex.Key
 	for _, o := range offsets.Sorted() {
 		if o.Err != nil {
 			return nil, fmt.Errorf("offset of group %q on %s/%d: %w", group, o.Topic, o.Partition, o.Err)
@@ -168,14 +171,23 @@ func (c *Control) translateGroup(ctx context.Context, r *offsetindex.Reader, lin
 		if s, ours := groupsync.ParseMarker(o.Metadata); ours {
 			p.Ferry, p.SourceOffset, p.Outcome = true, s, ferryv1.TranslateOutcome_TRANSLATE_OUTCOME_EXACT
 		} else {
-			x, err := loadIndex(ctx, r, c.s.store, offsetindex.Key{Link: link.Name, Topic: source, Partition: o.Partition})
-			if err != nil {
-				return nil, err
-			}
 			p.Metadata = clip(o.Metadata)
-			p.Outcome, p.SourceOffset, _ = answer(x, o.At, true)
+			back = append(back, offsetindex.Key{Link: link.Name, Topic: source, Partition: o.Partition})
 		}
 		out.Partitions = append(out.Partitions, p)
+	}
+	if len(back) == 0 {
+		return out, nil
+	}
+	xs, err := loadIndexes(ctx, r, c.s.store, back)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range out.Partitions {
+		if !p.Ferry {
+			x := xs[offsetindex.Key{Link: link.Name, Topic: p.Topic, Partition: p.Partition}]
+			p.Outcome, p.SourceOffset, _ = answer(x, p.TargetOffset, true)
+		}
 	}
 	return out, nil
 }

@@ -247,21 +247,39 @@ func decodeUnindexed(values [][]byte) ([]offsetindex.Entry, error) {
 
 // loadIndex reads key's index records with r, then adds the entries the
 // partition's checkpoint in store carries that the topic does not hold
-// yet. The checkpoint is taken first: a flush between the two reads makes
-// them overlap, which Index.Extend trims, and never leaves a gap. A
-// checkpoint that does not verify adds nothing.
+// yet (loadIndexes).
 func loadIndex(ctx context.Context, r *offsetindex.Reader, store *checkpoint.Store, key offsetindex.Key) (*offsetindex.Index, error) {
-	cp, ok, cpErr := store.Get(key)
-	x, err := r.Load(ctx, key)
-	if err != nil || !ok || cpErr != nil {
-		return x, err
-	}
-	carried, err := decodeUnindexed(cp.Unindexed)
+	xs, err := loadIndexes(ctx, r, store, []offsetindex.Key{key})
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint of %s: %w", key, err)
+		return nil, err
 	}
-	for _, e := range carried {
-		x.Extend(e)
+	return xs[key], nil
+}
+
+// loadIndexes is loadIndex for several keys, reading the index topic once
+// for all of them (Reader.LoadAll). The checkpoints are taken first: a
+// flush between the two reads makes them overlap, which Index.Extend
+// trims, and never leaves a gap. A checkpoint that does not verify adds
+// nothing.
+func loadIndexes(ctx context.Context, r *offsetindex.Reader, store *checkpoint.Store, keys []offsetindex.Key) (map[offsetindex.Key]*offsetindex.Index, error) {
+	carried := make(map[offsetindex.Key][][]byte, len(keys))
+	for _, k := range keys {
+		if cp, ok, err := store.Get(k); ok && err == nil {
+			carried[k] = cp.Unindexed
+		}
 	}
-	return x, nil
+	xs, err := r.LoadAll(ctx, keys, 0)
+	if err != nil {
+		return nil, err
+	}
+	for k, values := range carried {
+		entries, err := decodeUnindexed(values)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint of %s: %w", k, err)
+		}
+		for _, e := range entries {
+			xs[k].Extend(e)
+		}
+	}
+	return xs, nil
 }

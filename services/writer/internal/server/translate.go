@@ -136,9 +136,9 @@ func (t *translator) confirm(tp topicPartition, next, target int64, entries []of
 	p.idx.Trim(groupIndexRuns)
 }
 
-// load reads each partition's index from the index topic, then adds what
-// rounds committed meanwhile. A partition whose read fails keeps only
-// those (older offsets answer before_index), logged: the shard copies on
+// load reads the partitions' indexes from the index topic, then adds what
+// rounds committed meanwhile. When the read fails they keep only those
+// (older offsets answer before_index), logged: the shard copies on
 // whatever happens here.
 func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex.Topic, link string, log *slog.Logger) {
 	defer func() {
@@ -162,27 +162,27 @@ func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex
 	}
 	defer r.Close()
 	t.mu.Lock()
-	tps := make([]topicPartition, 0, len(t.parts))
+	keys := make([]offsetindex.Key, 0, len(t.parts))
 	for tp := range t.parts {
-		tps = append(tps, tp)
+		keys = append(keys, offsetindex.Key{Link: link, Topic: tp.topic, Partition: tp.partition})
 	}
 	t.mu.Unlock()
-	for _, tp := range tps {
-		x, err := r.Load(ctx, offsetindex.Key{Link: link, Topic: tp.topic, Partition: tp.partition})
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			log.Warn("offset index of a partition not read: its groups translate from what this stream commits only",
-				"topic", tp.topic, "partition", tp.partition, "err", err)
-			x = offsetindex.NewIndex()
-		}
-		x.Trim(groupIndexRuns)
-		t.mu.Lock()
-		p := t.parts[tp]
-		p.idx = fromTail(x, p.tail)
+	// One pass over the index partitions for all the shard's partitions,
+	// each index trimmed as it grows to what the translator keeps.
+	xs, err := r.LoadAll(ctx, keys, groupIndexRuns)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		log.Warn("offset index of the shard not read: its groups translate from what this stream commits only", "partitions", len(keys), "err", err)
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, k := range keys {
+		p := t.parts[topicPartition{k.Topic, k.Partition}]
+		p.idx = fromTail(xs[k], p.tail)
 		p.tail, p.tailRuns = nil, 0
-		t.mu.Unlock()
 	}
 }
 
