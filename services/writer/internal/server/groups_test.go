@@ -387,11 +387,13 @@ func TestIndexReadByANewStreamTranslates(t *testing.T) {
 }
 
 // The index topic is read only once a group needs it: groups at or past
-// the committed end translate from the checkpoint alone, and the shard
-// reads no index; the first group behind the end has it read, and then
-// translates exactly.
+// the committed end translate from the checkpoint alone, and a group on
+// what the stream itself committed from its index entries in memory; the
+// shard reads no index for them. The first group behind what the stream
+// holds (here on a new stream, whose checkpoint carries no entry: every
+// round was flushed) has it read, and then translates exactly.
 func TestIndexReadOnlyForAGroupBehindTheEnd(t *testing.T) {
-	w := startGroupWriter(t, true)
+	w := startGroupWriter(t, true, func(o *Options) { o.Index.FlushInterval = 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var mu sync.Mutex
@@ -415,12 +417,17 @@ func TestIndexReadOnlyForAGroupBehindTheEnd(t *testing.T) {
 	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
 	copyWithGaps(t, stream) // committed up to source 30
 	syncUntil(t, w, stream, map[string]int64{"caught-up": 30, "ahead": 35}, "both at the copied end", func(g GroupStatus) bool { return standsFor(g, 30) })
+	syncUntil(t, w, stream, map[string]int64{"recent": 17}, "moved", func(g GroupStatus) bool { return standsFor(g, 17) })
 	if n := read(); n != 0 {
-		t.Fatalf("the index topic was read %d times for groups at the end, want never", n)
+		t.Fatalf("the index topic was read %d times for groups at the end or on what the stream copied, want never", n)
 	}
+	expectAtCopyOf18(ctx, t, w, "recent")
+
+	closeStream(t, stream)
+	stream, _ = w.openOrdersFrom(ctx, t, "east", "")
 	syncUntil(t, w, stream, map[string]int64{"behind": 17}, "moved", func(g GroupStatus) bool { return standsFor(g, 17) })
 	if n := read(); n == 0 {
-		t.Fatal("a group behind the end translated without the index topic read")
+		t.Fatal("a group behind what the new stream holds translated without the index topic read")
 	}
 	expectAtCopyOf18(ctx, t, w, "behind")
 }
@@ -529,9 +536,18 @@ func (w *testWriter) groupMetric(t *testing.T, name, group string) float64 {
 // loading gets its position once the load is done, from the syncer's own
 // advance: not only at the fetcher's next read of the group, which an
 // unplanned failover in between never sees (the partition would have no
-// position on the target). The group is sent once; only advances follow.
+// position on the target). The group, behind what a new stream holds
+// (every round flushed: its checkpoint carries no entry), is sent once;
+// only advances follow.
 func TestLoadingIndexIsTranslatedOnceLoaded(t *testing.T) {
-	w, g, stream, _ := idleSyncerOverCopy(t)
+	w := startGroupWriterIdle(t, false, func(o *Options) { o.Index.FlushInterval = 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := w.srv.groups
+	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+	copyWithGaps(t, stream) // committed up to source 30
+	closeStream(t, stream)
+	stream, _ = w.openOrdersFrom(ctx, t, "east", "")
 	if err := stream.Send(groupOffsets(map[string]int64{"behind": 17})); err != nil {
 		t.Fatalf("send group offsets: %v", err)
 	}
@@ -546,9 +562,7 @@ func TestLoadingIndexIsTranslatedOnceLoaded(t *testing.T) {
 		st, _ := groupOf(w, "behind")
 		return standsFor(st, 17)
 	})
-	if at, md := w.targetGroup(t, "behind"); md != groupsync.Marker(17) {
-		t.Fatalf("group at %d %q on the target, want Ferry's marker for source 17", at, md)
-	}
+	expectAtCopyOf18(ctx, t, w, "behind")
 }
 
 // idleSyncerOverCopy is a writer whose group syncer the test drives, and

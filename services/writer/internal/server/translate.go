@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -22,8 +23,10 @@ import (
 // as a message arrives, and only committed data is ever pointed at.
 //
 // The index topic is read only once a translation needs it: a group
-// behind the committed end of one of the shard's partitions. A group at or
-// past the end needs only the committed checkpoint, and a shard whose
+// behind what the stream itself committed (and its checkpoint carried) on
+// one of the shard's partitions. A group at or past the end needs only the
+// committed checkpoint, one on what the stream committed only those
+// entries (the tail, kept for the load to add), and a shard whose
 // source has no such group never reads the topic: each read costs the
 // target a consumer's connections and a fetch per partition, at every
 // shard open. The first translation that needs the index answers
@@ -77,6 +80,11 @@ type partIndex struct {
 	idx      *offsetindex.Index
 	tail     []offsetindex.Entry
 	tailRuns int
+	// tailIdx is tail as an index, built at the first translation that
+	// needs it before the load and kept up to date after: what this
+	// stream committed (and its checkpoint carried) translates without
+	// reading the index topic.
+	tailIdx *offsetindex.Index
 }
 
 func newTranslator() *translator {
@@ -98,6 +106,25 @@ func (p *partIndex) addTail(e offsetindex.Entry) {
 		p.tailRuns -= len(p.tail[0].Runs)
 		p.tail = slices.Delete(p.tail, 0, 1)
 	}
+	if p.tailIdx != nil {
+		p.tailIdx.Add(e)
+		p.tailIdx.Trim(groupIndexRuns)
+	}
+}
+
+// tailIndex is tail as an index (tailIdx), built on first use.
+func (p *partIndex) tailIndex() *offsetindex.Index {
+	if p.tailIdx == nil {
+		p.tailIdx = fromTail(offsetindex.NewIndex(), p.tail)
+	}
+	return p.tailIdx
+}
+
+// loadedFrom makes x, the index the load read, the partition's, with the
+// tail added after it.
+func (p *partIndex) loadedFrom(x *offsetindex.Index) {
+	p.idx = fromTail(x, p.tail)
+	p.tail, p.tailRuns, p.tailIdx = nil, 0, nil
 }
 
 // resumed sets tp's committed position from its checkpoint at open (next
@@ -146,8 +173,7 @@ func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex
 		t.loaded = true
 		for _, p := range t.parts {
 			if p.idx == nil {
-				p.idx = fromTail(offsetindex.NewIndex(), p.tail)
-				p.tail, p.tailRuns = nil, 0
+				p.loadedFrom(offsetindex.NewIndex())
 			}
 		}
 		t.mu.Unlock()
@@ -169,21 +195,27 @@ func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex
 	t.mu.Unlock()
 	// One pass over the index partitions for all the shard's partitions,
 	// each index trimmed as it grows to what the translator keeps.
+	start := time.Now()
 	xs, err := r.LoadAll(ctx, keys, groupIndexRuns)
 	if ctx.Err() != nil {
+		log.Info("offset index load ended with its stream: groups translate from what this stream committed only", "partitions", len(keys), "took", time.Since(start))
 		return
 	}
 	if err != nil {
 		log.Warn("offset index of the shard not read: its groups translate from what this stream commits only", "partitions", len(keys), "err", err)
 		return
 	}
+	runs := 0
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, k := range keys {
 		p := t.parts[topicPartition{k.Topic, k.Partition}]
-		p.idx = fromTail(xs[k], p.tail)
-		p.tail, p.tailRuns = nil, 0
+		p.loadedFrom(xs[k])
+		runs += p.idx.Runs()
 	}
+	// Once per stream open, when a group behind the copy needs it: how
+	// long its groups waited (index_loading).
+	log.Info("offset index loaded", "partitions", len(keys), "runs", runs, "took", time.Since(start))
 }
 
 // fromTail adds tail to x: entries the load may have read too are added
@@ -216,15 +248,23 @@ func (t *translator) translate(tp topicPartition, s int64) (pos groupcommit.Posi
 		return pos, notCopied, false
 	case s >= p.next:
 		return groupcommit.Position{Target: p.target, Source: p.next}, "", true
-	case p.idx == nil:
+	}
+	x := p.idx
+	if x == nil {
+		// Before the load, what this stream committed answers an offset
+		// it covers (the same answer: the load adds it after what it
+		// reads, and it describes the copy from its start on); an older
+		// offset needs the index topic.
+		x = p.tailIndex()
+	}
+	got, err := x.Translate(s)
+	switch {
+	case err != nil && p.idx == nil:
 		if !t.isNeeded {
 			t.isNeeded = true
 			close(t.needed)
 		}
 		return pos, notLoading, false
-	}
-	got, err := p.idx.Translate(s)
-	switch {
 	case errors.Is(err, offsetindex.ErrBeforeIndex), errors.Is(err, offsetindex.ErrNotIndexed):
 		return pos, notBeforeIndex, false
 	case err != nil:

@@ -73,3 +73,34 @@ func TestTranslatorTailIsBounded(t *testing.T) {
 		t.Fatalf("translate %d after the load: %+v %q %v, want target %d", source-3, pos, why, ok, target-4)
 	}
 }
+
+// Before the index is read, what the stream committed answers the offsets
+// it covers, kept up to date round after round, and reads no index; an
+// offset before it needs the index topic (index_loading, the load asked
+// for).
+func TestTranslatorAnswersFromTheTailBeforeTheLoad(t *testing.T) {
+	tp := topicPartition{"orders", 0}
+	tr := newTranslator()
+	tr.resumed(tp, 100, 120, nil) // an earlier stream copied up to 100
+	source, target := int64(100), int64(120)
+	commit := func() { // a round of 3 records and a marker after them
+		e := offsetindex.Entry{From: source, Next: source + 3, TargetBefore: target, Runs: []offsetindex.Run{{Source: source, Target: target, Count: 3}}}
+		tr.confirm(tp, e.Next, e.TargetEnd(), []offsetindex.Entry{e})
+		source, target = source+3, target+4
+	}
+	commit()
+	commit()
+	if pos, why, ok := tr.translate(tp, 104); !ok || pos.Target != 125 || pos.Source != 104 {
+		t.Fatalf("translate 104 from the tail: %+v %q %v, want target 125", pos, why, ok)
+	}
+	commit() // after the tail became an index: it follows
+	if pos, why, ok := tr.translate(tp, 107); !ok || pos.Target != 129 {
+		t.Fatalf("translate 107 from the tail a round later: %+v %q %v, want target 129", pos, why, ok)
+	}
+	if tr.isNeeded {
+		t.Fatal("the load was asked for offsets the tail covers")
+	}
+	if _, why, ok := tr.translate(tp, 99); ok || why != notLoading || !tr.isNeeded {
+		t.Fatalf("translate 99, before the tail: %q %v, asked for the load %v; want index_loading and the load asked for", why, ok, tr.isNeeded)
+	}
+}
