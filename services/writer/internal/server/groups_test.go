@@ -540,12 +540,7 @@ func (w *testWriter) groupMetric(t *testing.T, name, group string) float64 {
 // (every round flushed: its checkpoint carries no entry), is sent once;
 // only advances follow.
 func TestLoadingIndexIsTranslatedOnceLoaded(t *testing.T) {
-	w := startGroupWriterIdle(t, false, func(o *Options) { o.Index.FlushInterval = 0 })
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	g := w.srv.groups
-	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
-	copyWithGaps(t, stream) // committed up to source 30
+	w, g, stream, ctx := idleSyncerOverCopy(t, func(o *Options) { o.Index.FlushInterval = 0 })
 	closeStream(t, stream)
 	stream, _ = w.openOrdersFrom(ctx, t, "east", "")
 	if err := stream.Send(groupOffsets(map[string]int64{"behind": 17})); err != nil {
@@ -565,12 +560,12 @@ func TestLoadingIndexIsTranslatedOnceLoaded(t *testing.T) {
 	expectAtCopyOf18(ctx, t, w, "behind")
 }
 
-// idleSyncerOverCopy is a writer whose group syncer the test drives, and
-// a stream of link east that copied orders/0 up to source 30
-// (copyWithGaps); ctx ends with the test.
-func idleSyncerOverCopy(t *testing.T) (*testWriter, *groupSyncer, ferryv1.ReplicationService_ReplicateClient, context.Context) {
+// idleSyncerOverCopy is a writer (edits edit its options) whose group
+// syncer the test drives, and a stream of link east that copied orders/0
+// up to source 30 (copyWithGaps); ctx ends with the test.
+func idleSyncerOverCopy(t *testing.T, edits ...func(*Options)) (*testWriter, *groupSyncer, ferryv1.ReplicationService_ReplicateClient, context.Context) {
 	t.Helper()
-	w := startGroupWriterIdle(t, false)
+	w := startGroupWriterIdle(t, false, edits...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
