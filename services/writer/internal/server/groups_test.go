@@ -266,9 +266,9 @@ func TestGroupAheadOfTheCopyLandsAtTheEnd(t *testing.T) {
 // driven by hand to place the failover between the commit and the advance.
 func TestFailedOverLinkGroupsAreNotFollowed(t *testing.T) {
 	w, g, stream, ctx := idleSyncerOverCopy(t)
-	// A group behind the copy has the shard read its index, which the
-	// advances below translate with (the failover ends the stream, and
-	// with it any read not begun).
+	// A group behind the copy translates on what the stream committed,
+	// as the advances below do after the failover (which ends the
+	// stream, and with it any index read not begun).
 	waitFor(t, "the group at the copied end, and one behind moved", func() bool {
 		if err := stream.Send(groupOffsets(map[string]int64{"ahead": 35, "behind": 17})); err != nil {
 			t.Fatalf("send group offsets: %v", err)
