@@ -55,6 +55,9 @@ type ptPartition struct {
 	// sent is the offset after the last wire batch queued: where the
 	// writer's checkpoint will be once that batch is acknowledged.
 	sent int64
+	// begun is set once the session queued anything of the partition:
+	// its first wire batch starts at the session's start (startGap).
+	begun bool
 	// the metrics' series, looked up once
 	records, rawBytes, wireBytes prometheus.Counter
 }
@@ -209,6 +212,11 @@ func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, r
 		// fails and is tried again, copying nothing it cannot tell.
 		return nil, false, err
 	}
+	if !pp.begun && len(ks) > 0 {
+		if !s.startGap(ctx, pp, ks[0].Info.BaseOffset, hw) {
+			return nil, false, nil
+		}
+	}
 	for len(ks) > 0 {
 		if max := s.r.set.MaxMessageBytes; max > 0 && len(ks[0].Raw) > max {
 			if stop, ok := s.sealRecords(ctx, tr, pp, ks[0]); !ok || stop != nil {
@@ -238,7 +246,7 @@ func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, r
 	if skipped != nil {
 		select {
 		case s.out <- queued{b: skipped}:
-			pp.sent = skipped.GetLastOffset() + 1
+			pp.sent, pp.begun = skipped.GetLastOffset()+1, true
 		case <-ctx.Done():
 			return nil, false, nil
 		}
@@ -253,6 +261,33 @@ func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, r
 		return &StopError{Reason: ReasonOutOfRange, Err: fmt.Errorf("while reading: %w", res.Err)}, true, nil
 	default:
 		return &StopError{Reason: ReasonSourceUnreadable, Err: res.Err}, true, nil
+	}
+}
+
+// startGap queues a Skip over what lies between the partition's start in
+// the session and its first batch to copy, base, when they differ: a
+// cleaned compacted head, aborted records and transaction markers, or
+// batches left out as copied from the target. The writer's offset index
+// then starts where the copy started rather than at the first copied
+// batch, so every source offset from the start translates (a group
+// committed at 111 on a compacted topic whose first batch is at 220 goes
+// to that batch's target offset; without the Skip it was "before the
+// offset index"). Once per partition and session: later gaps lie between
+// index entries, which translation already crosses. False if ctx ended
+// first.
+func (s *session) startGap(ctx context.Context, pp *ptPartition, base, hw int64) bool {
+	pp.begun = true
+	if base <= pp.sent {
+		return true
+	}
+	skip := batch.Skip(pp.sent, base-1, hw)
+	skip.Topic, skip.Partition, skip.Epoch = pp.p.Topic, pp.p.Partition, s.r.epoch
+	select {
+	case s.out <- queued{b: skip}:
+		pp.sent = base
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
