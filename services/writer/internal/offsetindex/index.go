@@ -194,6 +194,16 @@ func (x *Index) TranslateBack(t int64) (Position, error) {
 	return Position{Offset: r.Source + max(t-r.Target, 0)}, nil
 }
 
+// Bound keeps the index within n runs and a quarter: past that it trims
+// it to n (Trim). A caller adding a round's runs at a time and bounding
+// after each pays one copy of the runs every n/4 runs added, not one a
+// round: at the writer's bound a copy is some 1.5 MB.
+func (x *Index) Bound(n int) {
+	if n > 0 && len(x.runs) > n+n/4 {
+		x.Trim(n)
+	}
+}
+
 // Trim keeps at most n runs, the newest: the index then starts at the
 // first run kept, and older offsets answer ErrBeforeIndex. It bounds an
 // index kept in memory for long (the writer's group sync) at 24 bytes a

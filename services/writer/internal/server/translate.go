@@ -35,9 +35,9 @@ import (
 // done, and the fetcher sends the group again at its next read anyway.
 
 // groupIndexRuns bounds each partition's index in memory (24 bytes a run:
-// some 1.5 MB at most). A plain partition copied at-least-once merges its
-// rounds into few runs; each exactly-once round, or each compaction gap,
-// adds one. Beyond it the oldest runs are dropped: a group committed
+// some 1.5 MB, and up to a quarter more between trims, Index.Bound). A
+// plain partition copied at-least-once merges its rounds into few runs;
+// each exactly-once round, or each compaction gap, adds one. Beyond it the oldest runs are dropped: a group committed
 // before the first kept run is left where it is, reported before_index,
 // until it reaches what the index holds.
 const groupIndexRuns = 1 << 16
@@ -108,7 +108,7 @@ func (p *partIndex) addTail(e offsetindex.Entry) {
 	}
 	if p.tailIdx != nil {
 		p.tailIdx.Add(e)
-		p.tailIdx.Trim(groupIndexRuns)
+		p.tailIdx.Bound(groupIndexRuns)
 	}
 }
 
@@ -160,7 +160,7 @@ func (t *translator) confirm(tp topicPartition, next, target int64, entries []of
 	for _, e := range entries {
 		p.idx.Add(e)
 	}
-	p.idx.Trim(groupIndexRuns)
+	p.idx.Bound(groupIndexRuns)
 }
 
 // load reads the partitions' indexes from the index topic, then adds what

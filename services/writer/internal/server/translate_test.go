@@ -1,6 +1,7 @@
 package server
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
@@ -102,5 +103,45 @@ func TestTranslatorAnswersFromTheTailBeforeTheLoad(t *testing.T) {
 	}
 	if _, why, ok := tr.translate(tp, 99); ok || why != notLoading || !tr.isNeeded {
 		t.Fatalf("translate 99, before the tail: %q %v, asked for the load %v; want index_loading and the load asked for", why, ok, tr.isNeeded)
+	}
+}
+
+// An index at its size bound costs a committed round no copy of its runs:
+// trimming is amortized over many rounds (it used to clone the whole
+// slice, some 1.5 MB, on every round of a partition once over the bound,
+// which hours of exactly-once copying reach), and the index stays within
+// the bound and a quarter of it.
+func TestTranslatorTrimIsAmortized(t *testing.T) {
+	tp := topicPartition{"orders", 0}
+	tr := newTranslator()
+	tr.resumed(tp, 0, 0, nil)
+	tr.load(t.Context(), nil, offsetindex.Topic{}, "east", nil) // nothing to read: the index is the rounds'
+	source, target, end := int64(0), int64(0), int64(0) // end: after the last copied record
+	commit := func() {
+		// An exactly-once round: its marker leaves a gap on the target,
+		// so each round adds a run.
+		e := offsetindex.Entry{From: source, Next: source + 3, TargetBefore: end, Runs: []offsetindex.Run{{Source: source, Target: target, Count: 3}}}
+		source, end, target = source+3, target+3, target+4
+		tr.confirm(tp, e.Next, e.TargetEnd(), []offsetindex.Entry{e})
+	}
+	for range groupIndexRuns + 1 {
+		commit()
+	}
+	const rounds = 2_000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range rounds {
+		commit()
+	}
+	runtime.ReadMemStats(&after)
+	perRound := float64(after.TotalAlloc-before.TotalAlloc) / rounds
+	if limit := 24.0 * groupIndexRuns / 100; perRound > limit { // a hundredth of a copy
+		t.Errorf("%.0f bytes allocated a round at the bound, want at most %.0f: the trim copies the index every round", perRound, limit)
+	}
+	if n := tr.parts[tp].idx.Runs(); n < groupIndexRuns || n > groupIndexRuns+groupIndexRuns/4 {
+		t.Errorf("index of %d runs, want between %d and %d", n, groupIndexRuns, groupIndexRuns+groupIndexRuns/4)
+	}
+	if pos, why, ok := tr.translate(tp, source-3); !ok || pos.Target != target-4 {
+		t.Fatalf("translate %d: %+v %q %v, want target %d", source-3, pos, why, ok, target-4)
 	}
 }
