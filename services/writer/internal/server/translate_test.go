@@ -116,7 +116,7 @@ func TestTranslatorTrimIsAmortized(t *testing.T) {
 	tr := newTranslator()
 	tr.resumed(tp, 0, 0, nil)
 	tr.load(t.Context(), nil, offsetindex.Topic{}, "east", nil) // nothing to read: the index is the rounds'
-	source, target, end := int64(0), int64(0), int64(0) // end: after the last copied record
+	source, target, end := int64(0), int64(0), int64(0)         // end: after the last copied record
 	commit := func() {
 		// An exactly-once round: its marker leaves a gap on the target,
 		// so each round adds a run.
