@@ -57,6 +57,22 @@ type Checkpoint struct {
 	// a round's index rides, signed, in its checkpoint, committed with the
 	// data as the index topic would have it.
 	Unindexed [][]byte `json:"unindexed,omitempty"`
+	// CopiedNext is, on a checkpoint failback moved to the old source's
+	// end (MoveAll with keepCopied), the next source offset the copy had
+	// committed before the move: what the target holds, which the
+	// failover meter and a failback run again go on reporting (the
+	// stranded tail is remembered, not recomputed from the moved
+	// checkpoint). A shard's next round writes a checkpoint without it.
+	CopiedNext *int64 `json:"copied_next,omitempty"`
+}
+
+// Copied is the next source offset the copy itself committed: CopiedNext
+// when an operator moved the checkpoint past it, else NextSourceOffset.
+func (cp Checkpoint) Copied() int64 {
+	if cp.CopiedNext != nil {
+		return *cp.CopiedNext
+	}
+	return cp.NextSourceOffset
 }
 
 // Key identifies a source partition within a link; its record key is

@@ -58,7 +58,8 @@ func (c *Control) SetCheckpoints(ctx context.Context, req *ferryv1.SetCheckpoint
 	if err := s.store.Sync(ctx); err != nil {
 		return nil, unavailable(ctx, fmt.Errorf("checkpoint sync: %w", err))
 	}
-	if st := s.store.Control(link).State; st != linkstate.FailedOver {
+	failedOver := s.store.Control(link).State == linkstate.FailedOver
+	if st := s.store.Control(link).State; !failedOver {
 		if err := c.checkNotStarted(link, req.GetCheckpoints()); err != nil {
 			return nil, status.Errorf(codes.FailedPrecondition, "link %s is %s, not failed_over, and %v: nothing set (checkpoints are set only on a failed-over link, or on one not started)", link, st, err)
 		}
@@ -66,19 +67,25 @@ func (c *Control) SetCheckpoints(ctx context.Context, req *ferryv1.SetCheckpoint
 	if err := c.checkForward(link, req.GetCheckpoints()); err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	resp := &ferryv1.SetCheckpointsResponse{Writer: s.opts.ID}
+	moves := make([]checkpoint.Move, 0, len(req.GetCheckpoints()))
 	for _, p := range req.GetCheckpoints() {
-		k := checkpoint.Key{Link: link, Topic: p.GetTopic(), Partition: p.GetPartition()}
-		prev, found, err := s.store.Move(ctx, k, p.GetNextSourceOffset(), s.opts.ID+" (failback by "+by+")")
-		if err != nil {
-			return nil, unavailable(ctx, fmt.Errorf("checkpoint of %s (%d set before it): %w", k, len(resp.Changes), err))
-		}
-		ch := &ferryv1.CheckpointChange{Topic: k.Topic, Partition: k.Partition, PreviousNextSourceOffset: -1, NextSourceOffset: p.GetNextSourceOffset()}
-		if found {
-			ch.PreviousNextSourceOffset = prev.NextSourceOffset
+		moves = append(moves, checkpoint.Move{Key: checkpoint.Key{Link: link, Topic: p.GetTopic(), Partition: p.GetPartition()}, Next: p.GetNextSourceOffset()})
+	}
+	// One pass for every partition; a failed-over link's checkpoints
+	// remember where the copy stood, so a failback run again reports the
+	// same stranded tail.
+	moved, err := s.store.MoveAll(ctx, moves, s.opts.ID+" (failback by "+by+")", failedOver)
+	if err != nil {
+		return nil, unavailable(ctx, fmt.Errorf("checkpoints of %d partitions of link %s (none set, or all): %w", len(moves), link, err))
+	}
+	resp := &ferryv1.SetCheckpointsResponse{Writer: s.opts.ID}
+	for i, m := range moves {
+		ch := &ferryv1.CheckpointChange{Topic: m.Key.Topic, Partition: m.Key.Partition, PreviousNextSourceOffset: -1, NextSourceOffset: m.Next}
+		if moved[i].Found {
+			ch.PreviousNextSourceOffset = moved[i].Prev.NextSourceOffset
 		}
 		resp.Changes = append(resp.Changes, ch)
-		s.log.Warn("checkpoint set by control", "link", link, "topic", k.Topic, "partition", k.Partition,
+		s.log.Warn("checkpoint set by control", "link", link, "topic", m.Key.Topic, "partition", m.Key.Partition,
 			"from", ch.PreviousNextSourceOffset, "to", ch.NextSourceOffset, "by", by, "reason", req.GetReason())
 	}
 	return resp, nil

@@ -176,7 +176,7 @@ func cmpInt(a, b int32) int {
 // what is at risk, never understate it.
 func (s *Server) committed(k heartbeat.Key) int64 {
 	if cp, ok, err := s.store.Get(checkpoint.Key{Link: k.Link, Topic: k.Topic, Partition: k.Partition}); ok && err == nil {
-		return cp.NextSourceOffset
+		return cp.Copied() // not where failback moved it: what the target holds
 	}
 	return -1
 }
