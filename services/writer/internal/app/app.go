@@ -35,6 +35,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupstate"
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
@@ -224,7 +225,12 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 	// What the writer reads back from these topics decides where shards
 	// resume, what other links skip, the offset index and what the
 	// failover meter says: whoever else may write them says so.
-	cfg.Target.WarnWritable(gctx, log, store.Topic(), provenance.Topic, index.Name, cfg.Heartbeats.Topic)
+	groupState, err := openGroupState(gctx, wait, cfg, ens, franzOpts)
+	if err != nil {
+		return notStarted(err)
+	}
+	defer groupState.Close()
+	cfg.Target.WarnWritable(gctx, log, store.Topic(), provenance.Topic, index.Name, cfg.Heartbeats.Topic, groupState.Topic())
 	// Consumer-group offsets the fetchers read are committed to the
 	// target's groups through a client of their own, off the streams'
 	// (package groupcommit, server's group syncer).
@@ -264,9 +270,21 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 		Heartbeats:        beats.table,
 		HeartbeatsTopic:   cfg.Heartbeats.Topic,
 		Groups:            groups,
+		GroupState:        groupState,
+		GroupStatePersist: cfg.Heartbeats.PersistInterval,
 		Syncer:            syncer,
 		ReplicateIDs:      replicateIDs(cfg),
 	}, links, ens, store, codecs, m, log)
+	// The group sync's state from before this start (another writer's or
+	// this one's last run), before anything is served: a failover report
+	// must not answer with groups missing.
+	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() error {
+		lctx, cancel := context.WithTimeout(gctx, time.Minute)
+		defer cancel()
+		return srv.RestoreGroups(lctx)
+	}); err != nil {
+		return notStarted(fmt.Errorf("group state: %w", err))
+	}
 
 	kp := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
 	opts := []grpc.ServerOption{
@@ -492,6 +510,20 @@ func openHeartbeats(ctx context.Context, wait *startup.Waiter, cfg *config.Confi
 		return heartbeats{}, err
 	}
 	return heartbeats{table: table, store: store}, nil
+}
+
+// openGroupState creates the group state topic if missing and returns
+// its store; the server reads it back (Server.RestoreGroups) before it
+// serves.
+func openGroupState(ctx context.Context, wait *startup.Waiter, cfg *config.Config, ens *topics.Ensurer, opts []kgo.Opt) (*groupstate.Store, error) {
+	if err := wait.Do(ctx, "target cluster", kafkaclient.Unreachable, func() error {
+		return ens.Ensure(topics.Spec{
+			Name: cfg.GroupState.Topic, Partitions: cfg.Checkpoints.Partitions, ReplicationFactor: cfg.Checkpoints.ReplicationFactor, Configs: groupstate.Configs,
+		})
+	}); err != nil {
+		return nil, fmt.Errorf("group state topic: %w", err)
+	}
+	return groupstate.NewStore(opts, cfg.GroupState.Topic)
 }
 
 func buildLinks(cfgs []config.Link) ([]server.Link, error) {

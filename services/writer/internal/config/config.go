@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupstate"
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/registration"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
@@ -55,6 +56,9 @@ type Config struct {
 	// Heartbeats is where the last heartbeat of each source partition is
 	// kept, in the target cluster, for the failover meter after a restart.
 	Heartbeats Heartbeats `yaml:"heartbeats"`
+	// GroupState is where the group sync's state outlives the writer: a
+	// failover report and failback after a writer restart read it.
+	GroupState GroupState `yaml:"group_state"`
 	// Producer tunes the target producer of each shard.
 	Producer Producer `yaml:"producer"`
 	// MaxBatchBytes bounds one batch's records, uncompressed. It must be at
@@ -162,6 +166,14 @@ type Heartbeats struct {
 	// PersistInterval is how often changed heartbeats are written: each
 	// partition's record at most once an interval, all in one batch.
 	PersistInterval time.Duration `yaml:"persist_interval"`
+}
+
+// GroupState configures the compacted topic where the group sync keeps
+// what it knows of each group partition (package groupstate; created with
+// checkpoints.partitions and checkpoints.replication_factor), written at
+// most once a heartbeats.persist_interval and read back at start.
+type GroupState struct {
+	Topic string `yaml:"topic"`
 }
 
 // Producer tunes target producers.
@@ -296,6 +308,7 @@ func Defaults() Config {
 		Checkpoints:        Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
 		OffsetIndex:        OffsetIndex{Topic: offsetindex.DefaultTopic, Retention: offsetindex.DefaultRetention, FlushInterval: offsetindex.DefaultFlushInterval},
 		Heartbeats:         Heartbeats{Topic: "__ferry_heartbeats", PersistInterval: 5 * time.Second},
+		GroupState:         GroupState{Topic: groupstate.DefaultTopic},
 		Producer:           Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
 		MaxBatchBytes:      4 << 20,
 		MaxGroupBytes:      8 << 20,
@@ -396,6 +409,12 @@ func (c *Config) Validate() error {
 		p.Addf("heartbeats.topic", "required")
 	case c.Checkpoints.Topic, provenance.Topic, c.OffsetIndex.Topic:
 		p.Addf("heartbeats.topic", "%q is another of the writer's topics", c.Heartbeats.Topic)
+	}
+	switch c.GroupState.Topic {
+	case "":
+		p.Addf("group_state.topic", "required")
+	case c.Checkpoints.Topic, provenance.Topic, c.OffsetIndex.Topic, c.Heartbeats.Topic:
+		p.Addf("group_state.topic", "%q is another of the writer's topics", c.GroupState.Topic)
 	}
 	if c.Heartbeats.PersistInterval < 100*time.Millisecond || c.Heartbeats.PersistInterval > 10*time.Minute {
 		p.Addf("heartbeats.persist_interval", "%v: must be between 100ms and 10m", c.Heartbeats.PersistInterval)

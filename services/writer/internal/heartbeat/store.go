@@ -9,9 +9,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
+	"github.com/ferry-replicator/ferry/services/writer/internal/topicscan"
 )
 
 // DefaultPersistInterval is heartbeats.persist_interval's default.
@@ -102,58 +103,28 @@ func NewStore(opts []kgo.Opt, topic string, table *Table, interval time.Duration
 func (s *Store) Close() { s.cl.Close() }
 
 // Load reads the topic from its start to the end it has now (bounded: what
-// is written later is this writer's own) into the table. A record that
-// fails Decode is skipped and logged; links limits what is kept to the
-// writer's links (nil keeps all).
+// is written later is this writer's own) into the table, read_committed
+// to the last stable offset (topicscan): a transactional record someone
+// wrote there does not hold the read. A record that fails Decode is
+// skipped and logged; links limits what is kept to the writer's links
+// (nil keeps all).
 func (s *Store) Load(ctx context.Context, links map[string]bool) (loaded, refused int, err error) {
-	ends, err := kadm.NewClient(s.cl).ListEndOffsets(ctx, s.topic)
-	if err != nil {
-		return 0, 0, fmt.Errorf("heartbeat topic %s end offsets: %w", s.topic, err)
-	}
-	if err := ends.Error(); err != nil {
-		return 0, 0, fmt.Errorf("heartbeat topic %s end offsets: %w", s.topic, err)
-	}
-	want := map[int32]kgo.Offset{}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			want[o.Partition] = kgo.NewOffset().AtStart()
-			left[o.Partition] = o.Offset
+	err = topicscan.Scan(ctx, s.cl.Opts(), s.topic, func(r *kgo.Record) {
+		k, st, tomb, err := Decode(r.Key, r.Value)
+		switch {
+		case err != nil:
+			refused++
+			s.log.Warn("heartbeat record refused", "partition", r.Partition, "offset", r.Offset, "err", err)
+		case links != nil && !links[k.Link]:
+		case tomb:
+			s.table.forget(k)
+		default:
+			s.table.load(k, st)
+			loaded++
 		}
 	})
-	if len(left) == 0 {
-		return 0, 0, nil
-	}
-	cl, err := kgo.NewClient(append(s.cl.Opts(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.topic: want}))...)
 	if err != nil {
-		return 0, 0, fmt.Errorf("heartbeat reader: %w", err)
-	}
-	defer cl.Close()
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return loaded, refused, fmt.Errorf("read heartbeat topic %s: %d partitions not read to their end: %w", s.topic, len(left), err)
-		}
-		fs.EachError(func(_ string, p int32, err error) {
-			s.log.Warn("heartbeat topic read", "partition", p, "err", err)
-		})
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
-				delete(left, r.Partition)
-			}
-			k, st, tomb, err := Decode(r.Key, r.Value)
-			switch {
-			case err != nil:
-				refused++
-				s.log.Warn("heartbeat record refused", "partition", r.Partition, "offset", r.Offset, "err", err)
-			case links != nil && !links[k.Link]:
-			case tomb:
-				s.table.forget(k)
-			default:
-				s.table.load(k, st)
-				loaded++
-			}
-		})
+		return loaded, refused, fmt.Errorf("heartbeat topic: %w", err)
 	}
 	return loaded, refused, nil
 }

@@ -13,6 +13,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/groupcommit"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupstate"
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 )
@@ -160,6 +161,13 @@ type groupSyncer struct {
 	// stream that last reported a group's offset on it, and its target
 	// partition: what advance translates through.
 	follow map[linkPartition]following
+
+	// store keeps state in the target cluster (nil: memory only), every
+	// persistEvery: dirty are the group partitions changed since the last
+	// write (groupstate.go).
+	store        GroupStateStore
+	persistEvery time.Duration
+	dirty        map[groupstate.Key]bool
 }
 
 // followEvery is how often a group behind what it read on the source is
@@ -233,6 +241,9 @@ func (g *groupSyncer) queue(k groupKey, parts map[topicPartition]wantPart) {
 			gp = &groupPart{target: -1, standsFor: -1}
 			st.parts[tp] = gp
 		}
+		if gp.reported != w.reported {
+			g.markDirty(k, tp)
+		}
 		gp.reported, gp.reportedAt = w.reported, w.readAt
 	}
 	q, queued := g.pending[k]
@@ -256,6 +267,8 @@ func (g *groupSyncer) queue(k groupKey, parts map[topicPartition]wantPart) {
 func (g *groupSyncer) run(ctx context.Context) {
 	tick := time.NewTicker(followEvery)
 	defer tick.Stop()
+	persisted := time.Now()
+	defer g.persistAtEnd()
 	for {
 		select {
 		case <-ctx.Done():
@@ -263,6 +276,10 @@ func (g *groupSyncer) run(ctx context.Context) {
 		case <-g.wake:
 		case <-tick.C:
 			g.advance()
+			if time.Since(persisted) >= g.persistEvery {
+				g.persist(ctx)
+				persisted = time.Now()
+			}
 		}
 		for ctx.Err() == nil {
 			k, parts, ok := g.next()
@@ -382,10 +399,16 @@ func (g *groupSyncer) record(k groupKey, parts map[topicPartition]wantPart, res 
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.state[k]
-	prev := st.outcome
+	prev, prevDetail := st.outcome, st.detail
 	st.attempted, st.outcome, st.detail = time.Now(), outcome, res.Detail
 	if err != nil {
 		st.detail = err.Error()
+	}
+	if st.outcome != prev || st.detail != prevDetail {
+		// Every partition's record carries the group's outcome.
+		for tp := range st.parts {
+			g.markDirty(k, tp)
+		}
 	}
 	// Synced: the group's target position now follows this read (a group
 	// with nothing translated, its index loading or its data not copied,
@@ -396,6 +419,7 @@ func (g *groupSyncer) record(k groupKey, parts map[topicPartition]wantPart, res 
 	}
 	for tp, w := range parts {
 		gp := st.parts[tp]
+		was := *gp
 		gp.note = w.why
 		switch {
 		case res.Outcome == groupcommit.Active || res.Outcome == groupcommit.Owned:
@@ -407,6 +431,9 @@ func (g *groupSyncer) record(k groupKey, parts map[topicPartition]wantPart, res 
 					gp.note = noteBehind
 				}
 			}
+		}
+		if *gp != was {
+			g.markDirty(k, tp)
 		}
 	}
 	if outcome != prev && (err != nil || res.Outcome == groupcommit.Owned) {

@@ -45,6 +45,13 @@ func startGroupWriterIdle(t *testing.T, exactlyOnce bool, edits ...func(*Options
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
+	return groupWriterOn(t, cluster, exactlyOnce, edits...)
+}
+
+// groupWriterOn is startGroupWriterIdle on cluster: another writer of the
+// same target, or the same writer started again.
+func groupWriterOn(t *testing.T, cluster *kfake.Cluster, exactlyOnce bool, edits ...func(*Options)) *testWriter {
+	t.Helper()
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V3_6_0_0
 	sc, err := sarama.NewClient(cluster.ListenAddrs(), cfg)

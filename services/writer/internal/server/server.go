@@ -110,6 +110,11 @@ type Options struct {
 	// sync, groups.go) on the writer's group syncer (RunGroupSync); nil:
 	// the writer syncs no groups and its Opened says it takes none.
 	Groups GroupCommitter
+	// GroupState keeps the group syncer's state in the target cluster,
+	// written every GroupStatePersist (heartbeats.persist_interval) and
+	// read back by RestoreGroups; nil: memory only (tests).
+	GroupState        GroupStateStore
+	GroupStatePersist time.Duration
 	// Syncer keeps existing target topics' configs like their source's
 	// and creates their synced ACLs (topicsync.go); nil: configs are
 	// copied at creation only, and no ACL is synced.
@@ -206,6 +211,10 @@ func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Stor
 	m.Failover.SetSource(s.failoverMetrics)
 	if opts.Groups != nil {
 		s.groups = newGroupSyncer(opts.Groups, m, log.With("component", "group-sync"), s.linkRefusal)
+		s.groups.store, s.groups.persistEvery = opts.GroupState, opts.GroupStatePersist
+		if s.groups.persistEvery <= 0 {
+			s.groups.persistEvery = 5 * time.Second
+		}
 		m.Groups.SetSource(s.groupMetrics)
 	}
 	return s
