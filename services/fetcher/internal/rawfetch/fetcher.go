@@ -799,21 +799,37 @@ func (f *Fetcher) Bounds(ctx context.Context, parts []Partition) (map[Partition]
 // could not be read is left out, and err says why; a head the broker
 // cannot give leaves it at -1.
 func (f *Fetcher) Offsets(ctx context.Context, parts []Partition) (map[Partition]Offsets, error) {
-	// A broker before Kafka 3.0 refuses -3 (or kgo sends it below v7,
-	// where it means nothing): the head is then unknown, not an error.
-	// The head is read before the high watermark, which only grows, so
-	// records appended between the two reads cannot put the head at or
-	// past it.
-	heads, _ := f.listAt(ctx, parts, maxTimestamp)
 	out, err := f.Bounds(ctx, parts)
-	for p, o := range out {
-		// The leader answers -3 from its whole log, records not yet
-		// replicated (past the high watermark) included: such a head is
-		// not what consumers can read, and is left unknown this time.
+	f.WithHeads(ctx, out)
+	return out, err
+}
+
+// WithHeads reads the head of each partition of bounds, just read by
+// Bounds, and sets it where it lies below the partition's high watermark.
+// The head is read after the bounds, so it covers every record below the
+// high watermark read. Read before them (as it was), records appended
+// between the two reads left a head older than the high watermark said,
+// and since the watcher asks the head again only when the bounds move, an
+// idle partition kept that stale head (its lag in seconds reading low)
+// until its next record. The leader answers -3 from its whole log: a head
+// at or past the high watermark read (appended since, or not replicated
+// yet) is left unknown this time; the bounds have moved by the next read,
+// which asks it again. A broker before Kafka 3.0 refuses -3 (or kgo sends
+// it below v7, where it means nothing): the head is then unknown, not an
+// error.
+func (f *Fetcher) WithHeads(ctx context.Context, bounds map[Partition]Offsets) {
+	if len(bounds) == 0 {
+		return
+	}
+	parts := make([]Partition, 0, len(bounds))
+	for p := range bounds {
+		parts = append(parts, p)
+	}
+	heads, _ := f.listAt(ctx, parts, maxTimestamp)
+	for p, o := range bounds {
 		if h, ok := heads[p]; ok && h.offset >= 0 && h.timestamp >= 0 && h.offset < o.HighWatermark {
 			o.HeadOffset, o.HeadTimestamp = h.offset, h.timestamp
-			out[p] = o
+			bounds[p] = o
 		}
 	}
-	return out, err
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -772,7 +774,7 @@ func TestNoTopicID(t *testing.T) {
 	}
 }
 
-// The head (ListOffsets -3) is read before the high watermark, and a head
+// The head (ListOffsets -3) is read after the high watermark, and a head
 // at or past the high watermark (the leader answers -3 from its whole log,
 // records not yet replicated included) is left unknown: a writer refuses
 // a heartbeat whose head is not below its high watermark, ending the
@@ -816,7 +818,54 @@ func TestOffsetsHeadBelowHighWatermark(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if i3, i1 := slices.Index(order, maxTimestamp), slices.Index(order, -1); i3 < 0 || i1 < i3 {
-		t.Fatalf("ListOffsets asked %v: want the head (-3) read before the high watermark (-1)", order)
+	if i3, i1 := slices.Index(order, maxTimestamp), slices.Index(order, -1); i3 < 0 || i1 < 0 || i3 < i1 {
+		t.Fatalf("ListOffsets asked %v: want the head (-3) read after the high watermark (-1)", order)
+	}
+}
+
+// Records appended between the two reads do not leave a head older than
+// the high watermark read with it: the head read after the bounds covers
+// every record below them, or lies past them and is left unknown (the
+// bounds will have moved by the next read, which asks it again). Read the
+// other way round, the head said offset 4 of a partition whose high
+// watermark said 7, and an idle partition kept that stale head (its lag in
+// seconds reading low) until its next record: a heartbeat test failed on
+// it under load.
+func TestOffsetsHeadNotOlderThanHighWatermark(t *testing.T) {
+	const topic = "head"
+	c := newCluster(t, kfake.SeedTopics(1, topic))
+	ctx := timeout(t, time.Minute)
+	cl := newClient(t, c.ListenAddrs())
+	base := time.Now()
+	at := func(i int) *kgo.Record {
+		return &kgo.Record{Topic: topic, Value: []byte(strconv.Itoa(i)), Timestamp: base.Add(time.Duration(i) * time.Millisecond)}
+	}
+	for i := range 5 {
+		produce(t, ctx, cl, at(i))
+	}
+	// Between the first and the second of the two reads, two records are
+	// appended (the control yields to the produce while it sleeps).
+	var asked atomic.Int32
+	c.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		ts := req.(*kmsg.ListOffsetsRequest).Topics[0].Partitions[0].Timestamp
+		if ts != -1 && ts != maxTimestamp {
+			return nil, nil, false
+		}
+		if asked.Add(1) == 2 {
+			done := make(chan struct{})
+			go func() { defer close(done); produce(t, ctx, cl, at(5), at(6)) }()
+			c.SleepControl(func() { <-done })
+		}
+		return nil, nil, false
+	})
+	p := Partition{topic, 0}
+	got, err := New(cl, Options{}).Offsets(ctx, []Partition{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := got[p]
+	if o.HeadOffset >= 0 && o.HeadOffset != o.HighWatermark-1 {
+		t.Fatalf("offsets %+v: a head older than the high watermark read with it (want the last record's, or unknown)", o)
 	}
 }

@@ -25,6 +25,7 @@ import (
 type Reader interface {
 	Bounds(ctx context.Context, parts []rawfetch.Partition) (map[rawfetch.Partition]rawfetch.Offsets, error)
 	Offsets(ctx context.Context, parts []rawfetch.Partition) (map[rawfetch.Partition]rawfetch.Offsets, error)
+	WithHeads(ctx context.Context, bounds map[rawfetch.Partition]rawfetch.Offsets)
 }
 
 // Observed are a partition's source offsets and when they were last known
@@ -220,14 +221,18 @@ func (w *Watcher) ask(ctx context.Context, parts []rawfetch.Partition, before ma
 		if err != nil {
 			w.log.Debug("source offsets", "err", err)
 		}
+		moved := map[rawfetch.Partition]rawfetch.Offsets{}
 		for p, b := range bounds {
 			o := before[discovery.Partition(p)]
 			if b.HighWatermark == o.HighWatermark && b.LogStart == o.LogStart {
 				got[p] = o.Offsets
 			} else {
-				unknown = append(unknown, p)
+				moved[p] = b
 			}
 		}
+		// The bounds just read, with the head read after them.
+		w.reader.WithHeads(ctx, moved)
+		maps.Copy(got, moved)
 	}
 	if len(unknown) > 0 {
 		offs, err := w.reader.Offsets(ctx, unknown)

@@ -131,17 +131,20 @@ func newWatcher(s *source) *Watcher {
 }
 
 // expectAsked fails unless got are the requests of one read: the two of
-// the bounds (log start, high watermark) asking bounds, if any, then the
-// three of the whole (head, log start, high watermark) asking whole, if
-// any.
-func expectAsked(t *testing.T, got []list, bounds, whole []discovery.Partition) {
+// the bounds (log start, high watermark) of the partitions read before
+// (known), the head of those whose bounds moved, and the three (log start,
+// high watermark, head) of those never read (fresh).
+func expectAsked(t *testing.T, got []list, known, moved, fresh []discovery.Partition) {
 	t.Helper()
 	var want []list
-	if len(bounds) > 0 {
-		want = append(want, list{-2, bounds}, list{-1, bounds})
+	if len(known) > 0 {
+		want = append(want, list{-2, known}, list{-1, known})
 	}
-	if len(whole) > 0 {
-		want = append(want, list{-3, whole}, list{-2, whole}, list{-1, whole})
+	if len(moved) > 0 { // the head after the bounds just read
+		want = append(want, list{-3, moved})
+	}
+	if len(fresh) > 0 {
+		want = append(want, list{-2, fresh}, list{-1, fresh}, list{-3, fresh})
 	}
 	if !slices.EqualFunc(got, want, func(a, b list) bool { return a.at == b.at && slices.Equal(a.parts, b.parts) }) {
 		t.Fatalf("ListOffsets requests %v, want %v", got, want)
@@ -164,7 +167,7 @@ func TestOneReadForEveryFollower(t *testing.T) {
 	w.Follow(parts(0, 1))
 	w.Follow(parts(2, 3))
 	w.read(context.Background())
-	expectAsked(t, s.taken(), nil, parts(0, 1, 2, 3))
+	expectAsked(t, s.taken(), nil, nil, parts(0, 1, 2, 3))
 
 	for _, shard := range [][]discovery.Partition{parts(0, 1), parts(2, 3)} {
 		got, _ := w.Last(shard)
@@ -197,7 +200,7 @@ func TestOnlyMovedPartitionsAreAsked(t *testing.T) {
 	w.NoteFetched(parts(0)[0], 1, 0, at) // as read: still
 	w.NoteFetched(parts(1)[0], 5, 0, at) // an answer said it moved; it did not
 	w.read(context.Background())
-	expectAsked(t, s.taken(), parts(1, 2), nil)
+	expectAsked(t, s.taken(), parts(1, 2), nil, nil)
 	got, _ := w.Last(parts(0, 1, 2))
 	if o := got[parts(0)[0]]; o.At != at || o.Offsets != first[parts(0)[0]].Offsets {
 		t.Errorf("still partition: %+v, want the read before renewed at %v", o, at)
@@ -209,10 +212,11 @@ func TestOnlyMovedPartitionsAreAsked(t *testing.T) {
 	}
 
 	// Notes last one read: without answers every partition's bounds are
-	// asked, and the head of the one that grew.
+	// asked, and the head of the one that grew, after them (no second
+	// read of its bounds).
 	s.produce(t, 2)
 	w.read(context.Background())
-	expectAsked(t, s.taken(), parts(0, 1, 2), parts(2))
+	expectAsked(t, s.taken(), parts(0, 1, 2), parts(2), nil)
 	got, _ = w.Last(parts(2))
 	if o := got[parts(2)[0]]; o.HighWatermark != 4 || o.HeadOffset != 3 || o.HeadTimestamp <= first[parts(2)[0]].HeadTimestamp {
 		t.Errorf("partition 2 after a record: %+v, want high watermark 4 and head 3, newer than %+v", o.Offsets, first[parts(2)[0]].Offsets)
@@ -232,7 +236,7 @@ func TestUnfollowedPartitionsAreLeft(t *testing.T) {
 	unfollowA()
 	unfollowA() // once only: B still follows partition 1
 	w.read(context.Background())
-	expectAsked(t, s.taken(), parts(1, 2), nil)
+	expectAsked(t, s.taken(), parts(1, 2), nil, nil)
 	if got, _ := w.Last(parts(0, 1)); len(got) != 1 {
 		t.Errorf("after unfollowing partition 0: %v, want partition 1 alone", got)
 	}
