@@ -149,8 +149,10 @@ func TestFailbackSetsTheReverseStartAndCountsTheTail(t *testing.T) {
 			t.Errorf("orders/%d: reverse checkpoint reported %v, want %d (-1: none)", i, got, w)
 		}
 	}
-	if l := r.status(t).Links[0]; l.Partitions[0].Committed != 54 || l.Partitions[2].Committed != 5 {
-		t.Errorf("east's checkpoints not moved to A's end: %+v", l.Partitions)
+	for i, end := range []int64{54, 45, 5} {
+		if cp := rep.Partitions[i].Checkpoint; cp == nil || *cp != end {
+			t.Errorf("orders/%d: east's checkpoint reported at %v, want A's end %d", i, cp, end)
+		}
 	}
 
 	// Again: west has checkpoints now (as a running link would): refused,
