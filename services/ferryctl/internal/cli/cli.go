@@ -82,6 +82,10 @@ type verbOpts struct {
 	env []string
 	// progress is where a long wait says what it waits for (stderr).
 	progress io.Writer
+	// stdin and prompt are where a confirmation is answered and asked
+	// (stderr).
+	stdin  io.Reader
+	prompt io.Writer
 }
 
 var verbs = []verb{
@@ -125,35 +129,52 @@ func reasonFlag(fs *flag.FlagSet, o *verbOpts) {
 }
 
 // Run runs ferryctl with args (without the program name) and returns its
-// exit code.
+// exit code. Nothing can be confirmed: there is no stdin.
 func Run(args []string, stdout, stderr io.Writer) int {
-	return RunContext(context.Background(), args, nil, stdout, stderr)
+	return RunContext(context.Background(), args, nil, nil, stdout, stderr)
 }
 
-// RunContext is Run with a context (--watch runs until it ends) and the
-// environment (FERRY_CTL_*).
-func RunContext(ctx context.Context, args, env []string, stdout, stderr io.Writer) int {
+// RunContext is Run with a context (--watch runs until it ends), the
+// environment (FERRY_CTL_*) and stdin, where a verb asks its
+// confirmations.
+func RunContext(ctx context.Context, args, env []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	s := session{env: env, stdin: stdin, stdout: stdout, stderr: stderr, dial: (*conn).dial}
+	return s.run(ctx, args)
+}
+
+// session is one run of ferryctl: its streams, its environment and how it
+// reaches the writers.
+type session struct {
+	env            []string
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	// dial connects to the writers a conn names (conn.dial); the tests
+	// reach in-process ControlServices through it.
+	dial func(c *conn, env []string) (*client, error)
+}
+
+func (s session) run(ctx context.Context, args []string) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
+		usage(s.stderr)
 		if len(args) == 0 {
 			return exitUsage
 		}
 		return exitOK
 	}
 	if args[0] == "--version" || args[0] == "version" {
-		fmt.Fprintln(stdout, service.Version("ferryctl"))
+		fmt.Fprintln(s.stdout, service.Version("ferryctl"))
 		return exitOK
 	}
 	if args[0] == offsetsListing.name {
-		return runOffsets(ctx, args[1:], env, stdout, stderr)
+		return s.runOffsets(ctx, args[1:])
 	}
 	for _, v := range verbs {
 		if v.name == args[0] {
-			return runVerb(ctx, v, args[1:], env, stdout, stderr)
+			return s.runVerb(ctx, v, args[1:])
 		}
 	}
-	fmt.Fprintf(stderr, "ferryctl: unknown verb %q\n\n", args[0])
-	usage(stderr)
+	fmt.Fprintf(s.stderr, "ferryctl: unknown verb %q\n\n", args[0])
+	usage(s.stderr)
 	return exitUsage
 }
 
@@ -166,7 +187,8 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Exit codes: 0 done and healthy, 1 failed, 2 usage, 3 a link is unhealthy.")
 }
 
-func runVerb(ctx context.Context, v verb, args, env []string, stdout, stderr io.Writer) int {
+func (s session) runVerb(ctx context.Context, v verb, args []string) int {
+	stderr := s.stderr
 	fs := flag.NewFlagSet("ferryctl "+v.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -175,10 +197,10 @@ func runVerb(ctx context.Context, v verb, args, env []string, stdout, stderr io.
 	)
 	conn.flags(fs)
 	v.flags(fs, &o)
-	o.progress, o.env = stderr, env
+	o.progress, o.env, o.stdin, o.prompt = stderr, s.env, s.stdin, stderr
 	o.dial = func(writers, ids multi) (*client, error) {
 		other := conn.others(writers, ids)
-		return other.dial(env)
+		return s.dial(&other, s.env)
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: ferryctl %s [flags] %s\n\n%s.\n\nFlags:\n", v.name, v.args, capitalize(v.summary))
@@ -190,13 +212,13 @@ func runVerb(ctx context.Context, v verb, args, env []string, stdout, stderr io.
 		}
 		return exitUsage
 	}
-	c, err := conn.dial(env)
+	c, err := s.dial(&conn, s.env)
 	if err != nil {
 		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
 		return exitUsage
 	}
 	defer c.close()
-	err = v.run(ctx, c, &o, fs.Args(), stdout)
+	err = v.run(ctx, c, &o, fs.Args(), s.stdout)
 	switch {
 	case err == nil:
 		return exitOK

@@ -175,7 +175,7 @@ func TestPlannedFailover(t *testing.T) {
 	code := make(chan int, 1)
 	go func() {
 		code <- RunContext(context.Background(), r.argv("ferryctl", "failover", "east", "--planned", "--groups", "app",
-			"--stale-after", "5m", "--timeout", "90s", "-o", "json"), nil, &out, &errOut)
+			"--stale-after", "5m", "--timeout", "90s", "-o", "json"), nil, nil, &out, &errOut)
 	}()
 	waitText(t, &errOut, "drain: waiting for 3: orders/0: a heartbeat read after the wait began")
 	// Its group reads 5 s apart: the first, at its start, sees the group

@@ -18,7 +18,7 @@ import (
 // alike (each reads the index topic itself), so the first that answers
 // is taken: it works with the fetchers and the source region gone.
 
-// offsetsListing is offsets' line in ferryctl's usage. RunContext hands
+// offsetsListing is offsets' line in ferryctl's usage. A session hands
 // the verb to runOffsets, which parses its subcommand: the verb's flags
 // are its own (translateQuery), not verbOpts.
 var offsetsListing = verb{name: "offsets", args: "translate",
@@ -97,9 +97,9 @@ func (q *translateQuery) flags(fs *flag.FlagSet) {
 }
 
 // runOffsets runs "offsets translate".
-func runOffsets(ctx context.Context, args, env []string, stdout, stderr io.Writer) int {
+func (s session) runOffsets(ctx context.Context, args []string) int {
 	if len(args) == 0 || args[0] != "translate" {
-		fmt.Fprintln(stderr, "Usage: ferryctl offsets translate --link L (--topic T --partition P --offset O [--reverse] | --group G) [flags]\n\n'ferryctl offsets translate --help' lists the flags.")
+		fmt.Fprintln(s.stderr, "Usage: ferryctl offsets translate --link L (--topic T --partition P --offset O [--reverse] | --group G) [flags]\n\n'ferryctl offsets translate --help' lists the flags.")
 		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
 			return exitOK
 		}
@@ -114,7 +114,7 @@ func runOffsets(ctx context.Context, args, env []string, stdout, stderr io.Write
 			return q.run(ctx, c, args, stdout)
 		},
 	}
-	return runVerb(ctx, v, args[1:], env, stdout, stderr)
+	return s.runVerb(ctx, v, args[1:])
 }
 
 // check says what makes the flags unusable.
