@@ -275,7 +275,12 @@ type LinkStatus struct {
 	Groups []*LinkGroup `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
 	// Stopped are the link's partitions this writer refused for good: their
 	// fetcher stopped them, so they copy nothing until an operator acts.
-	Stopped       []*LinkStoppedPartition `protobuf:"bytes,7,rep,name=stopped,proto3" json:"stopped,omitempty"`
+	Stopped []*LinkStoppedPartition `protobuf:"bytes,7,rep,name=stopped,proto3" json:"stopped,omitempty"`
+	// IndexGaps are the link's source topics whose records the source keeps
+	// longer than the offset index keeps their index (offset_index.retention):
+	// a consumer group positioned on a record older than the index cannot be
+	// translated (before_index), at failover or failback.
+	IndexGaps     []*LinkIndexGap `protobuf:"bytes,8,rep,name=index_gaps,json=indexGaps,proto3" json:"index_gaps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -359,6 +364,67 @@ func (x *LinkStatus) GetStopped() []*LinkStoppedPartition {
 	return nil
 }
 
+func (x *LinkStatus) GetIndexGaps() []*LinkIndexGap {
+	if x != nil {
+		return x.IndexGaps
+	}
+	return nil
+}
+
+// LinkIndexGap is a source topic the offset index cannot cover whole.
+type LinkIndexGap struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// Reason says what the source keeps against what the index keeps.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkIndexGap) Reset() {
+	*x = LinkIndexGap{}
+	mi := &file_ferry_v1_control_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkIndexGap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkIndexGap) ProtoMessage() {}
+
+func (x *LinkIndexGap) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkIndexGap.ProtoReflect.Descriptor instead.
+func (*LinkIndexGap) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LinkIndexGap) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *LinkIndexGap) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // LinkControl is a link's recorded state.
 type LinkControl struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -376,7 +442,7 @@ type LinkControl struct {
 
 func (x *LinkControl) Reset() {
 	*x = LinkControl{}
-	mi := &file_ferry_v1_control_proto_msgTypes[3]
+	mi := &file_ferry_v1_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +454,7 @@ func (x *LinkControl) String() string {
 func (*LinkControl) ProtoMessage() {}
 
 func (x *LinkControl) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[3]
+	mi := &file_ferry_v1_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +467,7 @@ func (x *LinkControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkControl.ProtoReflect.Descriptor instead.
 func (*LinkControl) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LinkControl) GetState() LinkState {
@@ -455,7 +521,7 @@ type LinkShard struct {
 
 func (x *LinkShard) Reset() {
 	*x = LinkShard{}
-	mi := &file_ferry_v1_control_proto_msgTypes[4]
+	mi := &file_ferry_v1_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +533,7 @@ func (x *LinkShard) String() string {
 func (*LinkShard) ProtoMessage() {}
 
 func (x *LinkShard) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[4]
+	mi := &file_ferry_v1_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +546,7 @@ func (x *LinkShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkShard.ProtoReflect.Descriptor instead.
 func (*LinkShard) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LinkShard) GetShard() uint32 {
@@ -539,7 +605,7 @@ type LinkPartition struct {
 
 func (x *LinkPartition) Reset() {
 	*x = LinkPartition{}
-	mi := &file_ferry_v1_control_proto_msgTypes[5]
+	mi := &file_ferry_v1_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +617,7 @@ func (x *LinkPartition) String() string {
 func (*LinkPartition) ProtoMessage() {}
 
 func (x *LinkPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[5]
+	mi := &file_ferry_v1_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +630,7 @@ func (x *LinkPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkPartition.ProtoReflect.Descriptor instead.
 func (*LinkPartition) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LinkPartition) GetTopic() string {
@@ -654,7 +720,7 @@ type SetLinkStateRequest struct {
 
 func (x *SetLinkStateRequest) Reset() {
 	*x = SetLinkStateRequest{}
-	mi := &file_ferry_v1_control_proto_msgTypes[6]
+	mi := &file_ferry_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +732,7 @@ func (x *SetLinkStateRequest) String() string {
 func (*SetLinkStateRequest) ProtoMessage() {}
 
 func (x *SetLinkStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[6]
+	mi := &file_ferry_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +745,7 @@ func (x *SetLinkStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLinkStateRequest.ProtoReflect.Descriptor instead.
 func (*SetLinkStateRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetLinkStateRequest) GetLink() string {
@@ -720,7 +786,7 @@ type SetLinkStateResponse struct {
 
 func (x *SetLinkStateResponse) Reset() {
 	*x = SetLinkStateResponse{}
-	mi := &file_ferry_v1_control_proto_msgTypes[7]
+	mi := &file_ferry_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +798,7 @@ func (x *SetLinkStateResponse) String() string {
 func (*SetLinkStateResponse) ProtoMessage() {}
 
 func (x *SetLinkStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[7]
+	mi := &file_ferry_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +811,7 @@ func (x *SetLinkStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLinkStateResponse.ProtoReflect.Descriptor instead.
 func (*SetLinkStateResponse) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetLinkStateResponse) GetControl() *LinkControl {
@@ -770,7 +836,7 @@ type TranslateRequest struct {
 
 func (x *TranslateRequest) Reset() {
 	*x = TranslateRequest{}
-	mi := &file_ferry_v1_control_proto_msgTypes[8]
+	mi := &file_ferry_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +848,7 @@ func (x *TranslateRequest) String() string {
 func (*TranslateRequest) ProtoMessage() {}
 
 func (x *TranslateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[8]
+	mi := &file_ferry_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +861,7 @@ func (x *TranslateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TranslateRequest.ProtoReflect.Descriptor instead.
 func (*TranslateRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TranslateRequest) GetLink() string {
@@ -864,7 +930,7 @@ type OffsetQuery struct {
 
 func (x *OffsetQuery) Reset() {
 	*x = OffsetQuery{}
-	mi := &file_ferry_v1_control_proto_msgTypes[9]
+	mi := &file_ferry_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +942,7 @@ func (x *OffsetQuery) String() string {
 func (*OffsetQuery) ProtoMessage() {}
 
 func (x *OffsetQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[9]
+	mi := &file_ferry_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +955,7 @@ func (x *OffsetQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetQuery.ProtoReflect.Descriptor instead.
 func (*OffsetQuery) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *OffsetQuery) GetTopic() string {
@@ -945,7 +1011,7 @@ type OffsetTranslation struct {
 
 func (x *OffsetTranslation) Reset() {
 	*x = OffsetTranslation{}
-	mi := &file_ferry_v1_control_proto_msgTypes[10]
+	mi := &file_ferry_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1023,7 @@ func (x *OffsetTranslation) String() string {
 func (*OffsetTranslation) ProtoMessage() {}
 
 func (x *OffsetTranslation) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[10]
+	mi := &file_ferry_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1036,7 @@ func (x *OffsetTranslation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetTranslation.ProtoReflect.Descriptor instead.
 func (*OffsetTranslation) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OffsetTranslation) GetTopic() string {
@@ -1048,7 +1114,7 @@ type GroupTranslation struct {
 
 func (x *GroupTranslation) Reset() {
 	*x = GroupTranslation{}
-	mi := &file_ferry_v1_control_proto_msgTypes[11]
+	mi := &file_ferry_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1126,7 @@ func (x *GroupTranslation) String() string {
 func (*GroupTranslation) ProtoMessage() {}
 
 func (x *GroupTranslation) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[11]
+	mi := &file_ferry_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1139,7 @@ func (x *GroupTranslation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupTranslation.ProtoReflect.Descriptor instead.
 func (*GroupTranslation) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GroupTranslation) GetGroup() string {
@@ -1116,7 +1182,7 @@ type GroupPartitionTranslation struct {
 
 func (x *GroupPartitionTranslation) Reset() {
 	*x = GroupPartitionTranslation{}
-	mi := &file_ferry_v1_control_proto_msgTypes[12]
+	mi := &file_ferry_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1194,7 @@ func (x *GroupPartitionTranslation) String() string {
 func (*GroupPartitionTranslation) ProtoMessage() {}
 
 func (x *GroupPartitionTranslation) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[12]
+	mi := &file_ferry_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1207,7 @@ func (x *GroupPartitionTranslation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupPartitionTranslation.ProtoReflect.Descriptor instead.
 func (*GroupPartitionTranslation) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GroupPartitionTranslation) GetTopic() string {
@@ -1213,7 +1279,7 @@ type TranslateResponse struct {
 
 func (x *TranslateResponse) Reset() {
 	*x = TranslateResponse{}
-	mi := &file_ferry_v1_control_proto_msgTypes[13]
+	mi := &file_ferry_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1291,7 @@ func (x *TranslateResponse) String() string {
 func (*TranslateResponse) ProtoMessage() {}
 
 func (x *TranslateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[13]
+	mi := &file_ferry_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1304,7 @@ func (x *TranslateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TranslateResponse.ProtoReflect.Descriptor instead.
 func (*TranslateResponse) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TranslateResponse) GetWriter() string {
@@ -1285,7 +1351,7 @@ type LinkGroup struct {
 
 func (x *LinkGroup) Reset() {
 	*x = LinkGroup{}
-	mi := &file_ferry_v1_control_proto_msgTypes[14]
+	mi := &file_ferry_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1363,7 @@ func (x *LinkGroup) String() string {
 func (*LinkGroup) ProtoMessage() {}
 
 func (x *LinkGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[14]
+	mi := &file_ferry_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1376,7 @@ func (x *LinkGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkGroup.ProtoReflect.Descriptor instead.
 func (*LinkGroup) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LinkGroup) GetGroup() string {
@@ -1392,7 +1458,7 @@ type LinkGroupPartition struct {
 
 func (x *LinkGroupPartition) Reset() {
 	*x = LinkGroupPartition{}
-	mi := &file_ferry_v1_control_proto_msgTypes[15]
+	mi := &file_ferry_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1470,7 @@ func (x *LinkGroupPartition) String() string {
 func (*LinkGroupPartition) ProtoMessage() {}
 
 func (x *LinkGroupPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[15]
+	mi := &file_ferry_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1483,7 @@ func (x *LinkGroupPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkGroupPartition.ProtoReflect.Descriptor instead.
 func (*LinkGroupPartition) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LinkGroupPartition) GetTopic() string {
@@ -1482,7 +1548,7 @@ type SetCheckpointsRequest struct {
 
 func (x *SetCheckpointsRequest) Reset() {
 	*x = SetCheckpointsRequest{}
-	mi := &file_ferry_v1_control_proto_msgTypes[16]
+	mi := &file_ferry_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1560,7 @@ func (x *SetCheckpointsRequest) String() string {
 func (*SetCheckpointsRequest) ProtoMessage() {}
 
 func (x *SetCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[16]
+	mi := &file_ferry_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1573,7 @@ func (x *SetCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*SetCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetCheckpointsRequest) GetLink() string {
@@ -1544,7 +1610,7 @@ type CheckpointPosition struct {
 
 func (x *CheckpointPosition) Reset() {
 	*x = CheckpointPosition{}
-	mi := &file_ferry_v1_control_proto_msgTypes[17]
+	mi := &file_ferry_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1622,7 @@ func (x *CheckpointPosition) String() string {
 func (*CheckpointPosition) ProtoMessage() {}
 
 func (x *CheckpointPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[17]
+	mi := &file_ferry_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1635,7 @@ func (x *CheckpointPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointPosition.ProtoReflect.Descriptor instead.
 func (*CheckpointPosition) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CheckpointPosition) GetTopic() string {
@@ -1605,7 +1671,7 @@ type SetCheckpointsResponse struct {
 
 func (x *SetCheckpointsResponse) Reset() {
 	*x = SetCheckpointsResponse{}
-	mi := &file_ferry_v1_control_proto_msgTypes[18]
+	mi := &file_ferry_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1683,7 @@ func (x *SetCheckpointsResponse) String() string {
 func (*SetCheckpointsResponse) ProtoMessage() {}
 
 func (x *SetCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[18]
+	mi := &file_ferry_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1696,7 @@ func (x *SetCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*SetCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetCheckpointsResponse) GetWriter() string {
@@ -1662,7 +1728,7 @@ type CheckpointChange struct {
 
 func (x *CheckpointChange) Reset() {
 	*x = CheckpointChange{}
-	mi := &file_ferry_v1_control_proto_msgTypes[19]
+	mi := &file_ferry_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1740,7 @@ func (x *CheckpointChange) String() string {
 func (*CheckpointChange) ProtoMessage() {}
 
 func (x *CheckpointChange) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[19]
+	mi := &file_ferry_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1753,7 @@ func (x *CheckpointChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointChange.ProtoReflect.Descriptor instead.
 func (*CheckpointChange) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CheckpointChange) GetTopic() string {
@@ -1739,7 +1805,7 @@ type LinkStoppedPartition struct {
 
 func (x *LinkStoppedPartition) Reset() {
 	*x = LinkStoppedPartition{}
-	mi := &file_ferry_v1_control_proto_msgTypes[20]
+	mi := &file_ferry_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1817,7 @@ func (x *LinkStoppedPartition) String() string {
 func (*LinkStoppedPartition) ProtoMessage() {}
 
 func (x *LinkStoppedPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[20]
+	mi := &file_ferry_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1830,7 @@ func (x *LinkStoppedPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkStoppedPartition.ProtoReflect.Descriptor instead.
 func (*LinkStoppedPartition) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LinkStoppedPartition) GetTopic() string {
@@ -1813,7 +1879,7 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x06writer\x18\x01 \x01(\tR\x06writer\x12*\n" +
 	"\x05links\x18\x02 \x03(\v2\x14.ferry.v1.LinkStatusR\x05links\x12 \n" +
 	"\ftime_unix_ms\x18\x03 \x01(\x03R\n" +
-	"timeUnixMs\"\xc1\x02\n" +
+	"timeUnixMs\"\xf8\x02\n" +
 	"\n" +
 	"LinkStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
@@ -1824,7 +1890,12 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"partitions\x18\x05 \x03(\v2\x17.ferry.v1.LinkPartitionR\n" +
 	"partitions\x12+\n" +
 	"\x06groups\x18\x06 \x03(\v2\x13.ferry.v1.LinkGroupR\x06groups\x128\n" +
-	"\astopped\x18\a \x03(\v2\x1e.ferry.v1.LinkStoppedPartitionR\astopped\"\xa2\x01\n" +
+	"\astopped\x18\a \x03(\v2\x1e.ferry.v1.LinkStoppedPartitionR\astopped\x125\n" +
+	"\n" +
+	"index_gaps\x18\b \x03(\v2\x16.ferry.v1.LinkIndexGapR\tindexGaps\"<\n" +
+	"\fLinkIndexGap\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa2\x01\n" +
 	"\vLinkControl\x12)\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x13.ferry.v1.LinkStateR\x05state\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x0e\n" +
@@ -1973,64 +2044,66 @@ func file_ferry_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ferry_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_ferry_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_ferry_v1_control_proto_goTypes = []any{
 	(LinkState)(0),                    // 0: ferry.v1.LinkState
 	(TranslateOutcome)(0),             // 1: ferry.v1.TranslateOutcome
 	(*StatusRequest)(nil),             // 2: ferry.v1.StatusRequest
 	(*StatusResponse)(nil),            // 3: ferry.v1.StatusResponse
 	(*LinkStatus)(nil),                // 4: ferry.v1.LinkStatus
-	(*LinkControl)(nil),               // 5: ferry.v1.LinkControl
-	(*LinkShard)(nil),                 // 6: ferry.v1.LinkShard
-	(*LinkPartition)(nil),             // 7: ferry.v1.LinkPartition
-	(*SetLinkStateRequest)(nil),       // 8: ferry.v1.SetLinkStateRequest
-	(*SetLinkStateResponse)(nil),      // 9: ferry.v1.SetLinkStateResponse
-	(*TranslateRequest)(nil),          // 10: ferry.v1.TranslateRequest
-	(*OffsetQuery)(nil),               // 11: ferry.v1.OffsetQuery
-	(*OffsetTranslation)(nil),         // 12: ferry.v1.OffsetTranslation
-	(*GroupTranslation)(nil),          // 13: ferry.v1.GroupTranslation
-	(*GroupPartitionTranslation)(nil), // 14: ferry.v1.GroupPartitionTranslation
-	(*TranslateResponse)(nil),         // 15: ferry.v1.TranslateResponse
-	(*LinkGroup)(nil),                 // 16: ferry.v1.LinkGroup
-	(*LinkGroupPartition)(nil),        // 17: ferry.v1.LinkGroupPartition
-	(*SetCheckpointsRequest)(nil),     // 18: ferry.v1.SetCheckpointsRequest
-	(*CheckpointPosition)(nil),        // 19: ferry.v1.CheckpointPosition
-	(*SetCheckpointsResponse)(nil),    // 20: ferry.v1.SetCheckpointsResponse
-	(*CheckpointChange)(nil),          // 21: ferry.v1.CheckpointChange
-	(*LinkStoppedPartition)(nil),      // 22: ferry.v1.LinkStoppedPartition
+	(*LinkIndexGap)(nil),              // 5: ferry.v1.LinkIndexGap
+	(*LinkControl)(nil),               // 6: ferry.v1.LinkControl
+	(*LinkShard)(nil),                 // 7: ferry.v1.LinkShard
+	(*LinkPartition)(nil),             // 8: ferry.v1.LinkPartition
+	(*SetLinkStateRequest)(nil),       // 9: ferry.v1.SetLinkStateRequest
+	(*SetLinkStateResponse)(nil),      // 10: ferry.v1.SetLinkStateResponse
+	(*TranslateRequest)(nil),          // 11: ferry.v1.TranslateRequest
+	(*OffsetQuery)(nil),               // 12: ferry.v1.OffsetQuery
+	(*OffsetTranslation)(nil),         // 13: ferry.v1.OffsetTranslation
+	(*GroupTranslation)(nil),          // 14: ferry.v1.GroupTranslation
+	(*GroupPartitionTranslation)(nil), // 15: ferry.v1.GroupPartitionTranslation
+	(*TranslateResponse)(nil),         // 16: ferry.v1.TranslateResponse
+	(*LinkGroup)(nil),                 // 17: ferry.v1.LinkGroup
+	(*LinkGroupPartition)(nil),        // 18: ferry.v1.LinkGroupPartition
+	(*SetCheckpointsRequest)(nil),     // 19: ferry.v1.SetCheckpointsRequest
+	(*CheckpointPosition)(nil),        // 20: ferry.v1.CheckpointPosition
+	(*SetCheckpointsResponse)(nil),    // 21: ferry.v1.SetCheckpointsResponse
+	(*CheckpointChange)(nil),          // 22: ferry.v1.CheckpointChange
+	(*LinkStoppedPartition)(nil),      // 23: ferry.v1.LinkStoppedPartition
 }
 var file_ferry_v1_control_proto_depIdxs = []int32{
 	4,  // 0: ferry.v1.StatusResponse.links:type_name -> ferry.v1.LinkStatus
-	5,  // 1: ferry.v1.LinkStatus.control:type_name -> ferry.v1.LinkControl
-	6,  // 2: ferry.v1.LinkStatus.shard_states:type_name -> ferry.v1.LinkShard
-	7,  // 3: ferry.v1.LinkStatus.partitions:type_name -> ferry.v1.LinkPartition
-	16, // 4: ferry.v1.LinkStatus.groups:type_name -> ferry.v1.LinkGroup
-	22, // 5: ferry.v1.LinkStatus.stopped:type_name -> ferry.v1.LinkStoppedPartition
-	0,  // 6: ferry.v1.LinkControl.state:type_name -> ferry.v1.LinkState
-	0,  // 7: ferry.v1.SetLinkStateRequest.state:type_name -> ferry.v1.LinkState
-	5,  // 8: ferry.v1.SetLinkStateResponse.control:type_name -> ferry.v1.LinkControl
-	11, // 9: ferry.v1.TranslateRequest.offset:type_name -> ferry.v1.OffsetQuery
-	1,  // 10: ferry.v1.OffsetTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
-	14, // 11: ferry.v1.GroupTranslation.partitions:type_name -> ferry.v1.GroupPartitionTranslation
-	1,  // 12: ferry.v1.GroupPartitionTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
-	12, // 13: ferry.v1.TranslateResponse.offset:type_name -> ferry.v1.OffsetTranslation
-	13, // 14: ferry.v1.TranslateResponse.group:type_name -> ferry.v1.GroupTranslation
-	17, // 15: ferry.v1.LinkGroup.partitions:type_name -> ferry.v1.LinkGroupPartition
-	19, // 16: ferry.v1.SetCheckpointsRequest.checkpoints:type_name -> ferry.v1.CheckpointPosition
-	21, // 17: ferry.v1.SetCheckpointsResponse.changes:type_name -> ferry.v1.CheckpointChange
-	2,  // 18: ferry.v1.ControlService.Status:input_type -> ferry.v1.StatusRequest
-	8,  // 19: ferry.v1.ControlService.SetLinkState:input_type -> ferry.v1.SetLinkStateRequest
-	10, // 20: ferry.v1.ControlService.Translate:input_type -> ferry.v1.TranslateRequest
-	18, // 21: ferry.v1.ControlService.SetCheckpoints:input_type -> ferry.v1.SetCheckpointsRequest
-	3,  // 22: ferry.v1.ControlService.Status:output_type -> ferry.v1.StatusResponse
-	9,  // 23: ferry.v1.ControlService.SetLinkState:output_type -> ferry.v1.SetLinkStateResponse
-	15, // 24: ferry.v1.ControlService.Translate:output_type -> ferry.v1.TranslateResponse
-	20, // 25: ferry.v1.ControlService.SetCheckpoints:output_type -> ferry.v1.SetCheckpointsResponse
-	22, // [22:26] is the sub-list for method output_type
-	18, // [18:22] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	6,  // 1: ferry.v1.LinkStatus.control:type_name -> ferry.v1.LinkControl
+	7,  // 2: ferry.v1.LinkStatus.shard_states:type_name -> ferry.v1.LinkShard
+	8,  // 3: ferry.v1.LinkStatus.partitions:type_name -> ferry.v1.LinkPartition
+	17, // 4: ferry.v1.LinkStatus.groups:type_name -> ferry.v1.LinkGroup
+	23, // 5: ferry.v1.LinkStatus.stopped:type_name -> ferry.v1.LinkStoppedPartition
+	5,  // 6: ferry.v1.LinkStatus.index_gaps:type_name -> ferry.v1.LinkIndexGap
+	0,  // 7: ferry.v1.LinkControl.state:type_name -> ferry.v1.LinkState
+	0,  // 8: ferry.v1.SetLinkStateRequest.state:type_name -> ferry.v1.LinkState
+	6,  // 9: ferry.v1.SetLinkStateResponse.control:type_name -> ferry.v1.LinkControl
+	12, // 10: ferry.v1.TranslateRequest.offset:type_name -> ferry.v1.OffsetQuery
+	1,  // 11: ferry.v1.OffsetTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
+	15, // 12: ferry.v1.GroupTranslation.partitions:type_name -> ferry.v1.GroupPartitionTranslation
+	1,  // 13: ferry.v1.GroupPartitionTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
+	13, // 14: ferry.v1.TranslateResponse.offset:type_name -> ferry.v1.OffsetTranslation
+	14, // 15: ferry.v1.TranslateResponse.group:type_name -> ferry.v1.GroupTranslation
+	18, // 16: ferry.v1.LinkGroup.partitions:type_name -> ferry.v1.LinkGroupPartition
+	20, // 17: ferry.v1.SetCheckpointsRequest.checkpoints:type_name -> ferry.v1.CheckpointPosition
+	22, // 18: ferry.v1.SetCheckpointsResponse.changes:type_name -> ferry.v1.CheckpointChange
+	2,  // 19: ferry.v1.ControlService.Status:input_type -> ferry.v1.StatusRequest
+	9,  // 20: ferry.v1.ControlService.SetLinkState:input_type -> ferry.v1.SetLinkStateRequest
+	11, // 21: ferry.v1.ControlService.Translate:input_type -> ferry.v1.TranslateRequest
+	19, // 22: ferry.v1.ControlService.SetCheckpoints:input_type -> ferry.v1.SetCheckpointsRequest
+	3,  // 23: ferry.v1.ControlService.Status:output_type -> ferry.v1.StatusResponse
+	10, // 24: ferry.v1.ControlService.SetLinkState:output_type -> ferry.v1.SetLinkStateResponse
+	16, // 25: ferry.v1.ControlService.Translate:output_type -> ferry.v1.TranslateResponse
+	21, // 26: ferry.v1.ControlService.SetCheckpoints:output_type -> ferry.v1.SetCheckpointsResponse
+	23, // [23:27] is the sub-list for method output_type
+	19, // [19:23] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_ferry_v1_control_proto_init() }
@@ -2038,7 +2111,7 @@ func file_ferry_v1_control_proto_init() {
 	if File_ferry_v1_control_proto != nil {
 		return
 	}
-	file_ferry_v1_control_proto_msgTypes[8].OneofWrappers = []any{
+	file_ferry_v1_control_proto_msgTypes[9].OneofWrappers = []any{
 		(*TranslateRequest_Offset)(nil),
 		(*TranslateRequest_Group)(nil),
 	}
@@ -2048,7 +2121,7 @@ func file_ferry_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1_control_proto_rawDesc), len(file_ferry_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

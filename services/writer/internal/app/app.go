@@ -198,7 +198,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 	// index topic (package offsetindex), created like the checkpoint
 	// topic; its partition count, as the target has it, places each
 	// partition's records, so an existing topic keeps its own.
-	index := offsetindex.Topic{Name: cfg.OffsetIndex.Topic, FlushInterval: cfg.OffsetIndex.FlushInterval}
+	index := offsetindex.Topic{Name: cfg.OffsetIndex.Topic, FlushInterval: cfg.OffsetIndex.FlushInterval, Retention: cfg.OffsetIndex.Retention}
 	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
 		index.Partitions, err = ens.EnsureOwn(topics.Spec{
 			Name: index.Name, Partitions: cfg.OffsetIndex.Partitions, ReplicationFactor: cfg.Checkpoints.ReplicationFactor,

@@ -30,6 +30,10 @@ type Topic struct {
 	// FlushInterval is how long a partition's index entries may ride in
 	// its checkpoints before a round writes them here (0: every round).
 	FlushInterval time.Duration
+	// Retention is offset_index.retention, what the writer creates the
+	// topic with: source topics that keep records longer are named as
+	// ones the index cannot cover (0: not compared).
+	Retention time.Duration
 }
 
 // PartitionOf is the partition of k's index records.

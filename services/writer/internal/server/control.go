@@ -50,6 +50,9 @@ type LinkState struct {
 	By         string          `json:"by,omitempty"`
 	Time       *time.Time      `json:"time,omitempty"`
 	Generation uint64          `json:"generation"`
+	// IndexGaps are the link's source topics the offset index cannot
+	// cover whole, with why (coverage.go).
+	IndexGaps map[string]string `json:"index_gaps,omitempty"`
 }
 
 // LinkStates lists the state of each of the writer's links.
@@ -58,6 +61,12 @@ func (s *Server) LinkStates() []LinkState {
 	for name := range s.links {
 		c := s.store.Control(name)
 		ls := LinkState{Link: name, State: c.State, Reason: c.Reason, By: c.By, Generation: c.Generation}
+		for _, g := range s.gaps.of(name) {
+			if ls.IndexGaps == nil {
+				ls.IndexGaps = map[string]string{}
+			}
+			ls.IndexGaps[g.GetTopic()] = g.GetReason()
+		}
 		if !c.Time.IsZero() {
 			ls.Time = &c.Time
 		}
@@ -123,7 +132,8 @@ func (c *Control) Status(ctx context.Context, req *ferryv1.StatusRequest) (*ferr
 }
 
 func (c *Control) linkStatus(ls LinkState, shards []ShardStatus, meter []Exposure) *ferryv1.LinkStatus {
-	out := &ferryv1.LinkStatus{Name: ls.Link, Control: controlProto(c.s.store.Control(ls.Link)), Shards: c.s.links[ls.Link].Shards}
+	out := &ferryv1.LinkStatus{Name: ls.Link, Control: controlProto(c.s.store.Control(ls.Link)), Shards: c.s.links[ls.Link].Shards,
+		IndexGaps: c.s.gaps.of(ls.Link)}
 	for _, sh := range shards {
 		if sh.Link == ls.Link {
 			out.ShardStates = append(out.ShardStates, &ferryv1.LinkShard{Shard: sh.Shard, Epoch: sh.Epoch, Active: sh.Active, Fetcher: sh.Fetcher})

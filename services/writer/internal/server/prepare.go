@@ -57,6 +57,12 @@ func (ss *session) prepare(log *slog.Logger, cl *producer.Client) (prod *produce
 			limit, by = topicMax, "target topic "+target+" max.message.bytes "+strconv.Itoa(topicMax)
 		}
 	}
+	if r := s.opts.Index.Retention; r > 0 {
+		for _, topic := range s.gaps.note(ss.link.Name, ss.open.GetTopics(), r) {
+			log.Warn("the offset index cannot cover this source topic: a consumer group further behind than the index keeps translates as before_index at failover",
+				"topic", topic, "why", s.gaps.reason(ss.link.Name, topic))
+		}
+	}
 	ss.maxBatch = limit
 	ss.maxRecord, ss.maxRecordBy = limit-recordbatch.HeaderSize, by+" less the batch header"
 	popts := producer.Options{Timeout: s.opts.Producer.Timeout}

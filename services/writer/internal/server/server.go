@@ -148,6 +148,9 @@ type Server struct {
 
 	opts    Options
 	links   map[string]Link
+	// gaps are the source topics the offset index cannot cover
+	// (coverage.go).
+	gaps indexGaps
 	topics  *topics.Ensurer
 	store   *checkpoint.Store
 	codecs  *batch.Codecs
