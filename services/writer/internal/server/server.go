@@ -146,11 +146,11 @@ type ProducerSettings struct {
 type Server struct {
 	ferryv1.UnimplementedReplicationServiceServer
 
-	opts    Options
-	links   map[string]Link
+	opts  Options
+	links map[string]Link
 	// gaps are the source topics the offset index cannot cover
 	// (coverage.go).
-	gaps indexGaps
+	gaps    indexGaps
 	topics  *topics.Ensurer
 	store   *checkpoint.Store
 	codecs  *batch.Codecs
