@@ -89,7 +89,7 @@ func TestFailbackRoundTripOnApacheKafka(t *testing.T) {
 	}
 	waitUntil(t, time.Minute, "the fetcher refused as paused", func() error { return shardsIn(fwd, "paused") })
 	produceTrip(ctx, t, a, tripTail, tripTailRecords)
-	if err := fwd.ferryctl(ctx, &ch, "failover", "test", "--reason", "round trip: region A lost"); err != nil {
+	if err := fwd.ferryctl(ctx, &ch, "failover", "test", "--unplanned", "--yes", "--reason", "round trip: region A lost"); err != nil {
 		t.Fatal(err)
 	}
 

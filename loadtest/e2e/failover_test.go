@@ -146,7 +146,7 @@ func TestUnplannedFailoverOnApacheKafka(t *testing.T) {
 
 	start := time.Now()
 	var ch ctlChange
-	if err := e.ferryctl(ctx, &ch, "failover", "test", "--reason", "unplanned drill: source region lost"); err != nil {
+	if err := e.ferryctl(ctx, &ch, "failover", "test", "--unplanned", "--yes", "--reason", "unplanned drill: source region lost"); err != nil {
 		t.Fatal(err)
 	}
 	if ch.State != "failed_over" {

@@ -320,13 +320,14 @@ func (ch ctlChange) reread() int64 {
 }
 
 // failover runs ferryctl failover against the running writers, as an
-// operator in the target region would.
+// operator in the target region would: unplanned (the region is lost),
+// confirmed by --yes (nobody is at a terminal).
 func (e *env) failover(ctx context.Context) (ctlChange, error) {
 	certDir, err := harness.Certs(e.opts.Dir)
 	if err != nil {
 		return ctlChange{}, err
 	}
-	args := []string{"failover", link, "--reason", "soak: source region lost", "-o", "json",
+	args := []string{"failover", link, "--unplanned", "--yes", "--reason", "soak: source region lost", "-o", "json",
 		"--cert", filepath.Join(certDir, "ferryctl.pem"), "--key", filepath.Join(certDir, "ferryctl-key.pem"),
 		"--ca", filepath.Join(certDir, "ca.pem"),
 		"--writer-id", devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "writer"), "--timeout", "30s"}

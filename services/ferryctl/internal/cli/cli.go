@@ -4,9 +4,16 @@
 // topic), so a change goes to one writer and is then awaited on all the
 // writers named; status asks every writer and merges what they know.
 //
+// The verbs that cannot be undone cannot be misfired: failover names its
+// form (--planned or --unplanned), and the unplanned one asks the person
+// at the terminal to type "yes" after showing what it loses (--yes for
+// scripts).
+//
 // Exit codes: 0 done and healthy, 1 the action failed (a writer refused
-// it or none answered), 2 a usage error (or a configuration file that
-// does not load, failback's --source-config), 3 done but a link is unhealthy
+// it or none answered, or the confirmation was declined), 2 a usage error
+// (or a configuration file that does not load, failback's
+// --source-config, or failover --unplanned without --yes where nobody
+// can confirm), 3 done but a link is unhealthy
 // (unhealthy: a running link with a shard no writer serves a stream of,
 // or a partition whose last heartbeat is older than --stale-after, or a
 // writer that did not answer).
@@ -59,8 +66,10 @@ type verbOpts struct {
 	staleAfter time.Duration
 	reason     string
 	dryRun     bool
-	planned    bool
 	groups     string
+	// planned and unplanned are failover's two forms, one of them
+	// required; yes confirms the unplanned one without asking.
+	planned, unplanned, yes bool
 	// sourceConfig and copyStranded are failback's.
 	sourceConfig string
 	copyStranded bool
@@ -99,11 +108,13 @@ var verbs = []verb{
 		flags: reasonFlag, run: stateVerb("paused")},
 	{name: "resume", args: "LINK", summary: "let the fetchers of LINK copy again, from the committed checkpoints",
 		flags: reasonFlag, run: stateVerb("running")},
-	{name: "failover", args: "LINK", summary: "refuse every stream of LINK for good (the target takes over) and print what the source held that the target lacks and where each group stands",
+	{name: "failover", args: "LINK", summary: "refuse every stream of LINK for good (the target takes over) and print what the source held that the target lacks and where each group stands; --planned or --unplanned says how",
 		flags: func(fs *flag.FlagSet, o *verbOpts) {
 			reasonFlag(fs, o)
-			fs.BoolVar(&o.dryRun, "dry-run", false, "print the records and seconds at risk per partition and each group's position, and change nothing")
 			fs.BoolVar(&o.planned, "planned", false, "the source is reachable and its producers and consumers stopped: drain the link and sync the groups first, then fail over (RPO 0); --timeout bounds the wait")
+			fs.BoolVar(&o.unplanned, "unplanned", false, "the source region is lost: fail over now; what the target lacks is lost (printed first, then a confirmation is asked unless --yes)")
+			fs.BoolVar(&o.yes, "yes", false, "with --unplanned: fail over without asking (scripts, CI: nobody is there to type yes)")
+			fs.BoolVar(&o.dryRun, "dry-run", false, "print the records and seconds at risk per partition and each group's position, and change nothing")
 			fs.StringVar(&o.groups, "groups", "", "only the consumer groups this regular expression matches (anchored), in the report and the planned wait")
 			fs.DurationVar(&o.staleAfter, "stale-after", 5*time.Second, "--planned refuses when a partition's last heartbeat is older than this (the source side is not reporting)")
 		}, run: runFailover},
@@ -226,7 +237,7 @@ func (s session) runVerb(ctx context.Context, v verb, args []string) int {
 		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
 		fs.Usage()
 		return exitUsage
-	case errors.Is(err, errBadConfig):
+	case errors.Is(err, errBadConfig), errors.Is(err, errUnconfirmed):
 		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
 		return exitUsage
 	case errors.Is(err, errUnhealthy):

@@ -132,7 +132,7 @@ func TestVerbsAgainstWriters(t *testing.T) {
 		t.Fatalf("status after pause: %+v", rep)
 	}
 
-	if code, out, errOut = tg.run(t, "ferryctl", "failover", "east", "--dry-run"); code != exitOK || !strings.Contains(out, "DRY RUN") {
+	if code, out, errOut = tg.run(t, "ferryctl", "failover", "east", "--unplanned", "--dry-run"); code != exitOK || !strings.Contains(out, "DRY RUN") {
 		t.Fatalf("failover --dry-run exited %d: %s%s", code, out, errOut)
 	}
 	if l := tg.status(t).Links[0]; l.State != linkstate.Paused || l.Generation != 1 {
@@ -141,7 +141,7 @@ func TestVerbsAgainstWriters(t *testing.T) {
 	if code, _, errOut = tg.run(t, "ferryctl", "resume", "east"); code != exitOK {
 		t.Fatalf("resume exited %d: %s", code, errOut)
 	}
-	if code, out, errOut = tg.run(t, "ferryctl", "failover", "east", "-o", "json"); code != exitOK {
+	if code, out, errOut = tg.run(t, "ferryctl", "failover", "east", "--unplanned", "--yes", "-o", "json"); code != exitOK {
 		t.Fatalf("failover exited %d: %s", code, errOut)
 	}
 	if err := json.Unmarshal([]byte(out), &ch); err != nil || ch.State != linkstate.FailedOver || ch.Generation != 3 {

@@ -82,7 +82,7 @@ func TestFailbackReportsTheStrandedTailAndSkipsIt(t *testing.T) {
 	r.fetcher.Stop()
 	produce(t, src, 1, 25)                  // the stranded tail: [40, 65) of orders/0 and 1
 	produceTo(t, src, "orders", 2, "p2", 5) // and [0, 5) of orders/2, of which nothing was copied
-	if code, _, errOut := r.run(t, "ferryctl", "failover", "east", "--reason", "region A lost"); code != exitOK {
+	if code, _, errOut := r.run(t, "ferryctl", "failover", "east", "--unplanned", "--yes", "--reason", "region A lost"); code != exitOK {
 		t.Fatalf("failover exited %d: %s", code, errOut)
 	}
 	// B's producers and consumers carry on: app reads orders/1 past the copy.
@@ -235,7 +235,7 @@ func TestFailbackRefusals(t *testing.T) {
 	}
 
 	r.fetcher.Stop()
-	if code, _, errOut := r.run(t, "ferryctl", "failover", "east"); code != exitOK {
+	if code, _, errOut := r.run(t, "ferryctl", "failover", "east", "--unplanned", "--yes"); code != exitOK {
 		t.Fatalf("failover exited %d: %s", code, errOut)
 	}
 	// The writers refuse, writing nothing, a checkpoint moving back and
@@ -384,7 +384,7 @@ func TestFailbackMovesGroupsBack(t *testing.T) {
 	})
 	r.fetcher.Stop()
 	produce(t, src, 1, 25) // the stranded tail
-	if code, _, errOut := r.run(t, "ferryctl", "failover", "east"); code != exitOK {
+	if code, _, errOut := r.run(t, "ferryctl", "failover", "east", "--unplanned", "--yes"); code != exitOK {
 		t.Fatalf("failover exited %d: %s", code, errOut)
 	}
 	// app reads on B: orders/0 up to source record 25, orders/1 past the copy.

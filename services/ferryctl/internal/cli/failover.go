@@ -38,14 +38,22 @@ const progressEvery = 5 * time.Second
 // is not reporting (use the unplanned form) or the link is not running.
 var errRefused = errors.New("planned failover refused")
 
-// runFailover fails a link over. Unplanned (the default): the writers
-// refuse every stream of the link, then the meter and the selected groups
-// are printed as the loss and re-read report. --planned drains first
-// (plannedFailover). --dry-run prints the same numbers and changes nothing.
+// failoverForms is what a failover without its form is told.
+const failoverForms = "say which failover: --planned (the source reachable, its producers and consumers stopped: " +
+	"drain the link and sync the groups, then fail over; RPO 0) or --unplanned (the source region lost: fail over now; " +
+	"what the target lacks is lost; it shows that and asks to confirm unless --yes)"
+
+// runFailover fails a link over, in the form named: --planned drains
+// first (plannedFailover), --unplanned does not (unplannedFailover).
+// Neither is the default: the two lose different things, and a failover
+// cannot be undone but by failback.
 func runFailover(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
 	link, err := oneLink(args)
 	if err != nil {
 		return err
+	}
+	if o.planned == o.unplanned {
+		return fmt.Errorf("%w: %s", errUsage, failoverForms)
 	}
 	re, err := groupFilter(o.groups)
 	if err != nil {
@@ -54,6 +62,15 @@ func runFailover(ctx context.Context, c *client, o *verbOpts, args []string, std
 	if o.planned {
 		return plannedFailover(ctx, c, o, link, re, stdout)
 	}
+	return unplannedFailover(ctx, c, o, link, re, stdout)
+}
+
+// unplannedFailover has the writers refuse every stream of the link, then
+// prints the meter and the selected groups as the loss and re-read
+// report. Without --yes it first shows that report and asks the person at
+// the terminal to confirm; the change is then conditional on the
+// generation shown. --dry-run prints the report and changes nothing.
+func unplannedFailover(ctx context.Context, c *client, o *verbOpts, link string, re *regexp.Regexp, stdout io.Writer) error {
 	if o.dryRun {
 		v, err := c.view(ctx, link)
 		if err != nil {
@@ -61,7 +78,15 @@ func runFailover(ctx context.Context, c *client, o *verbOpts, args []string, std
 		}
 		return c.print(stdout, v.change(link, re, true), printChange)
 	}
-	ch, err := c.setState(ctx, link, linkstate.FailedOver, o.reason, 0)
+	var shown uint64
+	if !o.yes {
+		v, err := c.confirmFailover(ctx, o, link, re)
+		if err != nil {
+			return err
+		}
+		shown = v.link.Generation
+	}
+	ch, err := c.setState(ctx, link, linkstate.FailedOver, o.reason, shown)
 	if err != nil {
 		return err
 	}
@@ -71,6 +96,30 @@ func runFailover(ctx context.Context, c *client, o *verbOpts, args []string, std
 		ch.AtRisk, ch.Groups = v.link.Partitions, selectGroups(v.link.Groups, re)
 	}
 	return c.print(stdout, ch, printChange)
+}
+
+// confirmFailover shows what an unplanned failover of link now loses,
+// the report a dry run prints, and asks to confirm it. It returns the
+// view shown.
+func (c *client) confirmFailover(ctx context.Context, o *verbOpts, link string, re *regexp.Regexp) (view, error) {
+	switch {
+	case c.json:
+		return view{}, fmt.Errorf("%w: -o json does not ask: pass --yes to fail link %s over, unplanned (--dry-run shows what it loses)", errUnconfirmed, link)
+	case !interactive(o.stdin):
+		return view{}, fmt.Errorf("%w: stdin is not a terminal, nobody can confirm: pass --yes to fail link %s over, unplanned (--dry-run shows what it loses)", errUnconfirmed, link)
+	}
+	v, err := c.view(ctx, link)
+	if err != nil {
+		return view{}, err
+	}
+	ch := v.change(link, re, true)
+	fmt.Fprintf(o.prompt, "link %s is %s (generation %d); an unplanned failover now loses:\n", link, ch.State, ch.Generation)
+	printReport(o.prompt, ch)
+	q := fmt.Sprintf("\nFail link %s over, unplanned? Every writer refuses its streams from then on; only failback undoes it.", link)
+	if err := ask(ctx, o.stdin, o.prompt, q); err != nil {
+		return view{}, fmt.Errorf("link %s not failed over: %w", link, err)
+	}
+	return v, nil
 }
 
 // view is one merged read of a link, with the writers' clock.

@@ -282,15 +282,15 @@ func TestPlannedRefusesStaleAndUnplannedReportsGroups(t *testing.T) {
 	if l := r.status(t).Links[0]; l.State != linkstate.Running || l.Generation != 0 {
 		t.Fatalf("a refused planned failover changed the link: %+v", l)
 	}
-	if code, _, errOut = r.run(t, "ferryctl", "failover", "east", "--groups", "("); code != exitUsage || !strings.Contains(errOut, "--groups") {
+	if code, _, errOut = r.run(t, "ferryctl", "failover", "east", "--unplanned", "--groups", "("); code != exitUsage || !strings.Contains(errOut, "--groups") {
 		t.Fatalf("failover --groups ( exited %d: %s", code, errOut)
 	}
 
-	code, out, errOut = r.run(t, "ferryctl", "failover", "east", "--dry-run")
+	code, out, errOut = r.run(t, "ferryctl", "failover", "east", "--unplanned", "--dry-run")
 	if code != exitOK || !strings.Contains(out, "DRY RUN") || !strings.Contains(out, "STANDS_FOR_SOURCE") || !strings.Contains(out, "other") {
 		t.Fatalf("failover --dry-run exited %d: %s%s", code, out, errOut)
 	}
-	code, out, errOut = r.run(t, "ferryctl", "failover", "east", "--groups", "ap.", "--reason", "region lost", "-o", "json")
+	code, out, errOut = r.run(t, "ferryctl", "failover", "east", "--unplanned", "--yes", "--groups", "ap.", "--reason", "region lost", "-o", "json")
 	if code != exitOK {
 		t.Fatalf("failover exited %d: %s", code, errOut)
 	}

@@ -107,7 +107,7 @@ func TestFailbackSetsTheReverseStartAndCountsTheTail(t *testing.T) {
 	produceTxn(t, txn, "orders", 0, "committed", 3, true)
 	produceTxn(t, txn, "orders", 0, "aborted", 4, false)
 	produceTo(t, src, "orders", 2, "p2", 5)
-	if code, _, errOut := r.run(t, "ferryctl", "failover", "east", "--reason", "region A lost"); code != exitOK {
+	if code, _, errOut := r.run(t, "ferryctl", "failover", "east", "--unplanned", "--yes", "--reason", "region A lost"); code != exitOK {
 		t.Fatalf("failover exited %d: %s", code, errOut)
 	}
 	tgt := kclient(t, r.cluster)

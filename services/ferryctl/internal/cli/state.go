@@ -124,7 +124,12 @@ func printChange(w io.Writer, v any) {
 		}
 	}
 	if ch.DryRun || ch.State == linkstate.FailedOver {
-		printMeter(w, ch.AtRisk)
-		printGroups(w, ch.Groups)
+		printReport(w, ch)
 	}
+}
+
+// printReport prints a failover's report: the meter and the groups.
+func printReport(w io.Writer, ch Change) {
+	printMeter(w, ch.AtRisk)
+	printGroups(w, ch.Groups)
 }

@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+)
+
+// running is link east running at generation 2, orders/0 12 records
+// behind its last heartbeat and orders/1 caught up.
+func running() *linkState {
+	return &linkState{control: control(ferryv1.LinkState_LINK_STATE_RUNNING, 2),
+		partitions: []*ferryv1.LinkPartition{meter(0, 88, 100), meter(1, 50, 50)}}
+}
+
+// failover without its form is a usage error naming both forms and what
+// each does, and changes nothing, a dry run included; with either form
+// --dry-run prints the report and changes nothing.
+func TestFailoverNeedsItsForm(t *testing.T) {
+	ft := startFakes(t, running(), &fakeWriter{}, &fakeWriter{})
+	for _, args := range [][]string{
+		{"failover", "east"},
+		{"failover", "east", "--dry-run"},
+		{"failover", "east", "--planned", "--unplanned"},
+		{"failover", "east", "--yes"},
+	} {
+		code, out, errOut := ft.run(t, nil, args...)
+		if code != exitUsage || !strings.Contains(errOut, "--planned (the source reachable") ||
+			!strings.Contains(errOut, "--unplanned (the source region lost") || !strings.Contains(errOut, "Usage: ferryctl failover") {
+			t.Errorf("%v exited %d, want %d naming both forms: %s%s", args, code, exitUsage, out, errOut)
+		}
+	}
+	for _, form := range []string{"--planned", "--unplanned"} {
+		code, out, errOut := ft.run(t, nil, "failover", "east", form, "--dry-run")
+		if code != exitOK || !strings.Contains(out, "DRY RUN") || !strings.Contains(out, "orders/0") {
+			t.Errorf("failover %s --dry-run exited %d: %s%s", form, code, out, errOut)
+		}
+	}
+	if sets := ft.link.taken(); len(sets) != 0 {
+		t.Fatalf("the link was changed: %v", sets)
+	}
+}
+
+// An unplanned failover without --yes shows what it loses and asks: only
+// "yes" fails the link over, conditional on the generation shown; any
+// other answer cancels (exit 1); stdin that is no terminal (no stdin, a
+// pipe), that ends without an answer, or -o json is refused (exit 2)
+// saying to pass --yes. Nothing changes but on "yes" and --yes.
+func TestUnplannedFailoverConfirms(t *testing.T) {
+	pipe, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pipe.Close()
+	w.Close()
+	for _, c := range []struct {
+		name  string
+		stdin io.Reader
+		args  []string
+		code  int
+		says  []string
+		// asked: the report and the question were shown; expected: the
+		// generation the change was conditional on (-1: no change).
+		asked    bool
+		expected int64
+	}{
+		{name: "no stdin", code: exitUsage, says: []string{"not a terminal", "--yes"}, expected: -1},
+		{name: "a pipe", stdin: pipe, code: exitUsage, says: []string{"not a terminal", "--yes"}, expected: -1},
+		{name: "no answer", stdin: strings.NewReader(""), code: exitUsage, says: []string{"ended without an answer", "--yes"}, asked: true, expected: -1},
+		{name: "no", stdin: strings.NewReader("no\n"), code: exitFailed, says: []string{"not failed over", "cancelled", `"no"`}, asked: true, expected: -1},
+		{name: "y", stdin: strings.NewReader("y\n"), code: exitFailed, says: []string{"cancelled"}, asked: true, expected: -1},
+		{name: "-o json", stdin: strings.NewReader("yes\n"), args: []string{"-o", "json"}, code: exitUsage, says: []string{"-o json does not ask", "--yes"}, expected: -1},
+		{name: "yes", stdin: strings.NewReader("yes\n"), code: exitOK, asked: true, expected: 2},
+		{name: "--yes", args: []string{"--yes"}, code: exitOK, expected: 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ft := startFakes(t, running(), &fakeWriter{}, &fakeWriter{})
+			code, out, errOut := ft.run(t, c.stdin, append([]string{"failover", "east", "--unplanned"}, c.args...)...)
+			if code != c.code {
+				t.Fatalf("exited %d, want %d: %s%s", code, c.code, out, errOut)
+			}
+			for _, s := range c.says {
+				if !strings.Contains(errOut, s) {
+					t.Errorf("stderr %q lacks %q", errOut, s)
+				}
+			}
+			asked := strings.Contains(errOut, "an unplanned failover now loses") && strings.Contains(errOut, "orders/0") &&
+				strings.Contains(errOut, "Only 'yes' will be accepted")
+			if asked != c.asked {
+				t.Errorf("report and question shown: %v, want %v:\n%s", asked, c.asked, errOut)
+			}
+			sets := ft.link.taken()
+			switch {
+			case c.expected < 0 && len(sets) != 0:
+				t.Errorf("the link was changed: %v", sets)
+			case c.expected >= 0 && (len(sets) != 1 || sets[0].GetState() != ferryv1.LinkState_LINK_STATE_FAILED_OVER ||
+				sets[0].GetExpectedGeneration() != uint64(c.expected)):
+				t.Errorf("changes %v, want one to failed_over conditional on generation %d", sets, c.expected)
+			case c.expected >= 0 && !strings.Contains(out, "failed_over (generation 3)"):
+				t.Errorf("stdout %q, want the link failed_over at generation 3", out)
+			}
+		})
+	}
+}
