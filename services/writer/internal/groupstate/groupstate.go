@@ -194,7 +194,7 @@ func (s *Store) Topic() string { return s.topic }
 func (s *Store) Load(ctx context.Context) (map[Key]Part, int, error) {
 	parts := map[Key]Part{}
 	refused := 0
-	err := topicscan.Scan(ctx, s.opts, s.topic, func(r *kgo.Record) {
+	err := topicscan.Scan(ctx, s.opts, s.topic, nil, func(r *kgo.Record) {
 		k, p, tomb, err := Decode(r.Key, r.Value)
 		switch {
 		case err != nil:

@@ -109,7 +109,7 @@ func (s *Store) Close() { s.cl.Close() }
 // skipped and logged; links limits what is kept to the writer's links
 // (nil keeps all).
 func (s *Store) Load(ctx context.Context, links map[string]bool) (loaded, refused int, err error) {
-	err = topicscan.Scan(ctx, s.cl.Opts(), s.topic, func(r *kgo.Record) {
+	err = topicscan.Scan(ctx, s.cl.Opts(), s.topic, nil, func(r *kgo.Record) {
 		k, st, tomb, err := Decode(r.Key, r.Value)
 		switch {
 		case err != nil:

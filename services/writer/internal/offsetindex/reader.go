@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-replicator/ferry/services/writer/internal/topicscan"
 )
 
 // Reader translates offsets of source partitions by reading their index
@@ -23,21 +24,22 @@ import (
 type Reader struct {
 	opts  []kgo.Opt
 	topic string
-	admin *kadm.Client
 }
 
-// NewReader returns a reader of topic over a client built from opts (the
-// target cluster's seeds, TLS, SASL). Close releases it.
+// NewReader returns a reader of topic over clients built from opts (the
+// target cluster's seeds, TLS, SASL), one per read; opts that make no
+// client are refused here.
 func NewReader(opts []kgo.Opt, topic string) (*Reader, error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("offset index client: %w", err)
 	}
-	return &Reader{opts: slices.Clone(opts), topic: topic, admin: kadm.NewClient(cl)}, nil
+	cl.Close()
+	return &Reader{opts: slices.Clone(opts), topic: topic}, nil
 }
 
-// Close releases the reader's client.
-func (r *Reader) Close() { r.admin.Close() }
+// Close releases the reader: each read closes its own client.
+func (r *Reader) Close() {}
 
 // Translate answers source offset s of key's partition (Index.Translate).
 func (r *Reader) Translate(ctx context.Context, key Key, s int64) (Position, error) {
@@ -80,82 +82,48 @@ func (r *Reader) LoadAll(ctx context.Context, keys []Key, keep int) (map[Key]*In
 	if len(keys) == 0 {
 		return out, nil
 	}
-	spans, err := r.bounds(ctx)
-	if err != nil {
-		return nil, err
-	}
-	n := int32(len(spans))
-	// Per index partition: its keys' indexes by key, and where to read.
+	// Per index partition: its keys' indexes by key, placed once the
+	// topic's partition count is known.
 	byKey := map[int32]map[string]*Index{}
-	from := map[int32]kgo.Offset{}
-	left := map[int32]int64{} // partitions still to read, to their end
-	for _, k := range keys {
-		if out[k] != nil {
-			continue
-		}
-		x := NewIndex()
-		out[k] = x
-		part := PartitionOf(k, n)
-		if byKey[part] == nil {
-			byKey[part] = map[string]*Index{}
-		}
-		byKey[part][k.String()] = x
-		if sp := spans[part]; sp.start < sp.end {
-			from[part], left[part] = kgo.NewOffset().At(sp.start), sp.end
-		}
-	}
-	if len(left) == 0 {
-		return out, nil
-	}
-	cl, err := kgo.NewClient(append(slices.Clone(r.opts),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.topic: from}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// Markers are kept so that the read sees the offset before the
-		// last stable offset even when a marker holds it.
-		kgo.KeepControlRecords(),
-		// Retention may remove what the read has not reached yet: go on
-		// from what is left.
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-	)...)
-	if err != nil {
-		return nil, fmt.Errorf("offset index consumer: %w", err)
-	}
-	defer cl.Close()
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("read offset index %s: %d of %d partitions not read to their last stable offset: %w", r.topic, len(left), len(from), err)
-		}
-		if errs := fs.Errors(); len(errs) > 0 {
-			return nil, fmt.Errorf("read offset index %s/%d: %w", r.topic, errs[0].Partition, errs[0].Err)
-		}
-		for it := fs.RecordIter(); !it.Done(); {
-			rec := it.Next()
-			end, reading := left[rec.Partition]
-			if !reading {
-				continue // read to its end already
-			}
-			if rec.Offset+1 >= end {
-				delete(left, rec.Partition)
-				cl.PauseFetchPartitions(map[string][]int32{r.topic: {rec.Partition}})
-				if rec.Offset >= end {
-					continue
-				}
-			}
-			x := byKey[rec.Partition][string(rec.Key)]
-			if x == nil || rec.Attrs.IsControl() {
+	n := int32(-1)
+	pick := func(partitions int32) map[int32]bool {
+		n = partitions
+		read := map[int32]bool{}
+		for _, k := range keys {
+			if out[k] != nil || partitions == 0 {
 				continue
 			}
-			e, err := Decode(rec.Value)
-			if err != nil {
-				x.refused++
-				continue
+			x := NewIndex()
+			out[k] = x
+			part := PartitionOf(k, partitions)
+			if byKey[part] == nil {
+				byKey[part] = map[string]*Index{}
 			}
-			x.Add(e)
-			if keep > 0 && x.Runs() >= 2*keep {
-				x.Trim(keep)
-			}
+			byKey[part][k.String()] = x
+			read[part] = true
 		}
+		return read
+	}
+	err := topicscan.Scan(ctx, r.opts, r.topic, pick, func(rec *kgo.Record) {
+		x := byKey[rec.Partition][string(rec.Key)]
+		if x == nil {
+			return
+		}
+		e, err := Decode(rec.Value)
+		if err != nil {
+			x.refused++
+			return
+		}
+		x.Add(e)
+		if keep > 0 && x.Runs() >= 2*keep {
+			x.Trim(keep)
+		}
+	})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("offset index: %w", err)
+	case n == 0:
+		return nil, fmt.Errorf("offset index %s: no partitions", r.topic)
 	}
 	if keep > 0 {
 		for _, x := range out {
@@ -163,37 +131,4 @@ func (r *Reader) LoadAll(ctx context.Context, keys []Key, keep int) (map[Key]*In
 		}
 	}
 	return out, nil
-}
-
-// span is where an index partition's read starts (its log start) and ends
-// (its last stable offset).
-type span struct{ start, end int64 }
-
-// bounds reads every index partition's span.
-func (r *Reader) bounds(ctx context.Context) ([]span, error) {
-	ends, err := r.admin.ListCommittedOffsets(ctx, r.topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("offset index %s: last stable offsets: %w", r.topic, err)
-	}
-	n := int32(len(ends[r.topic]))
-	if n == 0 {
-		return nil, fmt.Errorf("offset index %s: no partitions", r.topic)
-	}
-	starts, err := r.admin.ListStartOffsets(ctx, r.topic)
-	if err == nil {
-		err = starts.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("offset index %s: start offsets: %w", r.topic, err)
-	}
-	spans := make([]span, n)
-	for p := range n {
-		s, _ := starts.Lookup(r.topic, p)
-		e, _ := ends.Lookup(r.topic, p)
-		spans[p] = span{s.Offset, e.Offset}
-	}
-	return spans, nil
 }

@@ -18,10 +18,12 @@ import (
 
 // Scan calls f with every committed data record of topic, partition by
 // partition in offset order, up to the last stable offset each partition
-// has when Scan begins; what is written later is the caller's own. A
+// has when Scan begins; what is written later is the caller's own. pick,
+// when not nil, is given the topic's partition count and names the
+// partitions to read (the offset index reads those its keys fall in). A
 // client is built from opts (the cluster's seeds, TLS, SASL) for the read
 // and closed after it.
-func Scan(ctx context.Context, opts []kgo.Opt, topic string, f func(*kgo.Record)) error {
+func Scan(ctx context.Context, opts []kgo.Opt, topic string, pick func(partitions int32) map[int32]bool, f func(*kgo.Record)) error {
 	adm, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("topic %s: client: %w", topic, err)
@@ -42,11 +44,15 @@ func Scan(ctx context.Context, opts []kgo.Opt, topic string, f func(*kgo.Record)
 	if err != nil {
 		return fmt.Errorf("topic %s: log start offsets: %w", topic, err)
 	}
+	var only map[int32]bool
+	if pick != nil {
+		only = pick(int32(len(ends[topic])))
+	}
 	from := map[int32]kgo.Offset{}
 	left := map[int32]int64{}
 	ends.Each(func(e kadm.ListedOffset) {
 		s, _ := starts.Lookup(topic, e.Partition)
-		if s.Offset < e.Offset {
+		if s.Offset < e.Offset && (pick == nil || only[e.Partition]) {
 			from[e.Partition], left[e.Partition] = kgo.NewOffset().At(s.Offset), e.Offset
 		}
 	})

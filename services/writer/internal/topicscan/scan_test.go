@@ -2,6 +2,7 @@ package topicscan
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -65,28 +66,16 @@ func TestScanReadsToTheLastStableOffset(t *testing.T) {
 	inTxn(open, 1, "open", nil)
 
 	got := map[int32][]string{}
-	if err := Scan(ctx, []kgo.Opt{seeds}, "state", func(r *kgo.Record) { got[r.Partition] = append(got[r.Partition], string(r.Value)) }); err != nil {
+	if err := Scan(ctx, []kgo.Opt{seeds}, "state", nil, func(r *kgo.Record) { got[r.Partition] = append(got[r.Partition], string(r.Value)) }); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"a", "b"}; !equal(got[0], want) {
+	if want := []string{"a", "b"}; !slices.Equal(got[0], want) {
 		t.Errorf("partition 0: %q, want %q", got[0], want)
 	}
-	if want := []string{"c", "d"}; !equal(got[1], want) {
+	if want := []string{"c", "d"}; !slices.Equal(got[1], want) {
 		t.Errorf("partition 1: %q, want %q", got[1], want)
 	}
 	if err := open.EndTransaction(ctx, kgo.TryAbort); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
