@@ -5,12 +5,13 @@
 // writers named; status asks every writer and merges what they know.
 //
 // The verbs that cannot be undone cannot be misfired: failover names its
-// form (--planned or --unplanned), and the unplanned one asks the person
-// at the terminal to type "yes" after showing what it loses (--yes for
-// scripts).
+// form (--planned or --unplanned), the unplanned one asks the person at
+// the terminal to type "yes" after showing what it loses (--yes for
+// scripts), and resume refuses a failed-over link unless --force.
 //
 // Exit codes: 0 done and healthy, 1 the action failed (a writer refused
-// it or none answered, or the confirmation was declined), 2 a usage error
+// it or none answered, the confirmation was declined, or resume of a
+// failed_over link without --force), 2 a usage error
 // (or a configuration file that does not load, failback's
 // --source-config, or failover --unplanned without --yes where nobody
 // can confirm), 3 done but a link is unhealthy
@@ -70,6 +71,8 @@ type verbOpts struct {
 	// planned and unplanned are failover's two forms, one of them
 	// required; yes confirms the unplanned one without asking.
 	planned, unplanned, yes bool
+	// force resumes a failed_over link.
+	force bool
 	// sourceConfig and copyStranded are failback's.
 	sourceConfig string
 	copyStranded bool
@@ -106,8 +109,11 @@ var verbs = []verb{
 		}, run: runStatus},
 	{name: "pause", args: "LINK", summary: "stop every fetcher of LINK copying; they keep their leases",
 		flags: reasonFlag, run: stateVerb("paused")},
-	{name: "resume", args: "LINK", summary: "let the fetchers of LINK copy again, from the committed checkpoints",
-		flags: reasonFlag, run: stateVerb("running")},
+	{name: "resume", args: "LINK", summary: "let the fetchers of LINK copy again, from the committed checkpoints; a failed_over link only with --force (after failback)",
+		flags: func(fs *flag.FlagSet, o *verbOpts) {
+			reasonFlag(fs, o)
+			fs.BoolVar(&o.force, "force", false, "resume a failed_over link: it copies what its checkpoints have not, the stranded tail included unless ferryctl failback moved them past it")
+		}, run: runResume},
 	{name: "failover", args: "LINK", summary: "refuse every stream of LINK for good (the target takes over) and print what the source held that the target lacks and where each group stands; --planned or --unplanned says how",
 		flags: func(fs *flag.FlagSet, o *verbOpts) {
 			reasonFlag(fs, o)
@@ -123,7 +129,7 @@ var verbs = []verb{
 			reasonFlag(fs, o)
 			fs.StringVar(&o.sourceConfig, "source-config", "", "the link's fetcher configuration (YAML): its source section reaches the old source (required)")
 			fs.BoolVar(&o.dryRun, "dry-run", false, "print the report and change nothing")
-			fs.BoolVar(&o.copyStranded, "copy-stranded", false, "leave the checkpoints: once resumed, the link copies the stranded tail into the target, after what was written there since")
+			fs.BoolVar(&o.copyStranded, "copy-stranded", false, "leave the checkpoints: once resumed (--force), the link copies the stranded tail into the target, after what was written there since")
 			fs.StringVar(&o.groups, "groups", "", "only the consumer groups this regular expression matches (anchored)")
 			fs.BoolVar(&o.moveGroups, "move-groups", false, "runbook step 3, the groups' consumers stopped on the target: commit each selected group's exact positions on the old source, and move no checkpoint")
 			fs.BoolVar(&o.allowBackwards, "allow-backwards", false, "with --move-groups: also move a group's partition behind where it stands on the old source")

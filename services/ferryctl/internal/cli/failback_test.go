@@ -159,11 +159,16 @@ func TestFailbackReportsTheStrandedTailAndSkipsIt(t *testing.T) {
 		t.Errorf("failback resumed the link: %s", l.State)
 	}
 
-	// A accepts more; the original direction restarts and copies only that.
+	// A accepts more; the original direction restarts and copies only
+	// that. The link is failed_over: resume wants --force; the meter
+	// never saw the tail (the fetcher stopped first), so it names none.
 	produce(t, src, 2, 7)
 	produceTo(t, src, "orders", 2, "p2-after", 3)
-	if code, _, errOut := r.run(t, "ferryctl", "resume", "east"); code != exitOK {
-		t.Fatalf("resume exited %d: %s", code, errOut)
+	if code, _, errOut := r.run(t, "ferryctl", "resume", "east"); code != exitFailed || !strings.Contains(errOut, "--force") {
+		t.Fatalf("resume of the failed_over link exited %d: %s", code, errOut)
+	}
+	if code, out, errOut := r.run(t, "ferryctl", "resume", "east", "--force"); code != exitOK || !strings.Contains(out, "nothing the meter names") {
+		t.Fatalf("resume --force exited %d: %s%s", code, out, errOut)
 	}
 	r.fetcher = fetcher.Start(t, r.fetcherOpts)
 	r.waitStatus(t, "the records after the failback copied", func(l LinkReport) bool {

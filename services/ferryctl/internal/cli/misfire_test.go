@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"encoding/json"
 	"io"
 	"os"
 	"strings"
 	"testing"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
 )
 
 // running is link east running at generation 2, orders/0 12 records
@@ -103,5 +105,45 @@ func TestUnplannedFailoverConfirms(t *testing.T) {
 				t.Errorf("stdout %q, want the link failed_over at generation 3", out)
 			}
 		})
+	}
+}
+
+// resume refuses a failed_over link (exit 1), naming the partitions the
+// target lacks records of at the failover and failback as the safe path;
+// --force resumes it, conditional on the generation read, and prints the
+// same warning. A paused link resumes without --force.
+func TestResumeRefusesFailedOver(t *testing.T) {
+	l := running()
+	l.control = control(ferryv1.LinkState_LINK_STATE_FAILED_OVER, 3)
+	ft := startFakes(t, l, &fakeWriter{}, &fakeWriter{})
+	const tail = "orders/0 (12 records, source offsets [88, 100))"
+
+	code, out, errOut := ft.run(t, nil, "resume", "east")
+	if code != exitFailed || !strings.Contains(errOut, tail) || strings.Contains(errOut, "orders/1") ||
+		!strings.Contains(errOut, "ferryctl failback east") || !strings.Contains(errOut, "--force") {
+		t.Fatalf("resume of a failed_over link exited %d: %s%s", code, out, errOut)
+	}
+	if sets := ft.link.taken(); len(sets) != 0 {
+		t.Fatalf("a refused resume changed the link: %v", sets)
+	}
+
+	code, out, errOut = ft.run(t, nil, "resume", "east", "--force", "-o", "json")
+	var ch Change
+	if err := json.Unmarshal([]byte(out), &ch); code != exitOK || err != nil {
+		t.Fatalf("resume --force exited %d (%v): %s%s", code, err, out, errOut)
+	}
+	if ch.State != linkstate.Running || !strings.Contains(ch.Warning, tail) || !strings.Contains(ch.Warning, "ferryctl failback east") {
+		t.Errorf("resume --force answered %+v, want running with the warning", ch)
+	}
+	if sets := ft.link.taken(); len(sets) != 1 || sets[0].GetExpectedGeneration() != 3 {
+		t.Errorf("resume --force changes %v, want one conditional on generation 3", sets)
+	}
+	if code, out, errOut = ft.run(t, nil, "resume", "east"); code != exitOK || strings.Contains(out, "WARNING") {
+		t.Errorf("resume of a running link exited %d: %s%s", code, out, errOut)
+	}
+
+	paused := startFakes(t, &linkState{control: control(ferryv1.LinkState_LINK_STATE_PAUSED, 1)}, &fakeWriter{})
+	if code, out, errOut := paused.run(t, nil, "resume", "east"); code != exitOK || strings.Contains(out, "WARNING") {
+		t.Errorf("resume of a paused link exited %d: %s%s", code, out, errOut)
 	}
 }

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -31,9 +33,12 @@ type Change struct {
 	Groups []GroupReport `json:"groups,omitempty"`
 	// Planned is set for a planned failover (failover.go).
 	Planned bool `json:"planned,omitempty"`
+	// Warning is, for resume --force of a failed_over link, what resuming
+	// copies over (strandedWarning).
+	Warning string `json:"warning,omitempty"`
 }
 
-// stateVerb sets a link's state (pause, resume).
+// stateVerb sets a link's state (pause).
 func stateVerb(name string) func(context.Context, *client, *verbOpts, []string, io.Writer) error {
 	state := linkstate.State(name)
 	return func(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
@@ -47,6 +52,65 @@ func stateVerb(name string) func(context.Context, *client, *verbOpts, []string, 
 		}
 		return c.print(stdout, ch, printChange)
 	}
+}
+
+// errResumeRefused is resume of a failed_over link without --force.
+var errResumeRefused = errors.New("resume refused")
+
+// runResume lets a link's fetchers copy again, from the checkpoints. A
+// failed_over link is refused unless --force: its checkpoints are where
+// the copy stopped at the failover, so resuming copies the stranded tail
+// into the target after what its producers wrote since, out of order
+// with it. The change is conditional on the generation read, so that
+// the link the operator was warned of is the one resumed.
+func runResume(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
+	link, err := oneLink(args)
+	if err != nil {
+		return err
+	}
+	v, err := c.view(ctx, link)
+	if err != nil {
+		return err
+	}
+	var warning string
+	if v.link.State == linkstate.FailedOver {
+		warning = strandedWarning(v.link)
+		if !o.force {
+			return fmt.Errorf("%w: %s; --force resumes it anyway", errResumeRefused, warning)
+		}
+	}
+	ch, err := c.setState(ctx, link, linkstate.Running, o.reason, v.link.Generation)
+	if err != nil {
+		return err
+	}
+	ch.Warning = warning
+	return c.print(stdout, ch, printChange)
+}
+
+// strandedWarning says what resuming failed_over link l copies over:
+// the partitions whose source held records the target lacks, as the meter
+// reports the copy at the failover (a failed-over link's writers take no
+// stream, hence no heartbeat, and remember where the copy stood when
+// failback moves the checkpoints), and whatever the source accepted
+// after its last heartbeat, which nobody on the target side can see.
+// Whether failback moved the checkpoints past both, the writers' Status
+// does not say: hence the refusal whatever the meter shows.
+func strandedWarning(l LinkReport) string {
+	var tail []string
+	for _, p := range l.Partitions {
+		if p.LagRecords > 0 {
+			tail = append(tail, fmt.Sprintf("%s/%d (%d records, source offsets [%d, %d))",
+				p.Topic, p.Partition, p.LagRecords, max(p.Committed, p.SourceLogStart), p.SourceHighWatermark))
+		}
+	}
+	known := "nothing the meter names (no partition whose source held records the target lacks at its last heartbeat)"
+	if len(tail) > 0 {
+		known = "what the source held that the target lacks: " + strings.Join(tail, ", ")
+	}
+	return fmt.Sprintf("link %s is failed_over: unless `ferryctl failback` has moved its checkpoints since, resuming copies into the target, "+
+		"after what its producers wrote since the failover, %s, and whatever the source accepted after its last heartbeat. "+
+		"The safe path is `ferryctl failback %s --source-config FETCHER.yaml`: it reports that stranded tail and moves the checkpoints past it",
+		l.Name, known, l.Name)
 }
 
 // setState records the change through the first writer that takes it,
@@ -112,6 +176,9 @@ func (c *client) await(ctx context.Context, link string, gen uint64) (done, pend
 
 func printChange(w io.Writer, v any) {
 	ch := v.(Change)
+	if ch.Warning != "" {
+		fmt.Fprintf(w, "WARNING: %s\n", ch.Warning)
+	}
 	if ch.DryRun {
 		fmt.Fprintf(w, "DRY RUN: link %s stays %s (generation %d); a failover now would lose:\n", ch.Link, ch.State, ch.Generation)
 	} else {
