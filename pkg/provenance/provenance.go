@@ -355,7 +355,15 @@ func NewView(opts []kgo.Opt, verifier Verifier, log *slog.Logger) (*View, error)
 	// of the id being asked about. A missing topic is asked of a broker
 	// again (exists), and the cache's minimum age is kept short so the
 	// end offsets that follow see the topic; reads are rare.
-	cl, err := kgo.NewClient(append(opts, kgo.MetadataMinAge(10*time.Millisecond))...)
+	//
+	// Read committed, to the last stable offset, keeping control records
+	// so that a marker there is seen: read_uncommitted, one committed
+	// transactional record written to the topic (by anyone with Write
+	// and a transactional id) put a marker at the end, which such a read
+	// waits for in vain, and every read timed out: each session meeting an
+	// unfamiliar producer id failed, and the link stalled.
+	cl, err := kgo.NewClient(append(opts, kgo.MetadataMinAge(10*time.Millisecond),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())...)
 	if err != nil {
 		return nil, fmt.Errorf("producer id view: %w", err)
 	}
@@ -571,7 +579,9 @@ func (v *View) readToEnd(ctx context.Context) (entries []Entry, err error) {
 			return entries, ferr
 		}
 		fs.EachRecord(func(rec *kgo.Record) {
-			if e, err := decodeEntry(rec, v.verifier); err == nil {
+			if rec.Attrs.IsControl() {
+				// A transaction's marker: nothing to decode.
+			} else if e, err := decodeEntry(rec, v.verifier); err == nil {
 				entries = append(entries, e)
 			} else {
 				refused++
@@ -588,8 +598,10 @@ func (v *View) readToEnd(ctx context.Context) (entries []Entry, err error) {
 	return entries, nil
 }
 
+// endOffsets are the topic's last stable offsets: what a read_committed
+// read reaches.
 func (v *View) endOffsets(ctx context.Context) (kadm.ListedOffsets, error) {
-	ends, err := v.adm.ListEndOffsets(ctx, Topic)
+	ends, err := v.adm.ListCommittedOffsets(ctx, Topic)
 	if err == nil {
 		err = ends.Error()
 	}

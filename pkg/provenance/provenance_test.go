@@ -257,3 +257,48 @@ func TestViewTellsRecordedIDsFromTheRest(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A committed transactional record in the registry (anyone with Write and
+// a transactional id) holds no read: the view reads committed, to the
+// last stable offset, and passes the marker at the end. It used to wait,
+// read_uncommitted, for the record before the end, where the marker
+// stands: every read timed out and every session meeting an unfamiliar
+// producer id failed.
+func TestTransactionInTheRegistryHoldsNoRead(t *testing.T) {
+	opts := cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	createTopic(ctx, t, opts)
+	rec := newRecorder(t, opts, "writer-a")
+	if err := rec.Record(ctx, 7, "east", "A"); err != nil {
+		t.Fatal(err)
+	}
+	txn, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic(Topic), kgo.TransactionalID("someone"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Close()
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, &kgo.Record{Key: []byte("x"), Value: []byte("y")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	v := newView(t, opts)
+	v.timeout = 5 * time.Second
+	got, err := v.Origins(ctx, []int64{7, 8}, "A")
+	if err != nil || got[7] != CopiedFrom || got[8] != NotCopied {
+		t.Fatalf("origins %v, %v; want 7 copied from A and 8 not copied", got, err)
+	}
+	// A writer records its id before it writes: the next read, past the
+	// marker, finds it.
+	if err := rec.Record(ctx, 9, "east", "A"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := v.Origins(ctx, []int64{9}, "A"); err != nil || got[9] != CopiedFrom {
+		t.Fatalf("after 9 was recorded: %v, %v; want it copied from A", got, err)
+	}
+}
