@@ -18,10 +18,17 @@
 // (unhealthy: a running link with a shard no writer serves a stream of,
 // or a partition whose last heartbeat is older than --stale-after, or a
 // writer that did not answer).
+//
+// Under -o json nothing ferryctl writes is plain text: stdout holds the
+// verb's result alone, one JSON document, and stderr JSON lines: progress
+// ({"verb","progress"}) and, on any exit but 0, the error
+// ({"verb","error","exit_code"}, Failure), last.
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -51,6 +58,38 @@ var errBadConfig = errors.New("bad configuration")
 // errUnhealthy is a verb that did what it was asked and found a link
 // unhealthy.
 var errUnhealthy = errors.New("unhealthy")
+
+// exits maps the errors a verb returns to exit codes, first match wins;
+// any other error is exitFailed.
+var exits = []struct {
+	err  error
+	code int
+}{
+	{errUsage, exitUsage},
+	{errBadConfig, exitUsage},
+	{errUnconfirmed, exitUsage},
+	{errUnhealthy, exitUnhealthy},
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	for _, e := range exits {
+		if errors.Is(err, e.err) {
+			return e.code
+		}
+	}
+	return exitFailed
+}
+
+// Failure is how ferryctl reports an error under -o json: one JSON line
+// on stderr, its last.
+type Failure struct {
+	Verb     string `json:"verb"`
+	Error    string `json:"error"`
+	ExitCode int    `json:"exit_code"`
+}
 
 // verb is one subcommand.
 type verb struct {
@@ -92,10 +131,11 @@ type verbOpts struct {
 	// env is the environment (failback loads the fetcher's configuration
 	// under it, as the fetcher does).
 	env []string
-	// progress is where a long wait says what it waits for (stderr).
+	// progress is where a long wait says what it waits for (stderr, JSON
+	// lines under -o json).
 	progress io.Writer
-	// stdin and prompt are where a confirmation is answered and asked
-	// (stderr).
+	// stdin and prompt are where a confirmation is asked (stderr) and
+	// answered.
 	stdin  io.Reader
 	prompt io.Writer
 }
@@ -152,8 +192,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 }
 
 // RunContext is Run with a context (--watch runs until it ends), the
-// environment (FERRY_CTL_*) and stdin, where a verb asks its
-// confirmations.
+// environment (FERRY_CTL_*) and stdin, where failover --unplanned reads
+// its confirmation (interactive says from which readers).
 func RunContext(ctx context.Context, args, env []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	s := session{env: env, stdin: stdin, stdout: stdout, stderr: stderr, dial: (*conn).dial}
 	return s.run(ctx, args)
@@ -190,7 +230,11 @@ func (s session) run(ctx context.Context, args []string) int {
 			return s.runVerb(ctx, v, args[1:])
 		}
 	}
-	fmt.Fprintf(s.stderr, "ferryctl: unknown verb %q\n\n", args[0])
+	err := fmt.Errorf("%w: unknown verb %q", errUsage, args[0])
+	if wantsJSON(args[1:]) {
+		return s.fail(args[0], true, err)
+	}
+	fmt.Fprintf(s.stderr, "ferryctl: %v\n\n", err)
 	usage(s.stderr)
 	return exitUsage
 }
@@ -205,53 +249,117 @@ func usage(w io.Writer) {
 }
 
 func (s session) runVerb(ctx context.Context, v verb, args []string) int {
-	stderr := s.stderr
+	asJSON := wantsJSON(args)
 	fs := flag.NewFlagSet("ferryctl "+v.name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(s.stderr)
+	if asJSON {
+		// The parse error becomes the JSON error below.
+		fs.SetOutput(io.Discard)
+	}
 	var (
 		conn conn
 		o    verbOpts
 	)
 	conn.flags(fs)
 	v.flags(fs, &o)
-	o.progress, o.env, o.stdin, o.prompt = stderr, s.env, s.stdin, stderr
+	o.env, o.stdin, o.prompt = s.env, s.stdin, s.stderr
 	o.dial = func(writers, ids multi) (*client, error) {
 		other := conn.others(writers, ids)
 		return s.dial(&other, s.env)
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: ferryctl %s [flags] %s\n\n%s.\n\nFlags:\n", v.name, v.args, capitalize(v.summary))
+		fmt.Fprintf(fs.Output(), "Usage: ferryctl %s [flags] %s\n\n%s.\n\nFlags:\n", v.name, v.args, capitalize(v.summary))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(interleave(fs, args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			if asJSON { // the flag package wrote the usage nowhere
+				fs.SetOutput(s.stderr)
+				fs.Usage()
+			}
 			return exitOK
+		}
+		if asJSON {
+			return s.fail(v.name, true, fmt.Errorf("%w: %v", errUsage, err))
 		}
 		return exitUsage
 	}
+	asJSON = conn.output == "json"
+	o.progress = s.stderr
+	if asJSON {
+		o.progress = &jsonLines{w: s.stderr, verb: v.name}
+	}
 	c, err := s.dial(&conn, s.env)
 	if err != nil {
-		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
-		return exitUsage
+		return s.fail(v.name, asJSON, fmt.Errorf("%w: %v", errBadConfig, err))
 	}
 	defer c.close()
 	err = v.run(ctx, c, &o, fs.Args(), s.stdout)
+	code := s.fail(v.name, asJSON, err)
+	if errors.Is(err, errUsage) && !asJSON {
+		fs.SetOutput(s.stderr)
+		fs.Usage()
+	}
+	return code
+}
+
+// fail reports err, if any, as verb's last word on stderr, text or (as
+// JSON) a Failure, and returns the exit code.
+func (s session) fail(verb string, asJSON bool, err error) int {
+	code := exitCode(err)
 	switch {
 	case err == nil:
-		return exitOK
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
-		fs.Usage()
-		return exitUsage
-	case errors.Is(err, errBadConfig), errors.Is(err, errUnconfirmed):
-		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
-		return exitUsage
-	case errors.Is(err, errUnhealthy):
-		fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
-		return exitUnhealthy
+	case asJSON:
+		line, _ := json.Marshal(Failure{Verb: verb, Error: err.Error(), ExitCode: code})
+		fmt.Fprintf(s.stderr, "%s\n", line)
+	default:
+		fmt.Fprintf(s.stderr, "ferryctl %s: %v\n", verb, err)
 	}
-	fmt.Fprintf(stderr, "ferryctl %s: %v\n", v.name, err)
-	return exitFailed
+	return code
+}
+
+// wantsJSON says whether args ask for -o json. It is read before the
+// flags are parsed, so that an error parsing them is JSON too.
+func wantsJSON(args []string) bool {
+	for i, a := range args {
+		switch {
+		case a == "--":
+			return false
+		case a == "-o" || a == "--o":
+			if i+1 < len(args) && args[i+1] == "json" {
+				return true
+			}
+		case a == "-o=json" || a == "--o=json":
+			return true
+		}
+	}
+	return false
+}
+
+// jsonLines writes each line written to it as one JSON object
+// {"verb","progress"}: under -o json nothing on stderr is plain text.
+type jsonLines struct {
+	w    io.Writer
+	verb string
+	buf  []byte
+}
+
+func (j *jsonLines) Write(p []byte) (int, error) {
+	j.buf = append(j.buf, p...)
+	for {
+		line, rest, ok := bytes.Cut(j.buf, []byte("\n"))
+		if !ok {
+			return len(p), nil
+		}
+		out, _ := json.Marshal(struct {
+			Verb     string `json:"verb"`
+			Progress string `json:"progress"`
+		}{j.verb, string(line)})
+		if _, err := fmt.Fprintf(j.w, "%s\n", out); err != nil {
+			return 0, err
+		}
+		j.buf = rest
+	}
 }
 
 // interleave moves the positional arguments after the flags, so that

@@ -147,3 +147,75 @@ func TestResumeRefusesFailedOver(t *testing.T) {
 		t.Errorf("resume of a paused link exited %d: %s%s", code, out, errOut)
 	}
 }
+
+// Under -o json every error is one JSON line on stderr, its last, with
+// the verb and the exit code, whatever the kind (usage, a flag that does
+// not parse, an unknown verb, configuration, a refusal);
+// progress is JSON lines too; stdout holds the result alone, if any.
+func TestErrorsAreJSON(t *testing.T) {
+	l := running()
+	l.control = control(ferryv1.LinkState_LINK_STATE_FAILED_OVER, 3)
+	failedOver := startFakes(t, l, &fakeWriter{})
+	live := startFakes(t, running(), &fakeWriter{})
+	for _, c := range []struct {
+		name string
+		ft   fakeTarget
+		args []string
+		verb string
+		code int
+		says string
+	}{
+		{"no form", live, []string{"failover", "east"}, "failover", exitUsage, "say which failover"},
+		{"bad flag", live, []string{"failover", "east", "--bogus"}, "failover", exitUsage, "-bogus"},
+		{"unknown verb", live, []string{"explode"}, "explode", exitUsage, "unknown verb"},
+		{"offsets", live, []string{"offsets"}, "offsets", exitUsage, "offsets translate"},
+		{"refused", failedOver, []string{"resume", "east"}, "resume", exitFailed, "is failed_over"},
+		{"done", live, []string{"failover", "east", "--unplanned", "--dry-run"}, "failover", exitOK, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := c.ft.run(t, nil, append(c.args, "-o", "json")...)
+			checkJSONError(t, code, errOut, c.verb, c.code, c.says)
+			if out != "" && !json.Valid([]byte(out)) {
+				t.Errorf("stdout is not JSON: %q", out)
+			}
+		})
+	}
+	// A configuration ferryctl cannot use (no certificate): the real dial.
+	var out, errOut strings.Builder
+	code := RunContext(t.Context(), []string{"status", "--writer", "w:1", "-o", "json"}, nil, nil, &out, &errOut)
+	checkJSONError(t, code, errOut.String(), "status", exitUsage, "--cert")
+
+	// A planned failover's progress, then its result.
+	drained := startFakes(t, &linkState{control: control(ferryv1.LinkState_LINK_STATE_RUNNING, 2),
+		partitions: []*ferryv1.LinkPartition{meter(0, 100, 100), meter(1, 50, 50)}}, &fakeWriter{})
+	code, stdout, stderr := drained.run(t, nil, "failover", "east", "--planned", "-o", "json")
+	checkJSONError(t, code, stderr, "failover", exitOK, "")
+	if !strings.Contains(stderr, `{"verb":"failover","progress":"planned failover of east: drain done"}`) || !json.Valid([]byte(stdout)) {
+		t.Errorf("planned failover -o json wrote %q to stderr, %q to stdout", stderr, stdout)
+	}
+}
+
+// checkJSONError checks that stderr holds only JSON lines, the last the
+// error of verb with exit code code saying says (none when code is 0).
+func checkJSONError(t *testing.T, code int, stderr, verb string, want int, says string) {
+	t.Helper()
+	if code != want {
+		t.Fatalf("exited %d, want %d: %s", code, want, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	for _, line := range lines {
+		if line != "" && !json.Valid([]byte(line)) {
+			t.Errorf("stderr holds plain text %q", line)
+		}
+	}
+	if want == exitOK {
+		if strings.Contains(stderr, `"error"`) {
+			t.Errorf("a success said %q", stderr)
+		}
+		return
+	}
+	var f Failure
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &f); err != nil || f.Verb != verb || f.ExitCode != want || !strings.Contains(f.Error, says) {
+		t.Errorf("last stderr line %q (%v), want %s's error, exit %d, saying %q", lines[len(lines)-1], err, verb, want, says)
+	}
+}

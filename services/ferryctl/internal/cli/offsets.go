@@ -99,10 +99,14 @@ func (q *translateQuery) flags(fs *flag.FlagSet) {
 // runOffsets runs "offsets translate".
 func (s session) runOffsets(ctx context.Context, args []string) int {
 	if len(args) == 0 || args[0] != "translate" {
-		fmt.Fprintln(s.stderr, "Usage: ferryctl offsets translate --link L (--topic T --partition P --offset O [--reverse] | --group G) [flags]\n\n'ferryctl offsets translate --help' lists the flags.")
 		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintln(s.stderr, offsetsUsage)
 			return exitOK
 		}
+		if wantsJSON(args) {
+			return s.fail("offsets", true, fmt.Errorf("%w: want offsets translate", errUsage))
+		}
+		fmt.Fprintln(s.stderr, offsetsUsage)
 		return exitUsage
 	}
 	var q translateQuery
@@ -116,6 +120,9 @@ func (s session) runOffsets(ctx context.Context, args []string) int {
 	}
 	return s.runVerb(ctx, v, args[1:])
 }
+
+const offsetsUsage = "Usage: ferryctl offsets translate --link L (--topic T --partition P --offset O [--reverse] | --group G) [flags]\n\n" +
+	"'ferryctl offsets translate --help' lists the flags."
 
 // check says what makes the flags unusable.
 func (q *translateQuery) check(args []string) error {
