@@ -123,3 +123,17 @@ func TestTallyAccountsForEveryRecord(t *testing.T) {
 		})
 	}
 }
+
+// ferryctl's partial failover (exit 4) says what is missing in the JSON
+// error on its last stderr line; anything else is kept as it is.
+func TestParseCtlError(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"verb":"failover","error":"partial: group soak-app has no target position","exit_code":4}` + "\n":    "partial: group soak-app has no target position",
+		`{"verb":"failover","progress":"x"}` + "\n" + `{"verb":"failover","error":"partial: y","exit_code":4}`: "partial: y",
+		"ferryctl failover: partial: z\n": "ferryctl failover: partial: z",
+	} {
+		if got := ctlError([]byte(in)); got != want {
+			t.Errorf("ctlError(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -9,19 +9,36 @@
 // the terminal to type "yes" after showing what it loses (--yes for
 // scripts), and resume refuses a failed-over link unless --force.
 //
-// Exit codes: 0 done and healthy, 1 the action failed (a writer refused
-// it or none answered, the confirmation was declined, or resume of a
-// failed_over link without --force), 2 a usage error
-// (or a configuration file that does not load, failback's
-// --source-config, or failover --unplanned without --yes where nobody
-// can confirm), 3 done but a link is unhealthy
-// (unhealthy: a running link with a shard no writer serves a stream of,
-// or a partition whose last heartbeat is older than --stale-after, or a
-// writer that did not answer).
+// Exit codes, the same for every verb (docs/operations.md repeats them):
+//
+//	0  done: the action completed and every report is whole.
+//	1  failed: the action was not done. A writer refused it or none
+//	   answered; ferryctl's own check refused it (a planned failover
+//	   not ready or timed out, resume of a failed_over link without
+//	   --force, failback of a link not failed_over, failback
+//	   --move-groups refused for every group); the operator declined
+//	   the confirmation; offsets translate named no offset.
+//	2  usage: a command line or configuration ferryctl cannot run,
+//	   failover without exactly one of --planned and --unplanned
+//	   included, and failover --unplanned without --yes where no one
+//	   can confirm (stdin not a terminal, no input, or -o json).
+//	3  unhealthy (status): done, and a link is unhealthy or a writer
+//	   did not answer.
+//	4  partial: done, but not whole; the report is printed, and the
+//	   error says what is missing. A writer that has not read a change
+//	   back (pending) or did not answer the report's read; the failover
+//	   meter unread after a failover; a selected group a failover left
+//	   without a target position on some partition (owned or active on
+//	   the target, or named under reread_uncounted); failback
+//	   --move-groups that refused or could not read some groups, or
+//	   selected none; a failback report lacking a group's positions, or
+//	   whose reverse link start was not set after the checkpoints moved;
+//	   offsets translate --group naming some partitions' source offsets
+//	   but not all.
 //
 // Under -o json nothing ferryctl writes is plain text: stdout holds the
-// verb's result alone, one JSON document, and stderr JSON lines: progress
-// ({"verb","progress"}) and, on any exit but 0, the error
+// verb's result alone, one JSON document (on exit 4 too), and stderr JSON
+// lines: progress ({"verb","progress"}) and, on any exit but 0, the error
 // ({"verb","error","exit_code"}, Failure), last.
 package cli
 
@@ -36,15 +53,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/service"
 )
 
-// Exit codes.
+// Exit codes (the package comment says when each is used).
 const (
 	exitOK        = 0
 	exitFailed    = 1
 	exitUsage     = 2
 	exitUnhealthy = 3
+	exitPartial   = 4
 )
 
 // errUsage is a command line ferryctl cannot run; the verb's usage is
@@ -59,6 +78,10 @@ var errBadConfig = errors.New("bad configuration")
 // unhealthy.
 var errUnhealthy = errors.New("unhealthy")
 
+// errPartial is a verb that did what it could, whose outcome or report
+// is not whole: the error says what is missing.
+var errPartial = errors.New("partial")
+
 // exits maps the errors a verb returns to exit codes, first match wins;
 // any other error is exitFailed.
 var exits = []struct {
@@ -69,6 +92,7 @@ var exits = []struct {
 	{errBadConfig, exitUsage},
 	{errUnconfirmed, exitUsage},
 	{errUnhealthy, exitUnhealthy},
+	{errPartial, exitPartial},
 }
 
 func exitCode(err error) int {
@@ -148,7 +172,7 @@ var verbs = []verb{
 			fs.DurationVar(&o.staleAfter, "stale-after", 10*time.Second, "a heartbeat older than this makes its link unhealthy (ten heartbeat intervals by default)")
 		}, run: runStatus},
 	{name: "pause", args: "LINK", summary: "stop every fetcher of LINK copying; they keep their leases",
-		flags: reasonFlag, run: stateVerb("paused")},
+		flags: reasonFlag, run: stateVerb(linkstate.Paused)},
 	{name: "resume", args: "LINK", summary: "let the fetchers of LINK copy again, from the committed checkpoints; a failed_over link only with --force (after failback)",
 		flags: func(fs *flag.FlagSet, o *verbOpts) {
 			reasonFlag(fs, o)
@@ -245,7 +269,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %-7s %s\n", v.name, v.args, v.summary)
 	}
 	fmt.Fprintln(w, "\nEvery verb takes --writer, --writer-id, --cert, --key, --ca, --config and -o; 'ferryctl VERB --help' lists them.")
-	fmt.Fprintln(w, "Exit codes: 0 done and healthy, 1 failed, 2 usage, 3 a link is unhealthy.")
+	fmt.Fprintln(w, "Exit codes: 0 done, 1 failed (nothing done), 2 usage, 3 a link is unhealthy, 4 partial (done, but not whole: the error says what is missing).")
 }
 
 func (s session) runVerb(ctx context.Context, v verb, args []string) int {

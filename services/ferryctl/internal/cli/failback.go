@@ -175,23 +175,28 @@ func runFailback(ctx context.Context, c *client, o *verbOpts, args []string, std
 		if err := c.print(stdout, rep, printFailback); err != nil {
 			return err
 		}
-		return refusedGroups(rep.Groups)
+		return movedGroups(rep.Groups)
 	}
 	if !o.dryRun && !o.copyStranded {
 		if err := c.moveCheckpoints(ctx, &rep, o.reason); err != nil {
 			return err
 		}
 	}
+	var reverseErr error
 	if o.reverseLink != "" {
-		if err := setReverseStart(ctx, o, &rep); err != nil {
-			// The report still records the tail and what was moved.
-			if perr := c.print(stdout, rep, printFailback); perr != nil {
-				return perr
-			}
-			return err
-		}
+		reverseErr = setReverseStart(ctx, o, &rep)
 	}
-	return c.print(stdout, rep, printFailback)
+	// The report records the tail and what was moved, whatever follows.
+	if err := c.print(stdout, rep, printFailback); err != nil {
+		return err
+	}
+	switch {
+	case reverseErr != nil && rep.Writer != "":
+		return fmt.Errorf("%w: the checkpoints of link %s moved, but the start of reverse link %s was not set: %v", errPartial, link, o.reverseLink, reverseErr)
+	case reverseErr != nil:
+		return reverseErr
+	}
+	return unreadGroups(rep.Groups)
 }
 
 // checkReverseFlags says what is wrong with failback's reverse link flags.
@@ -551,12 +556,18 @@ func moveGroupBack(gc *groupcommit.Committer, g *FailbackGroup, want map[groupco
 // actionRefused is a partition --move-groups could not move.
 const actionRefused = "refused"
 
-// errGroupsRefused is a --move-groups that could not move every group.
+// errGroupsRefused is a --move-groups that moved no group it was asked
+// to: every one was refused or unread.
 var errGroupsRefused = errors.New("groups not moved")
 
-// refusedGroups names the groups --move-groups could not move, nil when
-// it moved every one it was asked to: the command failed for those.
-func refusedGroups(gs []FailbackGroup) error {
+// movedGroups is nil when --move-groups moved every group it was asked
+// to. Some refused or unread: partial (the others moved), or, when none
+// moved, errGroupsRefused; no group selected: partial too, since the
+// runbook step moved nothing.
+func movedGroups(gs []FailbackGroup) error {
+	if len(gs) == 0 {
+		return fmt.Errorf("%w: --move-groups moved no group: no synced group selected (--groups)", errPartial)
+	}
 	var bad []string
 	for _, g := range gs {
 		if g.Error != "" {
@@ -567,10 +578,28 @@ func refusedGroups(gs []FailbackGroup) error {
 			bad = append(bad, fmt.Sprintf("%s (%s)", g.Group, g.Partitions[i].Why))
 		}
 	}
+	switch {
+	case len(bad) == 0:
+		return nil
+	case len(bad) == len(gs):
+		return fmt.Errorf("%w: %s", errGroupsRefused, strings.Join(bad, "; "))
+	}
+	return fmt.Errorf("%w: groups not moved: %s (the others moved)", errPartial, strings.Join(bad, "; "))
+}
+
+// unreadGroups names the groups whose positions failback could not read
+// (partial: step 3 needs them), nil when it read them all.
+func unreadGroups(gs []FailbackGroup) error {
+	var bad []string
+	for _, g := range gs {
+		if g.Error != "" {
+			bad = append(bad, fmt.Sprintf("%s (%s)", g.Group, g.Error))
+		}
+	}
 	if len(bad) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s", errGroupsRefused, strings.Join(bad, "; "))
+	return fmt.Errorf("%w: positions of groups not read: %s", errPartial, strings.Join(bad, "; "))
 }
 
 func printFailback(w io.Writer, v any) {

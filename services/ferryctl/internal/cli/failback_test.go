@@ -370,7 +370,8 @@ func groupPart(t *testing.T, rep FailbackReport, group string, p int32) Failback
 // alone); live, with a member on A, is refused whole; ahead's orders/0,
 // already further on A, is not moved back unless --allow-backwards, its
 // orders/1, already there, is marked; --dry-run reports the same and
-// changes nothing. A group refused makes the command exit 1.
+// changes nothing. A group refused while others moved makes the command
+// exit 4 (partial), as does one that selects no group.
 func TestFailbackMovesGroupsBack(t *testing.T) {
 	r := startReplication(t)
 	src := kclient(t, r.source)
@@ -410,9 +411,13 @@ func TestFailbackMovesGroupsBack(t *testing.T) {
 		t.Fatalf("failback --move-groups --dry-run moved app on A to %d", o)
 	}
 
-	// live's refusal makes the command fail (exit 1), naming it, after
+	if _, errOut := failbackJSON(t, r, exitPartial, "--source-config", cfg, "--move-groups", "--groups", "none"); !strings.Contains(errOut, "moved no group") {
+		t.Errorf("failback --move-groups selecting no group said %q", errOut)
+	}
+
+	// live's refusal makes the command partial (exit 4), naming it, after
 	// the whole report.
-	rep, errOut := failbackJSON(t, r, exitFailed, "--source-config", cfg, "--move-groups")
+	rep, errOut := failbackJSON(t, r, exitPartial, "--source-config", cfg, "--move-groups")
 	if !strings.Contains(errOut, "live") || strings.Contains(errOut, "app") {
 		t.Errorf("failback --move-groups said %q, want live named as refused, and app not", errOut)
 	}

@@ -76,7 +76,11 @@ func unplannedFailover(ctx context.Context, c *client, o *verbOpts, link string,
 		if err != nil {
 			return err
 		}
-		return c.print(stdout, v.change(link, re, true), printChange)
+		ch := v.change(link, re, true)
+		if err := c.print(stdout, ch, printChange); err != nil {
+			return err
+		}
+		return ch.incomplete()
 	}
 	var shown uint64
 	if !o.yes {
@@ -92,10 +96,16 @@ func unplannedFailover(ctx context.Context, c *client, o *verbOpts, link string,
 	}
 	// Read after the change: no stream writes any more, so the meter is
 	// what the target lacks of what the source held at its last heartbeat.
-	if v, err := c.view(ctx, link); err == nil {
-		ch.AtRisk, ch.Groups = v.link.Partitions, selectGroups(v.link.Groups, re)
+	v, err := c.view(ctx, link)
+	if err != nil {
+		ch.MeterError = err.Error()
+	} else {
+		ch.AtRisk, ch.Groups, ch.Unreachable = v.link.Partitions, selectGroups(v.link.Groups, re), v.unanswered
 	}
-	return c.print(stdout, ch, printChange)
+	if err := c.print(stdout, ch, printChange); err != nil {
+		return err
+	}
+	return ch.incomplete()
 }
 
 // confirmFailover shows what an unplanned failover of link now loses,
@@ -115,6 +125,9 @@ func (c *client) confirmFailover(ctx context.Context, o *verbOpts, link string, 
 	ch := v.change(link, re, true)
 	fmt.Fprintf(o.prompt, "link %s is %s (generation %d); an unplanned failover now loses:\n", link, ch.State, ch.Generation)
 	printReport(o.prompt, ch)
+	if err := ch.incomplete(); err != nil {
+		fmt.Fprintf(o.prompt, "  (this report is not whole: %v)\n", err)
+	}
 	q := fmt.Sprintf("\nFail link %s over, unplanned? Every writer refuses its streams from then on; only failback undoes it.", link)
 	if err := ask(ctx, o.stdin, o.prompt, q); err != nil {
 		return view{}, fmt.Errorf("link %s not failed over: %w", link, err)
@@ -127,15 +140,19 @@ type view struct {
 	link LinkReport
 	// now is the latest writer clock of the answers.
 	now time.Time
+	// unanswered are the writers that did not answer: what only they
+	// hold (a fresher heartbeat, a group they synced) is not in link.
+	unanswered []WriterError
 }
 
 // view reads link from every writer that answers.
 func (c *client) view(ctx context.Context, link string) (view, error) {
 	var (
-		answers []*ferryv1.StatusResponse
-		addrs   []string
-		lastErr error
-		now     time.Time
+		answers    []*ferryv1.StatusResponse
+		addrs      []string
+		unanswered []WriterError
+		lastErr    error
+		now        time.Time
 	)
 	for _, w := range c.writers {
 		var resp *ferryv1.StatusResponse
@@ -145,6 +162,7 @@ func (c *client) view(ctx context.Context, link string) (view, error) {
 		})
 		if err != nil {
 			lastErr = fmt.Errorf("writer %s: %s", w.addr, describe(err))
+			unanswered = append(unanswered, WriterError{Writer: w.addr, Error: describe(err)})
 			continue
 		}
 		answers, addrs = append(answers, resp), append(addrs, w.addr)
@@ -159,12 +177,12 @@ func (c *client) view(ctx context.Context, link string) (view, error) {
 	if len(links) != 1 {
 		return view{}, fmt.Errorf("link %s: no writer reported it", link)
 	}
-	return view{link: links[0], now: now}, nil
+	return view{link: links[0], now: now, unanswered: unanswered}, nil
 }
 
 func (v view) change(link string, re *regexp.Regexp, dryRun bool) Change {
 	return Change{Link: link, State: v.link.State, Generation: v.link.Generation, DryRun: dryRun,
-		AtRisk: v.link.Partitions, Groups: selectGroups(v.link.Groups, re)}
+		AtRisk: v.link.Partitions, Groups: selectGroups(v.link.Groups, re), Unreachable: v.unanswered}
 }
 
 // plannedFailover: (a) every partition's heartbeat is fresh, else it
@@ -196,7 +214,10 @@ func plannedFailover(ctx context.Context, c *client, o *verbOpts, link string, r
 	if o.dryRun {
 		ch := start.change(link, re, true)
 		ch.Planned = true
-		return c.print(stdout, ch, printChange)
+		if err := c.print(stdout, ch, printChange); err != nil {
+			return err
+		}
+		return ch.incomplete()
 	}
 	drained, err := calls.waitFor(ctx, o.progress, link, bound, "drain", func(v view) []string { return undrained(v, start.now) })
 	if err != nil {
@@ -217,7 +238,10 @@ func plannedFailover(ctx context.Context, c *client, o *verbOpts, link string, r
 	if v, err := calls.view(ctx, link); err == nil {
 		ch.AtRisk, ch.Groups = v.link.Partitions, selectGroups(v.link.Groups, re)
 	}
-	return c.print(stdout, ch, printChange)
+	if err := c.print(stdout, ch, printChange); err != nil {
+		return err
+	}
+	return ch.incomplete()
 }
 
 // ready refuses a planned failover of a link that is not running, or

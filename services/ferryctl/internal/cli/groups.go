@@ -153,6 +153,22 @@ func ferrys(outcome string) bool {
 	return outcome != string(groupcommit.Active) && outcome != string(groupcommit.Owned)
 }
 
+// unplaced names the groups a failover leaves without a target position
+// from Ferry on some partition: their consumers start there at their own
+// commit on the target or at auto.offset.reset.
+func unplaced(gs []GroupReport) []string {
+	var out []string
+	for _, g := range gs {
+		switch {
+		case !ferrys(g.Outcome):
+			out = append(out, fmt.Sprintf("group %s is %s on the target: Ferry gave it no position%s", g.Group, g.Outcome, detail(g.Detail)))
+		case len(g.Uncounted) > 0:
+			out = append(out, fmt.Sprintf("group %s has no target position from Ferry on %s", g.Group, strings.Join(g.Uncounted, ", ")))
+		}
+	}
+	return out
+}
+
 // groupFilter is --groups: an anchored regular expression, as
 // link.groups.include is; empty selects every group.
 func groupFilter(expr string) (*regexp.Regexp, error) {

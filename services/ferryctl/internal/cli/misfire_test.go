@@ -148,15 +148,83 @@ func TestResumeRefusesFailedOver(t *testing.T) {
 	}
 }
 
+// Partial outcomes exit 4, after the whole report, naming what is
+// missing: a writer that never reads a change back (pending), a meter
+// unread after a failover, a group left without a target position
+// (reread_uncounted) or owned on the target, a dry
+// run a writer did not answer. The whole outcome exits 0.
+func TestPartialOutcomesExit4(t *testing.T) {
+	uncounted := &ferryv1.LinkGroup{Group: "app", Outcome: "moved", Partitions: []*ferryv1.LinkGroupPartition{
+		{Topic: "orders", Partition: 0, SourceOffset: 80, TargetOffset: 81, StandsForSourceOffset: 80},
+		{Topic: "orders", Partition: 1, SourceOffset: 40, TargetOffset: -1, StandsForSourceOffset: -1, Note: "index_loading"},
+	}}
+	owned := &ferryv1.LinkGroup{Group: "theirs", Outcome: "owned", Detail: "orders/0 at 3 committed by another client",
+		Partitions: []*ferryv1.LinkGroupPartition{{Topic: "orders", Partition: 0, SourceOffset: 10, TargetOffset: -1, StandsForSourceOffset: -1}}}
+	for _, c := range []struct {
+		name    string
+		groups  []*ferryv1.LinkGroup
+		writers []*fakeWriter
+		args    []string
+		code    int
+		says    string
+	}{
+		{name: "whole", writers: []*fakeWriter{{}, {}}, args: []string{"failover", "east", "--unplanned", "--yes"}, code: exitOK},
+		{name: "pending", writers: []*fakeWriter{{}, {stale: true}}, args: []string{"pause", "east"}, code: exitPartial,
+			says: "writer(s) w2 have not read the change back"},
+		// Status answers the reads awaiting the change, then fails.
+		{name: "meter unread", writers: []*fakeWriter{{failStatusFrom: 2}, {failStatusFrom: 2}}, args: []string{"failover", "east", "--unplanned", "--yes"},
+			code: exitPartial, says: "the failover meter could not be read after the change"},
+		{name: "uncounted", groups: []*ferryv1.LinkGroup{uncounted}, writers: []*fakeWriter{{}, {}}, args: []string{"failover", "east", "--unplanned", "--yes"},
+			code: exitPartial, says: "group app has no target position from Ferry on orders/1 (index_loading)"},
+		{name: "owned", groups: []*ferryv1.LinkGroup{owned}, writers: []*fakeWriter{{}, {}}, args: []string{"failover", "east", "--unplanned", "--yes"},
+			code: exitPartial, says: "group theirs is owned on the target"},
+		{name: "dry run unanswered", writers: []*fakeWriter{{}, {failStatusFrom: 1}}, args: []string{"failover", "east", "--unplanned", "--dry-run"},
+			code: exitPartial, says: "writer w2 did not answer"},
+		{name: "dry run uncounted", groups: []*ferryv1.LinkGroup{uncounted}, writers: []*fakeWriter{{}, {}}, args: []string{"failover", "east", "--unplanned", "--dry-run"},
+			code: exitOK},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := running()
+			l.groups = c.groups
+			ft := startFakes(t, l, c.writers...)
+			code, out, errOut := ft.run(t, nil, append(c.args, "-o", "json")...)
+			var ch Change
+			if err := json.Unmarshal([]byte(out), &ch); code != c.code || err != nil {
+				t.Fatalf("exited %d, want %d (%v): %s%s", code, c.code, err, out, errOut)
+			}
+			var f Failure
+			if c.code == exitOK {
+				if errOut != "" {
+					t.Errorf("a whole outcome said %q", errOut)
+				}
+				return
+			}
+			if err := json.Unmarshal([]byte(errOut), &f); err != nil || f.ExitCode != exitPartial || !strings.Contains(f.Error, c.says) {
+				t.Errorf("stderr %q (%v), want a partial error saying %q", errOut, err, c.says)
+			}
+		})
+	}
+	// The text says it too, the report first.
+	l := running()
+	l.groups = []*ferryv1.LinkGroup{uncounted}
+	ft := startFakes(t, l, &fakeWriter{})
+	code, out, errOut := ft.run(t, nil, "failover", "east", "--unplanned", "--yes")
+	if code != exitPartial || !strings.Contains(out, "REREAD cannot count orders/1 (index_loading)") ||
+		!strings.Contains(errOut, "ferryctl failover: partial: group app has no target position") {
+		t.Errorf("failover exited %d: %s%s", code, out, errOut)
+	}
+}
+
 // Under -o json every error is one JSON line on stderr, its last, with
 // the verb and the exit code, whatever the kind (usage, a flag that does
-// not parse, an unknown verb, configuration, a refusal);
+// not parse, an unknown verb, configuration, a refusal, partial);
 // progress is JSON lines too; stdout holds the result alone, if any.
 func TestErrorsAreJSON(t *testing.T) {
 	l := running()
 	l.control = control(ferryv1.LinkState_LINK_STATE_FAILED_OVER, 3)
 	failedOver := startFakes(t, l, &fakeWriter{})
 	live := startFakes(t, running(), &fakeWriter{})
+	pending := startFakes(t, running(), &fakeWriter{}, &fakeWriter{stale: true})
 	for _, c := range []struct {
 		name string
 		ft   fakeTarget
@@ -170,6 +238,7 @@ func TestErrorsAreJSON(t *testing.T) {
 		{"unknown verb", live, []string{"explode"}, "explode", exitUsage, "unknown verb"},
 		{"offsets", live, []string{"offsets"}, "offsets", exitUsage, "offsets translate"},
 		{"refused", failedOver, []string{"resume", "east"}, "resume", exitFailed, "is failed_over"},
+		{"partial", pending, []string{"pause", "east"}, "pause", exitPartial, "have not read the change back"},
 		{"done", live, []string{"failover", "east", "--unplanned", "--dry-run"}, "failover", exitOK, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -217,5 +286,37 @@ func checkJSONError(t *testing.T, code int, stderr, verb string, want int, says 
 	var f Failure
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &f); err != nil || f.Verb != verb || f.ExitCode != want || !strings.Contains(f.Error, says) {
 		t.Errorf("last stderr line %q (%v), want %s's error, exit %d, saying %q", lines[len(lines)-1], err, verb, want, says)
+	}
+}
+
+// failback --move-groups and offsets translate --group: some done, some
+// not is partial (4); none done is a failure (1); none selected is
+// partial too (the step moved nothing).
+func TestPartialGroupOutcomes(t *testing.T) {
+	moved := FailbackGroup{Group: "app", Partitions: []FailbackGroupPartition{{Partition: 0, Action: "moved"}}}
+	refused := FailbackGroup{Group: "live", Partitions: []FailbackGroupPartition{{Partition: 0, Action: actionRefused, Why: "members"}}}
+	unread := FailbackGroup{Group: "gone", Error: "Unavailable"}
+	one := int64(1)
+	exact := GroupPartitionTranslation{TargetTopic: "east.orders", Partition: 0, SourceOffset: &one, Outcome: outcomeExact}
+	before := GroupPartitionTranslation{TargetTopic: "east.orders", Partition: 1, Outcome: outcomeBeforeIndex}
+	for _, c := range []struct {
+		name string
+		err  error
+		code int
+		says string
+	}{
+		{"all moved", movedGroups([]FailbackGroup{moved}), exitOK, ""},
+		{"some refused", movedGroups([]FailbackGroup{moved, refused}), exitPartial, "live (members)"},
+		{"some unread", movedGroups([]FailbackGroup{moved, unread}), exitPartial, "gone (positions unread"},
+		{"none moved", movedGroups([]FailbackGroup{refused, unread}), exitFailed, "live (members)"},
+		{"none selected", movedGroups(nil), exitPartial, "moved no group"},
+		{"report unread", unreadGroups([]FailbackGroup{moved, unread}), exitPartial, "gone (Unavailable)"},
+		{"all translated", GroupTranslationReport{Group: "app", Partitions: []GroupPartitionTranslation{exact}}.failure(), exitOK, ""},
+		{"some translated", GroupTranslationReport{Group: "app", Partitions: []GroupPartitionTranslation{exact, before}}.failure(), exitPartial, "east.orders/1 (before_index)"},
+		{"none translated", GroupTranslationReport{Group: "app", Partitions: []GroupPartitionTranslation{before}}.failure(), exitFailed, "east.orders/1"},
+	} {
+		if code := exitCode(c.err); code != c.code || c.err != nil && !strings.Contains(c.err.Error(), c.says) {
+			t.Errorf("%s: %v, exit %d; want exit %d saying %q", c.name, c.err, code, c.code, c.says)
+		}
 	}
 }

@@ -112,7 +112,8 @@ func (s session) runOffsets(ctx context.Context, args []string) int {
 	var q translateQuery
 	v := verb{name: "offsets translate", args: "--link L (--topic T --partition P --offset O [--reverse] | --group G)",
 		summary: "translate a source offset to the target offset of the first copied record at or after it, a target offset back (--reverse), " +
-			"or show a group's committed offsets on the target and the source offsets they stand for (--group); exits 1 when no offset can be named",
+			"or show a group's committed offsets on the target and the source offsets they stand for (--group); exits 1 when no offset can be named, " +
+			"4 when a group's can be for some partitions only",
 		flags: func(fs *flag.FlagSet, _ *verbOpts) { q.flags(fs) },
 		run: func(ctx context.Context, c *client, _ *verbOpts, args []string, stdout io.Writer) error {
 			return q.run(ctx, c, args, stdout)
@@ -272,7 +273,7 @@ func groupTranslationReport(link string, resp *ferryv1.TranslateResponse) GroupT
 }
 
 // failure is nil when the group has offsets on the link's target topics
-// and each names its source offset.
+// and each names its source offset; partial when some do.
 func (rep GroupTranslationReport) failure() error {
 	if len(rep.Partitions) == 0 {
 		return fmt.Errorf("%w: group %s has no committed offset on the target topics of link %s", errUntranslated, rep.Group, rep.Link)
@@ -283,8 +284,11 @@ func (rep GroupTranslationReport) failure() error {
 			bad = append(bad, fmt.Sprintf("%s/%d (%s)", p.TargetTopic, p.Partition, p.Outcome))
 		}
 	}
-	if len(bad) > 0 {
+	switch {
+	case len(bad) == len(rep.Partitions):
 		return fmt.Errorf("%w: group %s: no source offset for %s", errUntranslated, rep.Group, strings.Join(bad, ", "))
+	case len(bad) > 0:
+		return fmt.Errorf("%w: group %s: no source offset for %s (the others are translated)", errPartial, rep.Group, strings.Join(bad, ", "))
 	}
 	return nil
 }

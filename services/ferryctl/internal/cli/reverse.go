@@ -46,6 +46,7 @@ func reverseStart(ctx context.Context, rc *client, rep *FailbackReport, link, re
 		return nil
 	}
 	if err := rc.refuseRunning(ctx, link); err != nil {
+		unsetReverse(rep)
 		return err
 	}
 	var errs []string
@@ -61,10 +62,16 @@ func reverseStart(ctx context.Context, rc *client, rep *FailbackReport, link, re
 		}
 		errs = append(errs, fmt.Sprintf("writer %s: %s", w.addr, describe(err)))
 	}
+	unsetReverse(rep)
+	return fmt.Errorf("set the start of reverse link %s: %s", link, strings.Join(errs, "; "))
+}
+
+// unsetReverse takes the reverse checkpoints out of a report whose
+// reverse start was not set: it must not say they were.
+func unsetReverse(rep *FailbackReport) {
 	for i := range rep.Partitions {
 		rep.Partitions[i].ReverseCheckpoint = nil
 	}
-	return fmt.Errorf("set the start of reverse link %s: %s", link, strings.Join(errs, "; "))
 }
 
 // refuseRunning refuses a link of which a writer asked serves a stream.

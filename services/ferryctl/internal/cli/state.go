@@ -33,14 +33,19 @@ type Change struct {
 	Groups []GroupReport `json:"groups,omitempty"`
 	// Planned is set for a planned failover (failover.go).
 	Planned bool `json:"planned,omitempty"`
+	// Unreachable are the writers that did not answer the report's read:
+	// what only they hold is not in AtRisk and Groups.
+	Unreachable []WriterError `json:"unreachable,omitempty"`
+	// MeterError is why the failover meter could not be read after a
+	// failover (AtRisk and Groups are then empty).
+	MeterError string `json:"meter_error,omitempty"`
 	// Warning is, for resume --force of a failed_over link, what resuming
 	// copies over (strandedWarning).
 	Warning string `json:"warning,omitempty"`
 }
 
 // stateVerb sets a link's state (pause).
-func stateVerb(name string) func(context.Context, *client, *verbOpts, []string, io.Writer) error {
-	state := linkstate.State(name)
+func stateVerb(state linkstate.State) func(context.Context, *client, *verbOpts, []string, io.Writer) error {
 	return func(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
 		link, err := oneLink(args)
 		if err != nil {
@@ -50,7 +55,10 @@ func stateVerb(name string) func(context.Context, *client, *verbOpts, []string, 
 		if err != nil {
 			return err
 		}
-		return c.print(stdout, ch, printChange)
+		if err := c.print(stdout, ch, printChange); err != nil {
+			return err
+		}
+		return ch.incomplete()
 	}
 }
 
@@ -84,7 +92,10 @@ func runResume(ctx context.Context, c *client, o *verbOpts, args []string, stdou
 		return err
 	}
 	ch.Warning = warning
-	return c.print(stdout, ch, printChange)
+	if err := c.print(stdout, ch, printChange); err != nil {
+		return err
+	}
+	return ch.incomplete()
 }
 
 // strandedWarning says what resuming failed_over link l copies over:
@@ -111,6 +122,28 @@ func strandedWarning(l LinkReport) string {
 		"after what its producers wrote since the failover, %s, and whatever the source accepted after its last heartbeat. "+
 		"The safe path is `ferryctl failback %s --source-config FETCHER.yaml`: it reports that stranded tail and moves the checkpoints past it",
 		l.Name, known, l.Name)
+}
+
+// incomplete says what of a change, or of its report, is not whole
+// (errPartial); nil when nothing is missing.
+func (ch Change) incomplete() error {
+	var why []string
+	if len(ch.Pending) > 0 {
+		why = append(why, fmt.Sprintf("writer(s) %s have not read the change back (they act on it once they do)", strings.Join(ch.Pending, ", ")))
+	}
+	for _, u := range ch.Unreachable {
+		why = append(why, fmt.Sprintf("writer %s did not answer (%s): what only it holds is not in the report", u.Writer, u.Error))
+	}
+	if ch.MeterError != "" {
+		why = append(why, fmt.Sprintf("the failover meter could not be read after the change (%s): `ferryctl status %s` reads it again", ch.MeterError, ch.Link))
+	}
+	if ch.State == linkstate.FailedOver && !ch.DryRun {
+		why = append(why, unplaced(ch.Groups)...)
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", errPartial, strings.Join(why, "; "))
 }
 
 // setState records the change through the first writer that takes it,
@@ -197,6 +230,13 @@ func printChange(w io.Writer, v any) {
 
 // printReport prints a failover's report: the meter and the groups.
 func printReport(w io.Writer, ch Change) {
+	if ch.MeterError != "" {
+		fmt.Fprintf(w, "  (the failover meter could not be read: %s)\n", ch.MeterError)
+		return
+	}
 	printMeter(w, ch.AtRisk)
 	printGroups(w, ch.Groups)
+	for _, u := range ch.Unreachable {
+		fmt.Fprintf(w, "  UNREACHABLE writer %s: %s (what only it holds is not above)\n", u.Writer, u.Error)
+	}
 }
