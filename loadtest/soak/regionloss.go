@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -265,9 +264,13 @@ type ctlChange struct {
 	Groups []struct {
 		Group  string `json:"group"`
 		Reread *int64 `json:"failover_reread_records"`
-		// Uncounted names the partitions ("topic/partition (why)") the
-		// meter could not count re-reads on: no target position.
-		Uncounted  []string `json:"reread_uncounted"`
+		// Uncounted are the partitions the meter could not count
+		// re-reads on: no target position.
+		Uncounted []struct {
+			Topic     string `json:"topic"`
+			Partition int32  `json:"partition"`
+			Reason    string `json:"reason"`
+		} `json:"reread_uncounted"`
 		Partitions []struct {
 			Topic     string `json:"topic"`
 			Partition int32  `json:"partition"`
@@ -299,13 +302,7 @@ func (ch ctlChange) positions() (positions map[tp]position, uncounted map[tp]boo
 			}
 		}
 		for _, u := range g.Uncounted {
-			// "topic/partition (why)": Kafka topic names hold neither
-			// a space nor a slash.
-			name, _, _ := strings.Cut(u, " ")
-			topic, part, _ := strings.Cut(name, "/")
-			if p, err := strconv.ParseInt(part, 10, 32); err == nil {
-				uncounted[tp{topic, int32(p)}] = true
-			}
+			uncounted[tp{u.Topic, u.Partition}] = true
 		}
 	}
 	return positions, uncounted

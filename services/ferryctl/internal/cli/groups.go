@@ -37,8 +37,25 @@ type GroupReport struct {
 	// before the index). A consumer there starts where the target
 	// group's own commit or its auto.offset.reset puts it. Empty for a
 	// group that is not Ferry's to move (active, owned).
-	Uncounted  []string               `json:"reread_uncounted,omitempty"`
+	Uncounted  []UncountedPartition   `json:"reread_uncounted,omitempty"`
 	Partitions []GroupPartitionReport `json:"partitions"`
+}
+
+// UncountedPartition is a partition of a group's Uncounted.
+type UncountedPartition struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// Reason is the partition's note (index_loading, before_index, ...),
+	// or not_synced when it has none.
+	Reason string `json:"reason"`
+}
+
+// reasonNotSynced is an uncounted partition without a note: no sync has
+// given it a position since a writer started.
+const reasonNotSynced = "not_synced"
+
+func (u UncountedPartition) String() string {
+	return fmt.Sprintf("%s/%d (%s)", u.Topic, u.Partition, u.Reason)
 }
 
 // GroupPartitionReport is one partition of a group.
@@ -136,7 +153,7 @@ func (l *LinkReport) countRereads() {
 			p.Reread = nil
 			if p.StandsFor < 0 {
 				if ferrys(g.Outcome) && p.SourceOffset > 0 && c != 0 {
-					g.Uncounted = append(g.Uncounted, fmt.Sprintf("%s/%d (%s)", p.Topic, p.Partition, cmp.Or(p.Note, "not synced")))
+					g.Uncounted = append(g.Uncounted, UncountedPartition{Topic: p.Topic, Partition: p.Partition, Reason: cmp.Or(p.Note, reasonNotSynced)})
 				}
 				continue
 			}
@@ -163,10 +180,18 @@ func unplaced(gs []GroupReport) []string {
 		case !ferrys(g.Outcome):
 			out = append(out, fmt.Sprintf("group %s is %s on the target: Ferry gave it no position%s", g.Group, g.Outcome, detail(g.Detail)))
 		case len(g.Uncounted) > 0:
-			out = append(out, fmt.Sprintf("group %s has no target position from Ferry on %s", g.Group, strings.Join(g.Uncounted, ", ")))
+			out = append(out, fmt.Sprintf("group %s has no target position from Ferry on %s", g.Group, joinUncounted(g.Uncounted)))
 		}
 	}
 	return out
+}
+
+func joinUncounted(us []UncountedPartition) string {
+	s := make([]string, len(us))
+	for i, u := range us {
+		s[i] = u.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 // groupFilter is --groups: an anchored regular expression, as
@@ -216,7 +241,7 @@ func printGroups(w io.Writer, gs []GroupReport) {
 	for _, g := range gs {
 		if len(g.Uncounted) > 0 {
 			fmt.Fprintf(w, "  group %s: REREAD cannot count %s: no target position from Ferry; a consumer there starts at the target group's own commit or its auto.offset.reset\n",
-				g.Group, strings.Join(g.Uncounted, ", "))
+				g.Group, joinUncounted(g.Uncounted))
 		}
 	}
 }

@@ -86,8 +86,8 @@ func TestRereadStopsAtCommittedEnd(t *testing.T) {
 	if got, want := strings.Join(per, " "), "0:10 1:20 2:0"; got != want {
 		t.Errorf("app's re-reads per partition %q, want %q", got, want)
 	}
-	if got, want := strings.Join(app.Uncounted, "; "), "orders/3 (index_loading)"; got != want {
-		t.Errorf("app's uncounted partitions %q, want %q", got, want)
+	if want := []UncountedPartition{{Topic: "orders", Partition: 3, Reason: "index_loading"}}; fmt.Sprint(app.Uncounted) != fmt.Sprint(want) {
+		t.Errorf("app's uncounted partitions %+v, want %+v", app.Uncounted, want)
 	}
 	var out strings.Builder
 	printGroups(&out, l.Groups)

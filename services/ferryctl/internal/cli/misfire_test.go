@@ -151,7 +151,7 @@ func TestResumeRefusesFailedOver(t *testing.T) {
 // Partial outcomes exit 4, after the whole report, naming what is
 // missing: a writer that never reads a change back (pending), a meter
 // unread after a failover, a group left without a target position
-// (reread_uncounted) or owned on the target, a dry
+// (reread_uncounted, as structured fields) or owned on the target, a dry
 // run a writer did not answer. The whole outcome exits 0.
 func TestPartialOutcomesExit4(t *testing.T) {
 	uncounted := &ferryv1.LinkGroup{Group: "app", Outcome: "moved", Partitions: []*ferryv1.LinkGroupPartition{
@@ -201,6 +201,12 @@ func TestPartialOutcomesExit4(t *testing.T) {
 			}
 			if err := json.Unmarshal([]byte(errOut), &f); err != nil || f.ExitCode != exitPartial || !strings.Contains(f.Error, c.says) {
 				t.Errorf("stderr %q (%v), want a partial error saying %q", errOut, err, c.says)
+			}
+			if c.name == "uncounted" {
+				want := UncountedPartition{Topic: "orders", Partition: 1, Reason: "index_loading"}
+				if len(ch.Groups) != 1 || len(ch.Groups[0].Uncounted) != 1 || ch.Groups[0].Uncounted[0] != want {
+					t.Errorf("groups %+v, want app's reread_uncounted %+v", ch.Groups, want)
+				}
 			}
 		})
 	}
