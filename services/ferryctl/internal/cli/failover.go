@@ -94,18 +94,51 @@ func unplannedFailover(ctx context.Context, c *client, o *verbOpts, link string,
 	if err != nil {
 		return err
 	}
-	// Read after the change: no stream writes any more, so the meter is
-	// what the target lacks of what the source held at its last heartbeat.
-	v, err := c.view(ctx, link)
+	// Read once the link's streams have ended: a writer that read the
+	// change ends each stream of the link after the round it has in
+	// flight commits or aborts, so the meter is then what the target
+	// lacks of what the source held at its last heartbeat, and no record
+	// that lands is counted lost.
+	v, streaming, err := c.streamsEnded(ctx, link)
 	if err != nil {
 		ch.MeterError = err.Error()
 	} else {
-		ch.AtRisk, ch.Groups, ch.Unreachable = v.link.Partitions, selectGroups(v.link.Groups, re), v.unanswered
+		ch.AtRisk, ch.Groups, ch.Unreachable, ch.Streaming = v.link.Partitions, selectGroups(v.link.Groups, re), v.unanswered, streaming
 	}
 	if err := c.print(stdout, ch, printChange); err != nil {
 		return err
 	}
 	return ch.incomplete()
+}
+
+// streamEndPoll is how often streamsEnded reads the writers again.
+const streamEndPoll = 100 * time.Millisecond
+
+// streamsEnded reads link until no writer reports a stream of it open, or
+// the call timeout passes; it returns the last read and the shards still
+// streaming then ("N on writer W").
+func (c *client) streamsEnded(ctx context.Context, link string) (view, []string, error) {
+	deadline := time.Now().Add(c.timeout)
+	for {
+		v, err := c.view(ctx, link)
+		if err != nil {
+			return view{}, nil, err
+		}
+		var open []string
+		for _, sh := range v.link.Shards {
+			if sh.Active {
+				open = append(open, fmt.Sprintf("%d on writer %s", sh.Shard, sh.Writer))
+			}
+		}
+		if len(open) == 0 || !time.Now().Before(deadline) {
+			return v, open, nil
+		}
+		select {
+		case <-ctx.Done():
+			return v, open, nil
+		case <-time.After(streamEndPoll):
+		}
+	}
 }
 
 // confirmFailover shows what an unplanned failover of link now loses,

@@ -30,6 +30,11 @@ type linkState struct {
 	groups     []*ferryv1.LinkGroup
 	// sets are the SetLinkState calls taken.
 	sets []*ferryv1.SetLinkStateRequest
+	// streaming is how many Status answers after a failover still report
+	// shard 0's stream open (its round in flight); landed, the meter once
+	// that round committed and the stream ended.
+	streaming int
+	landed    []*ferryv1.LinkPartition
 }
 
 func (s *linkState) taken() []*ferryv1.SetLinkStateRequest {
@@ -65,6 +70,15 @@ func (f *fakeWriter) Status(_ context.Context, _ *ferryv1.StatusRequest) (*ferry
 	if f.stale {
 		ctl = f.started
 	}
+	var shards []*ferryv1.LinkShard
+	if ctl.GetState() == ferryv1.LinkState_LINK_STATE_FAILED_OVER && f.link.landed != nil {
+		if f.link.streaming > 0 {
+			f.link.streaming--
+			shards = []*ferryv1.LinkShard{{Shard: 0, Epoch: 1, Active: true, Fetcher: "f1"}}
+		} else {
+			f.link.partitions = f.link.landed
+		}
+	}
 	now := time.Now().UnixMilli()
 	// A live fetcher's heartbeats: each read finds one just read.
 	var ps []*ferryv1.LinkPartition
@@ -74,7 +88,7 @@ func (f *fakeWriter) Status(_ context.Context, _ *ferryv1.StatusRequest) (*ferry
 		ps = append(ps, p)
 	}
 	return &ferryv1.StatusResponse{Writer: f.name, TimeUnixMs: now, Links: []*ferryv1.LinkStatus{{
-		Name: "east", Control: ctl, Shards: 1, Partitions: ps, Groups: f.link.groups,
+		Name: "east", Control: ctl, Shards: 1, ShardStates: shards, Partitions: ps, Groups: f.link.groups,
 	}}}, nil
 }
 

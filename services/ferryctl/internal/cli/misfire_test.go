@@ -326,3 +326,39 @@ func TestPartialGroupOutcomes(t *testing.T) {
 		}
 	}
 }
+
+// An unplanned failover reads the meter once the link's streams have
+// ended on every writer: a round in flight when the writers refused the
+// link commits first, and what it landed is not counted at risk (the
+// partition's lag is the 5 records the round did not copy, not 10). A
+// stream still open when the call's timeout passes is named, and the
+// outcome is partial.
+func TestUnplannedFailoverReadsTheMeterOnceStreamsEnd(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		streaming int
+		code      int
+		committed int64
+	}{
+		{"streams end", 3, exitOK, 15},
+		{"a stream outlives the wait", 1 << 20, exitPartial, 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := running()
+			l.partitions = []*ferryv1.LinkPartition{meter(0, 10, 20)}
+			l.streaming, l.landed = c.streaming, []*ferryv1.LinkPartition{meter(0, 15, 20)}
+			ft := startFakes(t, l, &fakeWriter{})
+			code, out, errOut := ft.run(t, nil, "failover", "east", "--unplanned", "--yes", "-o", "json")
+			var ch Change
+			if err := json.Unmarshal([]byte(out), &ch); code != c.code || err != nil {
+				t.Fatalf("exited %d, want %d (%v): %s%s", code, c.code, err, out, errOut)
+			}
+			if len(ch.AtRisk) != 1 || ch.AtRisk[0].Committed != c.committed || ch.AtRisk[0].LagRecords != 20-c.committed {
+				t.Errorf("at risk %+v, want committed %d", ch.AtRisk, c.committed)
+			}
+			if open := len(ch.Streaming) > 0; open != (c.code == exitPartial) || (open && !strings.Contains(errOut, "had not ended when the meter was read")) {
+				t.Errorf("streaming %v, stderr %s", ch.Streaming, errOut)
+			}
+		})
+	}
+}

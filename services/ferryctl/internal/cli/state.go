@@ -39,6 +39,11 @@ type Change struct {
 	// MeterError is why the failover meter could not be read after a
 	// failover (AtRisk and Groups are then empty).
 	MeterError string `json:"meter_error,omitempty"`
+	// Streaming are, for an unplanned failover, the link's shards whose
+	// stream had not ended on its writer when the meter was read: a round
+	// they had in flight may still commit, so records it lands can be in
+	// AtRisk though the target holds them.
+	Streaming []string `json:"streaming,omitempty"`
 	// Warning is, for resume --force of a failed_over link, what resuming
 	// copies over (strandedWarning).
 	Warning string `json:"warning,omitempty"`
@@ -133,6 +138,14 @@ func (ch Change) incomplete() error {
 	}
 	for _, u := range ch.Unreachable {
 		why = append(why, fmt.Sprintf("writer %s did not answer (%s): what only it holds is not in the report", u.Writer, u.Error))
+	}
+	if len(ch.Streaming) > 0 {
+		why = append(why, fmt.Sprintf("the streams of shard(s) %s had not ended when the meter was read: records their last rounds commit may be counted at risk though copied (`ferryctl status %s` reads the meter again)",
+			strings.Join(ch.Streaming, ", "), ch.Link))
+	}
+	if len(ch.Streaming) > 0 {
+		why = append(why, fmt.Sprintf("the streams of shard(s) %s had not ended when the meter was read: records their last rounds commit may be counted at risk though copied (`ferryctl status %s` reads the meter again)",
+			strings.Join(ch.Streaming, ", "), ch.Link))
 	}
 	if ch.MeterError != "" {
 		why = append(why, fmt.Sprintf("the failover meter could not be read after the change (%s): `ferryctl status %s` reads it again", ch.MeterError, ch.Link))
