@@ -128,9 +128,11 @@ type verbOpts struct {
 	watch      bool
 	interval   time.Duration
 	staleAfter time.Duration
-	reason     string
-	dryRun     bool
-	groups     string
+	// groupStaleAfter is status's bound on a group's sync age.
+	groupStaleAfter time.Duration
+	reason          string
+	dryRun          bool
+	groups          string
 	// planned and unplanned are failover's two forms, one of them
 	// required; yes confirms the unplanned one without asking.
 	planned, unplanned, yes bool
@@ -170,6 +172,7 @@ var verbs = []verb{
 			fs.BoolVar(&o.watch, "watch", false, "show the status again every --interval until interrupted")
 			fs.DurationVar(&o.interval, "interval", 2*time.Second, "the refresh interval of --watch")
 			fs.DurationVar(&o.staleAfter, "stale-after", 10*time.Second, "a heartbeat older than this makes its link unhealthy (ten heartbeat intervals by default)")
+			fs.DurationVar(&o.groupStaleAfter, "group-stale-after", time.Minute, "a synced group whose position follows a source read older than this makes its link unhealthy (six link.groups.interval by default)")
 		}, run: runStatus},
 	{name: "pause", args: "LINK", summary: "stop every fetcher of LINK copying; they keep their leases",
 		flags: reasonFlag, run: stateVerb(linkstate.Paused)},

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
@@ -358,6 +359,55 @@ func TestUnplannedFailoverReadsTheMeterOnceStreamsEnd(t *testing.T) {
 			}
 			if open := len(ch.Streaming) > 0; open != (c.code == exitPartial) || (open && !strings.Contains(errOut, "had not ended when the meter was read")) {
 				t.Errorf("streaming %v, stderr %s", ch.Streaming, errOut)
+			}
+		})
+	}
+}
+
+// status exits unhealthy (3) for a running link's groups a failover now
+// would not move where their consumers expect, naming each: owned (as
+// consumers that moved to the target and back leave it), active, without
+// a position from Ferry on a partition it reads, or following a stale
+// source read; a group synced and fresh is healthy.
+func TestStatusNamesGroupsAFailoverWouldNotMove(t *testing.T) {
+	fresh, stale := 2.0, 600.0
+	synced := func(name string, age float64) *ferryv1.LinkGroup {
+		return &ferryv1.LinkGroup{Group: name, Outcome: "moved", HasSyncAge: true, SyncAgeSeconds: age, Partitions: []*ferryv1.LinkGroupPartition{
+			{Topic: "orders", Partition: 0, SourceOffset: 80, TargetOffset: 81, StandsForSourceOffset: 80, SyncedReadAtUnixMs: time.Now().UnixMilli()}}}
+	}
+	for _, c := range []struct {
+		name  string
+		group *ferryv1.LinkGroup
+		says  string
+	}{
+		{"synced", synced("app", fresh), ""},
+		{"owned", &ferryv1.LinkGroup{Group: "theirs", Outcome: "owned", Detail: "orders/0 at 3 committed by another client",
+			Partitions: []*ferryv1.LinkGroupPartition{{Topic: "orders", Partition: 0, SourceOffset: 10, TargetOffset: -1, StandsForSourceOffset: -1}}},
+			"group theirs: last sync owned"},
+		{"active", &ferryv1.LinkGroup{Group: "busy", Outcome: "active", Detail: "2 members",
+			Partitions: []*ferryv1.LinkGroupPartition{{Topic: "orders", Partition: 0, SourceOffset: 10, TargetOffset: -1, StandsForSourceOffset: -1}}},
+			"group busy: last sync active"},
+		{"without a position", &ferryv1.LinkGroup{Group: "late", Outcome: "moved", Partitions: []*ferryv1.LinkGroupPartition{
+			{Topic: "orders", Partition: 0, SourceOffset: 80, TargetOffset: 81, StandsForSourceOffset: 80},
+			{Topic: "orders", Partition: 1, SourceOffset: 40, TargetOffset: -1, StandsForSourceOffset: -1, Note: "before_index"}}},
+			"group late has no position from Ferry on orders/1 (before_index)"},
+		{"stale", synced("slow", stale), "group slow follows a source read 10m0s old, above 1m0s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := running()
+			l.groups = []*ferryv1.LinkGroup{c.group}
+			ft := startFakes(t, l, &fakeWriter{})
+			// The fake's one shard has no stream: an unhealthy link already,
+			// which the group's problem must join.
+			code, out, errOut := ft.run(t, nil, "status", "east")
+			if c.says == "" {
+				if strings.Contains(errOut, "group ") {
+					t.Errorf("a synced, fresh group named unhealthy: %s", errOut)
+				}
+				return
+			}
+			if code != exitUnhealthy || !strings.Contains(errOut, c.says) {
+				t.Errorf("status exited %d: %s%s; want %d saying %q", code, out, errOut, exitUnhealthy, c.says)
 			}
 		})
 	}

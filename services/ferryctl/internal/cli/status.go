@@ -100,7 +100,7 @@ func runStatus(ctx context.Context, c *client, o *verbOpts, args []string, stdou
 		link = args[0]
 	}
 	for {
-		rep, err := c.report(ctx, link, o.staleAfter)
+		rep, err := c.report(ctx, link, o.staleAfter, o.groupStaleAfter)
 		if err != nil {
 			return err
 		}
@@ -139,7 +139,7 @@ func healthOf(rep Report) error {
 
 // report asks every writer and merges their answers; it fails only when
 // none answers.
-func (c *client) report(ctx context.Context, link string, staleAfter time.Duration) (Report, error) {
+func (c *client) report(ctx context.Context, link string, staleAfter, groupStaleAfter time.Duration) (Report, error) {
 	var (
 		rep     Report
 		answers []*ferryv1.StatusResponse
@@ -166,7 +166,7 @@ func (c *client) report(ctx context.Context, link string, staleAfter time.Durati
 	rep.Healthy = len(rep.Unreachable) == 0
 	for i := range rep.Links {
 		l := &rep.Links[i]
-		l.Problems = problems(*l, staleAfter)
+		l.Problems = problems(*l, staleAfter, groupStaleAfter)
 		rep.Healthy = rep.Healthy && len(l.Problems) == 0
 	}
 	return rep, nil
@@ -309,7 +309,7 @@ func mergeStopped(l *LinkReport, p *ferryv1.LinkStoppedPartition, addr string) {
 
 // problems says why a running link is unhealthy. A link an operator
 // paused or failed over is not: its shards are idle on purpose.
-func problems(l LinkReport, staleAfter time.Duration) []string {
+func problems(l LinkReport, staleAfter, groupStaleAfter time.Duration) []string {
 	if l.State != linkstate.Running {
 		return nil
 	}
@@ -328,6 +328,36 @@ func problems(l LinkReport, staleAfter time.Duration) []string {
 	// fresh, yet the partition copies nothing.
 	for _, s := range l.Stopped {
 		out = append(out, fmt.Sprintf("%s/%d is stopped (%s) on writer %s: it copies nothing until an operator acts", s.Topic, s.Partition, s.Reason, s.Writer))
+	}
+	return append(out, groupProblems(l.Groups, groupStaleAfter)...)
+}
+
+// groupProblems says which synced groups a failover now would not move
+// where their consumers expect: one the sync leaves (owned: committed on
+// the target by another client, as consumers that moved there and back
+// leave it; active: members on the target), one whose last sync failed or
+// found its offsets before the index, one without a position from Ferry
+// on a partition it reads, and one whose position follows a source read
+// older than groupStaleAfter.
+func groupProblems(gs []GroupReport, groupStaleAfter time.Duration) []string {
+	var out []string
+	for _, g := range gs {
+		switch g.Outcome {
+		case "owned", "active", "error", "before_index":
+			out = append(out, fmt.Sprintf("group %s: last sync %s (%s): a failover now leaves it where it stands on the target", g.Group, g.Outcome, g.Detail))
+		}
+		if len(g.Uncounted) > 0 {
+			var ps []string
+			for _, u := range g.Uncounted {
+				ps = append(ps, fmt.Sprintf("%s/%d (%s)", u.Topic, u.Partition, u.Reason))
+			}
+			out = append(out, fmt.Sprintf("group %s has no position from Ferry on %s", g.Group, strings.Join(ps, ", ")))
+		}
+		if g.SyncAge != nil && groupStaleAfter > 0 {
+			if age := time.Duration(*g.SyncAge * float64(time.Second)); age > groupStaleAfter {
+				out = append(out, fmt.Sprintf("group %s follows a source read %s old, above %s", g.Group, age.Round(time.Second), groupStaleAfter))
+			}
+		}
 	}
 	return out
 }

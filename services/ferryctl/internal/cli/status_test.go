@@ -60,11 +60,11 @@ func TestStoppedPartitionIsAProblem(t *testing.T) {
 		Shards:  []ShardReport{{Shard: 0, Active: true}},
 		Stopped: []StoppedReport{{Topic: "orders", Partition: 3, Reason: "target_refused", Writer: "w1:9000"}},
 	}
-	if got := problems(l, time.Minute); len(got) != 1 || got[0] != "orders/3 is stopped (target_refused) on writer w1:9000: it copies nothing until an operator acts" {
+	if got := problems(l, time.Minute, time.Minute); len(got) != 1 || got[0] != "orders/3 is stopped (target_refused) on writer w1:9000: it copies nothing until an operator acts" {
 		t.Errorf("problems = %q", got)
 	}
 	l.State = linkstate.Paused
-	if got := problems(l, time.Minute); len(got) != 0 {
+	if got := problems(l, time.Minute, time.Minute); len(got) != 0 {
 		t.Errorf("problems of a paused link = %q", got)
 	}
 	var out bytes.Buffer
