@@ -223,10 +223,15 @@ func produceTransactions(ctx context.Context, t *testing.T, addrs []string, topi
 
 // produceCompacted writes records one at a time to the compacted
 // compactTopic (segment.ms 100) until the log cleaner has removed at
-// least 8 of them: a third of the keys are written once and stay, the
-// rest are four keys written again and again. Records are paced 20 ms
-// apart so segments roll and become cleanable; the loop ends on what
-// the source shows, not after a time.
+// least 8 of them, the first among them: a third of the keys (not the
+// first three's) are written once and stay, the rest are four keys
+// written again and again. The source log then starts at 0 while its
+// first record is further on: a group committed in that cleaned head
+// must translate (the offset index starts where the copy started: it
+// used to start at the first copied batch, and every offset before it
+// answered before_index). Records are paced 20 ms apart so segments roll
+// and become cleanable; the loop ends on what the source shows, not
+// after a time.
 func produceCompacted(ctx context.Context, t *testing.T, addrs []string) sourceLog {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(compactTopic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -239,7 +244,7 @@ func produceCompacted(ctx context.Context, t *testing.T, addrs []string) sourceL
 	defer tick.Stop()
 	for i := 0; ; i++ {
 		key := "k-" + strconv.Itoa(i%4)
-		if i%3 == 0 {
+		if i%3 == 0 && i >= 3 {
 			key = "u-" + strconv.Itoa(i)
 		}
 		r := &kgo.Record{Key: []byte(key), Value: fmt.Appendf(nil, "c-%d", i)}
@@ -248,10 +253,15 @@ func produceCompacted(ctx context.Context, t *testing.T, addrs []string) sourceL
 		}
 		log.offsets[string(r.Value)] = r.Offset
 		if i%10 == 9 {
-			held := 0
-			readCommitted(ctx, t, addrs, compactTopic, func(*kgo.Record) { held++ })
-			if removed := i + 1 - held; removed >= 8 {
-				t.Logf("%s: the log cleaner removed %d of %d records before the link started", compactTopic, removed, i+1)
+			held, first := 0, int64(-1)
+			readCommitted(ctx, t, addrs, compactTopic, func(r *kgo.Record) {
+				if held == 0 {
+					first = r.Offset
+				}
+				held++
+			})
+			if removed := i + 1 - held; removed >= 8 && first > 0 {
+				t.Logf("%s: the log cleaner removed %d of %d records before the link started, offsets 0 to %d among them", compactTopic, removed, i+1, first-1)
 				return log
 			}
 		}
