@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-replicator/ferry/loadtest/harness"
 	"github.com/ferry-replicator/ferry/loadtest/workload"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
@@ -97,6 +98,21 @@ func TestFailbackRoundTripOnApacheKafka(t *testing.T) {
 	// (still within what was copied) and partition 1 to its end.
 	produceTrip(ctx, t, b, tripB, tripBRecords)
 	readB := tripRead(ctx, t, b, map[int32]int{0: 200, 1: -1})
+
+	// The link's writer (every writer of B) is killed and restarted
+	// between the failover and the failback: what its group sync knew
+	// is read back from __ferry_groups, so failback --move-groups below
+	// still finds G (it found no group, and moved none, before).
+	fwd.writer.Kill()
+	if err := fwd.writer.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	err := harness.WaitReady(rctx, fwd.writerAdmin)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Failback steps 1 and 2: the tail, exactly, as A and B tell it
 	// apart, and the reverse link's start, where B's writes began, set
