@@ -269,6 +269,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 		Index:             index,
 		Heartbeats:        beats.table,
 		HeartbeatsTopic:   cfg.Heartbeats.Topic,
+		FlushHeartbeats:   beats.store.Flush,
 		Groups:            groups,
 		GroupState:        groupState,
 		GroupStatePersist: cfg.Heartbeats.PersistInterval,

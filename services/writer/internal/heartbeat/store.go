@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -84,6 +85,9 @@ type Store struct {
 	table    *Table
 	interval time.Duration
 	log      *slog.Logger
+	// writing orders the writes (Run's and Flush's), so an older State
+	// never lands after a newer one.
+	writing sync.Mutex
 }
 
 // NewStore returns a store of table in topic through a client built from
@@ -149,10 +153,12 @@ func (s *Store) Run(ctx context.Context) {
 	}
 }
 
-// Flush writes the changed States now.
+// Flush writes the changed States now; safe beside Run.
 func (s *Store) Flush(ctx context.Context) error { return s.flush(ctx) }
 
 func (s *Store) flush(ctx context.Context) error {
+	s.writing.Lock()
+	defer s.writing.Unlock()
 	dirty := s.table.takeDirty()
 	if len(dirty) == 0 {
 		return nil

@@ -117,12 +117,22 @@ func (c *Control) Status(ctx context.Context, req *ferryv1.StatusRequest) (*ferr
 			return nil, status.Errorf(codes.NotFound, "link %q: this writer does not serve it", clip(name))
 		}
 	}
+	var states []LinkState
+	for _, ls := range s.LinkStates() {
+		if req.GetLink() == "" || ls.Link == req.GetLink() {
+			states = append(states, ls)
+		}
+	}
+	// A stopped link's report (failover, failback) is what an operator
+	// acts on: its groups are on the target cluster before it is given.
+	if slices.ContainsFunc(states, func(ls LinkState) bool { return ls.State != linkstate.Running }) {
+		if err := s.Durable(ctx); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "a stopped link's report would not survive this writer: not written to the target cluster: %v", err)
+		}
+	}
 	resp := &ferryv1.StatusResponse{Writer: s.opts.ID, TimeUnixMs: time.Now().UnixMilli()}
 	shards, meter, groups, stopped := s.Status(), s.Failover(), s.Groups(), s.Stopped()
-	for _, ls := range s.LinkStates() {
-		if req.GetLink() != "" && ls.Link != req.GetLink() {
-			continue
-		}
+	for _, ls := range states {
 		out := c.linkStatus(ls, shards, meter)
 		out.Groups = groupsProto(ls.Link, groups)
 		out.Stopped = stoppedProto(ls.Link, stopped)

@@ -72,12 +72,22 @@ type controlWriter struct {
 
 func startControlWriter(t *testing.T, pki controlPKI, cluster *kfake.Cluster, exactlyOnce bool, operators ...string) *controlWriter {
 	t.Helper()
+	return startControlWriterWith(t, pki, cluster, exactlyOnce, nil, operators...)
+}
+
+// startControlWriterWith is startControlWriter with edit applied to the
+// writer's options (nil: none).
+func startControlWriterWith(t *testing.T, pki controlPKI, cluster *kfake.Cluster, exactlyOnce bool, edit func(*Options), operators ...string) *controlWriter {
+	t.Helper()
 	v, err := tlsconfig.NewVerifier(pki.writer, "", pki.writer.OwnIdentities())
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := startWriterOn(t, cluster, passthroughLinks(t, exactlyOnce), func(o *Options) {
 		o.ReplicateIDs = tlsconfig.NewIDs([]string{fetcherID})
+		if edit != nil {
+			edit(o)
+		}
 	}, func(o *checkpoint.Options) {
 		o.Signer, o.Verifier = pki.writer, v
 	}, pki.writer.ServerOptions(), creds(pki.fetcher))

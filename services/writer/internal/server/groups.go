@@ -168,6 +168,9 @@ type groupSyncer struct {
 	store        GroupStateStore
 	persistEvery time.Duration
 	dirty        map[groupstate.Key]bool
+	// writing orders the writes: the run's and a stopped link's report's
+	// (Durable), so an older state never lands after a newer one.
+	writing sync.Mutex
 }
 
 // followEvery is how often a group behind what it read on the source is
@@ -277,7 +280,7 @@ func (g *groupSyncer) run(ctx context.Context) {
 		case <-tick.C:
 			g.advance()
 			if time.Since(persisted) >= g.persistEvery {
-				g.persist(ctx)
+				_ = g.persist(ctx) // logged, and tried again at the next
 				persisted = time.Now()
 			}
 		}

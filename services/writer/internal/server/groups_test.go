@@ -52,6 +52,18 @@ func startGroupWriterIdle(t *testing.T, exactlyOnce bool, edits ...func(*Options
 // same target, or the same writer started again.
 func groupWriterOn(t *testing.T, cluster *kfake.Cluster, exactlyOnce bool, edits ...func(*Options)) *testWriter {
 	t.Helper()
+	gc := groupCommitterOn(t, cluster)
+	return startWriterOn(t, cluster, passthroughLinks(t, exactlyOnce), func(o *Options) {
+		o.Groups = gc
+		for _, edit := range edits {
+			edit(o)
+		}
+	}, nil, nil, insecure.NewCredentials())
+}
+
+// groupCommitterOn is the group sync's committer on cluster.
+func groupCommitterOn(t *testing.T, cluster *kfake.Cluster) *groupcommit.Committer {
+	t.Helper()
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V3_6_0_0
 	sc, err := sarama.NewClient(cluster.ListenAddrs(), cfg)
@@ -63,12 +75,7 @@ func groupWriterOn(t *testing.T, cluster *kfake.Cluster, exactlyOnce bool, edits
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startWriterOn(t, cluster, passthroughLinks(t, exactlyOnce), func(o *Options) {
-		o.Groups = gc
-		for _, edit := range edits {
-			edit(o)
-		}
-	}, nil, nil, insecure.NewCredentials())
+	return gc
 }
 
 // syncPending syncs what the idle syncer has queued, as its run does.

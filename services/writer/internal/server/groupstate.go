@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
@@ -38,15 +39,17 @@ func (g *groupSyncer) markDirty(k groupKey, tp topicPartition) {
 }
 
 // persist writes the group partitions changed since the last write; a
-// failed write is tried again at the next.
-func (g *groupSyncer) persist(ctx context.Context) {
+// failed write is tried again at the next, and returned.
+func (g *groupSyncer) persist(ctx context.Context) error {
 	if g.store == nil {
-		return
+		return nil
 	}
+	g.writing.Lock()
+	defer g.writing.Unlock()
 	g.mu.Lock()
 	if len(g.dirty) == 0 {
 		g.mu.Unlock()
-		return
+		return nil
 	}
 	dirty := g.dirty
 	g.dirty = nil
@@ -79,14 +82,38 @@ func (g *groupSyncer) persist(ctx context.Context) {
 		if ctx.Err() == nil {
 			g.log.Warn("group state not written; trying again", "partitions", len(parts), "err", err)
 		}
+		return err
 	}
+	return nil
 }
 
 // persistAtEnd writes what changed once more as the syncer stops.
 func (g *groupSyncer) persistAtEnd() {
 	ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
 	defer cancel()
-	g.persist(ctx)
+	_ = g.persist(ctx) // logged; nothing is left to try it again
+}
+
+// Durable writes what the heartbeats and the group sync changed since
+// their last writes before a report of a link that does not run is given
+// (Control.Status): the partitions and groups ferryctl failover and
+// failback print then survive a writer killed the moment after, though
+// the persist interval had not come round.
+func (s *Server) Durable(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, persistTimeout)
+	defer cancel()
+	if f := s.opts.FlushHeartbeats; f != nil {
+		if err := f(ctx); err != nil {
+			return fmt.Errorf("heartbeats.topic: %w", err)
+		}
+	}
+	if s.groups == nil || s.groups.store == nil {
+		return nil
+	}
+	if err := s.groups.persist(ctx); err != nil {
+		return fmt.Errorf("group_state.topic: %w", err)
+	}
+	return nil
 }
 
 // clipDetail keeps a record within groupstate's bound: details are

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -10,7 +11,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupstate"
+	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 )
 
 const groupStateTopic = "__ferry_groups"
@@ -159,5 +163,98 @@ func TestGroupStateSurvivesARestart(t *testing.T) {
 	}
 	if g, ok := groupOf(second, "g17"); !ok || g.RereadRecords == nil || *g.RereadRecords != 0 {
 		t.Errorf("g17's re-read exposure after the restart: %+v, want 0 (caught up)", g)
+	}
+}
+
+// What a report of a stopped link shows is on the target cluster before
+// the report is given: ferryctl failover prints the groups of a failed
+// over link from the writers' Status, and a writer killed the moment
+// after (a region loss goes on; its pod is rescheduled) must come back
+// knowing them, though the persist interval had not come round. While
+// the link runs, the interval alone writes the state.
+func TestFailoverReportIsOnTheTarget(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	store := groupStateOn(ctx, t, cluster)
+	const beatsTopic = "__ferry_heartbeats"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kadm.NewClient(cl).CreateTopic(ctx, 1, -1, nil, beatsTopic)
+	cl.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	beats := heartbeat.NewTable()
+	beatsStore, err := heartbeat.NewStore([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, beatsTopic, beats, time.Hour, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(beatsStore.Close)
+	w := startControlWriterWith(t, newControlPKI(t), cluster, true, func(o *Options) {
+		o.Groups, o.GroupState, o.GroupStatePersist = groupCommitterOn(t, cluster), store, time.Hour
+		o.Heartbeats, o.HeartbeatsTopic, o.FlushHeartbeats = beats, beatsTopic, beatsStore.Flush
+	}, operatorID)
+	syncCtx, stopSync := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.srv.RunGroupSync(syncCtx) }()
+	defer func() { stopSync(); wg.Wait() }()
+	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+	copyWithGaps(t, stream)
+	offsets := map[string]int64{"g3": 3, "g17": 17}
+	syncUntil(t, w.testWriter, stream, offsets, "every group synced", func(g GroupStatus) bool { return standsFor(g, offsets[g.Group]) })
+
+	stored := func() map[groupstate.Key]groupstate.Part {
+		t.Helper()
+		parts, _, err := store.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return parts
+	}
+	if _, err := w.ctl.Status(ctx, &ferryv1.StatusRequest{Link: "east"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(); len(got) != 0 {
+		t.Fatalf("a running link's status wrote the group state: %v (the interval is an hour)", got)
+	}
+
+	w.setState(ctx, t, linkstate.FailedOver, "region lost")
+	resp, err := w.ctl.Status(ctx, &ferryv1.StatusRequest{Link: "east"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := stored()
+	readBack := heartbeat.NewTable()
+	rb, err := heartbeat.NewStore([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, beatsTopic, readBack, time.Hour, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rb.Close()
+	if _, _, err := rb.Load(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := readBack.Get(heartbeat.Key{Link: "east", Topic: "orders", Partition: 0}); !ok || st.CommittedNext != 30 {
+		t.Errorf("orders/0's heartbeat state on the target cluster: %+v (found %v), want committed next offset 30 as the writer knows it: %+v", st, ok, beats.All())
+	}
+	reported := resp.GetLinks()[0].GetGroups()
+	if len(reported) != len(offsets) {
+		t.Fatalf("the failover report shows %d groups, want %d: %v", len(reported), len(offsets), reported)
+	}
+	for _, g := range reported {
+		for _, p := range g.GetPartitions() {
+			k := groupstate.Key{Link: "east", Group: g.GetGroup(), Topic: p.GetTopic(), Partition: p.GetPartition()}
+			s, ok := got[k]
+			if !ok || s.Target != p.GetTargetOffset() || s.StandsFor != p.GetStandsForSourceOffset() || s.Reported != p.GetSourceOffset() {
+				t.Errorf("%v on the target cluster: %+v (found %v); the report shows %v", k, s, ok, p)
+			}
+		}
 	}
 }

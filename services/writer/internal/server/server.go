@@ -106,6 +106,10 @@ type Options struct {
 	// HeartbeatsTopic is where Heartbeats is persisted: no link may write
 	// it.
 	HeartbeatsTopic string
+	// FlushHeartbeats writes what Heartbeats changed since its last write
+	// now (heartbeat.Store.Flush), before a stopped link's report is
+	// given (Durable); nil: nothing to write.
+	FlushHeartbeats func(context.Context) error
 	// Groups commits the consumer-group offsets streams bring (group
 	// sync, groups.go) on the writer's group syncer (RunGroupSync); nil:
 	// the writer syncs no groups and its Opened says it takes none.
