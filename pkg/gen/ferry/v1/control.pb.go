@@ -150,6 +150,123 @@ func (TranslateOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_ferry_v1_control_proto_rawDescGZIP(), []int{1}
 }
 
+// HandBackGroupsRequest names the groups a link's sync takes back.
+type HandBackGroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Link          string                 `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
+	Groups        []string               `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandBackGroupsRequest) Reset() {
+	*x = HandBackGroupsRequest{}
+	mi := &file_ferry_v1_control_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandBackGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandBackGroupsRequest) ProtoMessage() {}
+
+func (x *HandBackGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandBackGroupsRequest.ProtoReflect.Descriptor instead.
+func (*HandBackGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *HandBackGroupsRequest) GetLink() string {
+	if x != nil {
+		return x.Link
+	}
+	return ""
+}
+
+func (x *HandBackGroupsRequest) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// HandBackGroupsResponse says which groups this writer's sync took back.
+type HandBackGroupsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Writer is the answering writer's id.
+	Writer string `protobuf:"bytes,1,opt,name=writer,proto3" json:"writer,omitempty"`
+	// HandedBack are the groups this writer's sync follows, now handed back.
+	HandedBack []string `protobuf:"bytes,2,rep,name=handed_back,json=handedBack,proto3" json:"handed_back,omitempty"`
+	// Unknown are the groups this writer's sync never followed.
+	Unknown       []string `protobuf:"bytes,3,rep,name=unknown,proto3" json:"unknown,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandBackGroupsResponse) Reset() {
+	*x = HandBackGroupsResponse{}
+	mi := &file_ferry_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandBackGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandBackGroupsResponse) ProtoMessage() {}
+
+func (x *HandBackGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandBackGroupsResponse.ProtoReflect.Descriptor instead.
+func (*HandBackGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HandBackGroupsResponse) GetWriter() string {
+	if x != nil {
+		return x.Writer
+	}
+	return ""
+}
+
+func (x *HandBackGroupsResponse) GetHandedBack() []string {
+	if x != nil {
+		return x.HandedBack
+	}
+	return nil
+}
+
+func (x *HandBackGroupsResponse) GetUnknown() []string {
+	if x != nil {
+		return x.Unknown
+	}
+	return nil
+}
+
 // StatusRequest names the link to report; empty reports every link.
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -160,7 +277,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_ferry_v1_control_proto_msgTypes[0]
+	mi := &file_ferry_v1_control_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +289,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[0]
+	mi := &file_ferry_v1_control_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +302,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{0}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StatusRequest) GetLink() string {
@@ -211,7 +328,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_ferry_v1_control_proto_msgTypes[1]
+	mi := &file_ferry_v1_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -223,7 +340,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[1]
+	mi := &file_ferry_v1_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -236,7 +353,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StatusResponse) GetWriter() string {
@@ -287,7 +404,7 @@ type LinkStatus struct {
 
 func (x *LinkStatus) Reset() {
 	*x = LinkStatus{}
-	mi := &file_ferry_v1_control_proto_msgTypes[2]
+	mi := &file_ferry_v1_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +416,7 @@ func (x *LinkStatus) String() string {
 func (*LinkStatus) ProtoMessage() {}
 
 func (x *LinkStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[2]
+	mi := &file_ferry_v1_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +429,7 @@ func (x *LinkStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkStatus.ProtoReflect.Descriptor instead.
 func (*LinkStatus) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LinkStatus) GetName() string {
@@ -383,7 +500,7 @@ type LinkIndexGap struct {
 
 func (x *LinkIndexGap) Reset() {
 	*x = LinkIndexGap{}
-	mi := &file_ferry_v1_control_proto_msgTypes[3]
+	mi := &file_ferry_v1_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +512,7 @@ func (x *LinkIndexGap) String() string {
 func (*LinkIndexGap) ProtoMessage() {}
 
 func (x *LinkIndexGap) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[3]
+	mi := &file_ferry_v1_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +525,7 @@ func (x *LinkIndexGap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkIndexGap.ProtoReflect.Descriptor instead.
 func (*LinkIndexGap) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LinkIndexGap) GetTopic() string {
@@ -442,7 +559,7 @@ type LinkControl struct {
 
 func (x *LinkControl) Reset() {
 	*x = LinkControl{}
-	mi := &file_ferry_v1_control_proto_msgTypes[4]
+	mi := &file_ferry_v1_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +571,7 @@ func (x *LinkControl) String() string {
 func (*LinkControl) ProtoMessage() {}
 
 func (x *LinkControl) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[4]
+	mi := &file_ferry_v1_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +584,7 @@ func (x *LinkControl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkControl.ProtoReflect.Descriptor instead.
 func (*LinkControl) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LinkControl) GetState() LinkState {
@@ -521,7 +638,7 @@ type LinkShard struct {
 
 func (x *LinkShard) Reset() {
 	*x = LinkShard{}
-	mi := &file_ferry_v1_control_proto_msgTypes[5]
+	mi := &file_ferry_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +650,7 @@ func (x *LinkShard) String() string {
 func (*LinkShard) ProtoMessage() {}
 
 func (x *LinkShard) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[5]
+	mi := &file_ferry_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +663,7 @@ func (x *LinkShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkShard.ProtoReflect.Descriptor instead.
 func (*LinkShard) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LinkShard) GetShard() uint32 {
@@ -605,7 +722,7 @@ type LinkPartition struct {
 
 func (x *LinkPartition) Reset() {
 	*x = LinkPartition{}
-	mi := &file_ferry_v1_control_proto_msgTypes[6]
+	mi := &file_ferry_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +734,7 @@ func (x *LinkPartition) String() string {
 func (*LinkPartition) ProtoMessage() {}
 
 func (x *LinkPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[6]
+	mi := &file_ferry_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +747,7 @@ func (x *LinkPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkPartition.ProtoReflect.Descriptor instead.
 func (*LinkPartition) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LinkPartition) GetTopic() string {
@@ -720,7 +837,7 @@ type SetLinkStateRequest struct {
 
 func (x *SetLinkStateRequest) Reset() {
 	*x = SetLinkStateRequest{}
-	mi := &file_ferry_v1_control_proto_msgTypes[7]
+	mi := &file_ferry_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +849,7 @@ func (x *SetLinkStateRequest) String() string {
 func (*SetLinkStateRequest) ProtoMessage() {}
 
 func (x *SetLinkStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[7]
+	mi := &file_ferry_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +862,7 @@ func (x *SetLinkStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLinkStateRequest.ProtoReflect.Descriptor instead.
 func (*SetLinkStateRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetLinkStateRequest) GetLink() string {
@@ -786,7 +903,7 @@ type SetLinkStateResponse struct {
 
 func (x *SetLinkStateResponse) Reset() {
 	*x = SetLinkStateResponse{}
-	mi := &file_ferry_v1_control_proto_msgTypes[8]
+	mi := &file_ferry_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +915,7 @@ func (x *SetLinkStateResponse) String() string {
 func (*SetLinkStateResponse) ProtoMessage() {}
 
 func (x *SetLinkStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[8]
+	mi := &file_ferry_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +928,7 @@ func (x *SetLinkStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLinkStateResponse.ProtoReflect.Descriptor instead.
 func (*SetLinkStateResponse) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetLinkStateResponse) GetControl() *LinkControl {
@@ -836,7 +953,7 @@ type TranslateRequest struct {
 
 func (x *TranslateRequest) Reset() {
 	*x = TranslateRequest{}
-	mi := &file_ferry_v1_control_proto_msgTypes[9]
+	mi := &file_ferry_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +965,7 @@ func (x *TranslateRequest) String() string {
 func (*TranslateRequest) ProtoMessage() {}
 
 func (x *TranslateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[9]
+	mi := &file_ferry_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +978,7 @@ func (x *TranslateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TranslateRequest.ProtoReflect.Descriptor instead.
 func (*TranslateRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TranslateRequest) GetLink() string {
@@ -930,7 +1047,7 @@ type OffsetQuery struct {
 
 func (x *OffsetQuery) Reset() {
 	*x = OffsetQuery{}
-	mi := &file_ferry_v1_control_proto_msgTypes[10]
+	mi := &file_ferry_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1059,7 @@ func (x *OffsetQuery) String() string {
 func (*OffsetQuery) ProtoMessage() {}
 
 func (x *OffsetQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[10]
+	mi := &file_ferry_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1072,7 @@ func (x *OffsetQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetQuery.ProtoReflect.Descriptor instead.
 func (*OffsetQuery) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *OffsetQuery) GetTopic() string {
@@ -1011,7 +1128,7 @@ type OffsetTranslation struct {
 
 func (x *OffsetTranslation) Reset() {
 	*x = OffsetTranslation{}
-	mi := &file_ferry_v1_control_proto_msgTypes[11]
+	mi := &file_ferry_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1140,7 @@ func (x *OffsetTranslation) String() string {
 func (*OffsetTranslation) ProtoMessage() {}
 
 func (x *OffsetTranslation) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[11]
+	mi := &file_ferry_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1153,7 @@ func (x *OffsetTranslation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetTranslation.ProtoReflect.Descriptor instead.
 func (*OffsetTranslation) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OffsetTranslation) GetTopic() string {
@@ -1114,7 +1231,7 @@ type GroupTranslation struct {
 
 func (x *GroupTranslation) Reset() {
 	*x = GroupTranslation{}
-	mi := &file_ferry_v1_control_proto_msgTypes[12]
+	mi := &file_ferry_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1243,7 @@ func (x *GroupTranslation) String() string {
 func (*GroupTranslation) ProtoMessage() {}
 
 func (x *GroupTranslation) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[12]
+	mi := &file_ferry_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1256,7 @@ func (x *GroupTranslation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupTranslation.ProtoReflect.Descriptor instead.
 func (*GroupTranslation) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GroupTranslation) GetGroup() string {
@@ -1182,7 +1299,7 @@ type GroupPartitionTranslation struct {
 
 func (x *GroupPartitionTranslation) Reset() {
 	*x = GroupPartitionTranslation{}
-	mi := &file_ferry_v1_control_proto_msgTypes[13]
+	mi := &file_ferry_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1311,7 @@ func (x *GroupPartitionTranslation) String() string {
 func (*GroupPartitionTranslation) ProtoMessage() {}
 
 func (x *GroupPartitionTranslation) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[13]
+	mi := &file_ferry_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1324,7 @@ func (x *GroupPartitionTranslation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupPartitionTranslation.ProtoReflect.Descriptor instead.
 func (*GroupPartitionTranslation) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GroupPartitionTranslation) GetTopic() string {
@@ -1279,7 +1396,7 @@ type TranslateResponse struct {
 
 func (x *TranslateResponse) Reset() {
 	*x = TranslateResponse{}
-	mi := &file_ferry_v1_control_proto_msgTypes[14]
+	mi := &file_ferry_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1408,7 @@ func (x *TranslateResponse) String() string {
 func (*TranslateResponse) ProtoMessage() {}
 
 func (x *TranslateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[14]
+	mi := &file_ferry_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1421,7 @@ func (x *TranslateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TranslateResponse.ProtoReflect.Descriptor instead.
 func (*TranslateResponse) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TranslateResponse) GetWriter() string {
@@ -1345,13 +1462,17 @@ type LinkGroup struct {
 	RereadRecords    int64                 `protobuf:"varint,6,opt,name=reread_records,json=rereadRecords,proto3" json:"reread_records,omitempty"`
 	HasRereadRecords bool                  `protobuf:"varint,7,opt,name=has_reread_records,json=hasRereadRecords,proto3" json:"has_reread_records,omitempty"`
 	Partitions       []*LinkGroupPartition `protobuf:"bytes,8,rep,name=partitions,proto3" json:"partitions,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// HandedBack: HandBackGroups returned the group to the sync, whose next
+	// sync takes its offsets on the target over; false once every partition
+	// it follows carries Ferry's marker.
+	HandedBack    bool `protobuf:"varint,9,opt,name=handed_back,json=handedBack,proto3" json:"handed_back,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LinkGroup) Reset() {
 	*x = LinkGroup{}
-	mi := &file_ferry_v1_control_proto_msgTypes[15]
+	mi := &file_ferry_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1484,7 @@ func (x *LinkGroup) String() string {
 func (*LinkGroup) ProtoMessage() {}
 
 func (x *LinkGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[15]
+	mi := &file_ferry_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1497,7 @@ func (x *LinkGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkGroup.ProtoReflect.Descriptor instead.
 func (*LinkGroup) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LinkGroup) GetGroup() string {
@@ -1435,6 +1556,13 @@ func (x *LinkGroup) GetPartitions() []*LinkGroupPartition {
 	return nil
 }
 
+func (x *LinkGroup) GetHandedBack() bool {
+	if x != nil {
+		return x.HandedBack
+	}
+	return false
+}
+
 // LinkGroupPartition is one partition of a synced group.
 type LinkGroupPartition struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1458,7 +1586,7 @@ type LinkGroupPartition struct {
 
 func (x *LinkGroupPartition) Reset() {
 	*x = LinkGroupPartition{}
-	mi := &file_ferry_v1_control_proto_msgTypes[16]
+	mi := &file_ferry_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1598,7 @@ func (x *LinkGroupPartition) String() string {
 func (*LinkGroupPartition) ProtoMessage() {}
 
 func (x *LinkGroupPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[16]
+	mi := &file_ferry_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1611,7 @@ func (x *LinkGroupPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkGroupPartition.ProtoReflect.Descriptor instead.
 func (*LinkGroupPartition) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LinkGroupPartition) GetTopic() string {
@@ -1548,7 +1676,7 @@ type SetCheckpointsRequest struct {
 
 func (x *SetCheckpointsRequest) Reset() {
 	*x = SetCheckpointsRequest{}
-	mi := &file_ferry_v1_control_proto_msgTypes[17]
+	mi := &file_ferry_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1688,7 @@ func (x *SetCheckpointsRequest) String() string {
 func (*SetCheckpointsRequest) ProtoMessage() {}
 
 func (x *SetCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[17]
+	mi := &file_ferry_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1701,7 @@ func (x *SetCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*SetCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetCheckpointsRequest) GetLink() string {
@@ -1610,7 +1738,7 @@ type CheckpointPosition struct {
 
 func (x *CheckpointPosition) Reset() {
 	*x = CheckpointPosition{}
-	mi := &file_ferry_v1_control_proto_msgTypes[18]
+	mi := &file_ferry_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1750,7 @@ func (x *CheckpointPosition) String() string {
 func (*CheckpointPosition) ProtoMessage() {}
 
 func (x *CheckpointPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[18]
+	mi := &file_ferry_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1763,7 @@ func (x *CheckpointPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointPosition.ProtoReflect.Descriptor instead.
 func (*CheckpointPosition) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CheckpointPosition) GetTopic() string {
@@ -1671,7 +1799,7 @@ type SetCheckpointsResponse struct {
 
 func (x *SetCheckpointsResponse) Reset() {
 	*x = SetCheckpointsResponse{}
-	mi := &file_ferry_v1_control_proto_msgTypes[19]
+	mi := &file_ferry_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1811,7 @@ func (x *SetCheckpointsResponse) String() string {
 func (*SetCheckpointsResponse) ProtoMessage() {}
 
 func (x *SetCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[19]
+	mi := &file_ferry_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1824,7 @@ func (x *SetCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*SetCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetCheckpointsResponse) GetWriter() string {
@@ -1728,7 +1856,7 @@ type CheckpointChange struct {
 
 func (x *CheckpointChange) Reset() {
 	*x = CheckpointChange{}
-	mi := &file_ferry_v1_control_proto_msgTypes[20]
+	mi := &file_ferry_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1868,7 @@ func (x *CheckpointChange) String() string {
 func (*CheckpointChange) ProtoMessage() {}
 
 func (x *CheckpointChange) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[20]
+	mi := &file_ferry_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1881,7 @@ func (x *CheckpointChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointChange.ProtoReflect.Descriptor instead.
 func (*CheckpointChange) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CheckpointChange) GetTopic() string {
@@ -1805,7 +1933,7 @@ type LinkStoppedPartition struct {
 
 func (x *LinkStoppedPartition) Reset() {
 	*x = LinkStoppedPartition{}
-	mi := &file_ferry_v1_control_proto_msgTypes[21]
+	mi := &file_ferry_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1945,7 @@ func (x *LinkStoppedPartition) String() string {
 func (*LinkStoppedPartition) ProtoMessage() {}
 
 func (x *LinkStoppedPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_v1_control_proto_msgTypes[21]
+	mi := &file_ferry_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1958,7 @@ func (x *LinkStoppedPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkStoppedPartition.ProtoReflect.Descriptor instead.
 func (*LinkStoppedPartition) Descriptor() ([]byte, []int) {
-	return file_ferry_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_ferry_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LinkStoppedPartition) GetTopic() string {
@@ -1872,7 +2000,15 @@ var File_ferry_v1_control_proto protoreflect.FileDescriptor
 
 const file_ferry_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x16ferry/v1/control.proto\x12\bferry.v1\"#\n" +
+	"\x16ferry/v1/control.proto\x12\bferry.v1\"C\n" +
+	"\x15HandBackGroupsRequest\x12\x12\n" +
+	"\x04link\x18\x01 \x01(\tR\x04link\x12\x16\n" +
+	"\x06groups\x18\x02 \x03(\tR\x06groups\"k\n" +
+	"\x16HandBackGroupsResponse\x12\x16\n" +
+	"\x06writer\x18\x01 \x01(\tR\x06writer\x12\x1f\n" +
+	"\vhanded_back\x18\x02 \x03(\tR\n" +
+	"handedBack\x12\x18\n" +
+	"\aunknown\x18\x03 \x03(\tR\aunknown\"#\n" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04link\x18\x01 \x01(\tR\x04link\"v\n" +
 	"\x0eStatusResponse\x12\x16\n" +
@@ -1971,7 +2107,7 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x11TranslateResponse\x12\x16\n" +
 	"\x06writer\x18\x01 \x01(\tR\x06writer\x123\n" +
 	"\x06offset\x18\x02 \x01(\v2\x1b.ferry.v1.OffsetTranslationR\x06offset\x120\n" +
-	"\x05group\x18\x03 \x01(\v2\x1a.ferry.v1.GroupTranslationR\x05group\"\xb2\x02\n" +
+	"\x05group\x18\x03 \x01(\v2\x1a.ferry.v1.GroupTranslationR\x05group\"\xd3\x02\n" +
 	"\tLinkGroup\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
 	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x16\n" +
@@ -1983,7 +2119,9 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x12has_reread_records\x18\a \x01(\bR\x10hasRereadRecords\x12<\n" +
 	"\n" +
 	"partitions\x18\b \x03(\v2\x1c.ferry.v1.LinkGroupPartitionR\n" +
-	"partitions\"\x93\x02\n" +
+	"partitions\x12\x1f\n" +
+	"\vhanded_back\x18\t \x01(\bR\n" +
+	"handedBack\"\x93\x02\n" +
 	"\x12LinkGroupPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12#\n" +
@@ -2024,12 +2162,13 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x17TRANSLATE_OUTCOME_EXACT\x10\x01\x12#\n" +
 	"\x1fTRANSLATE_OUTCOME_BEYOND_COPIED\x10\x02\x12\"\n" +
 	"\x1eTRANSLATE_OUTCOME_BEFORE_INDEX\x10\x03\x12\x1e\n" +
-	"\x1aTRANSLATE_OUTCOME_NO_INDEX\x10\x042\xb7\x02\n" +
+	"\x1aTRANSLATE_OUTCOME_NO_INDEX\x10\x042\x8c\x03\n" +
 	"\x0eControlService\x12;\n" +
 	"\x06Status\x12\x17.ferry.v1.StatusRequest\x1a\x18.ferry.v1.StatusResponse\x12M\n" +
 	"\fSetLinkState\x12\x1d.ferry.v1.SetLinkStateRequest\x1a\x1e.ferry.v1.SetLinkStateResponse\x12D\n" +
 	"\tTranslate\x12\x1a.ferry.v1.TranslateRequest\x1a\x1b.ferry.v1.TranslateResponse\x12S\n" +
-	"\x0eSetCheckpoints\x12\x1f.ferry.v1.SetCheckpointsRequest\x1a .ferry.v1.SetCheckpointsResponseB<Z:github.com/ferry-replicator/ferry/pkg/gen/ferry/v1;ferryv1b\x06proto3"
+	"\x0eSetCheckpoints\x12\x1f.ferry.v1.SetCheckpointsRequest\x1a .ferry.v1.SetCheckpointsResponse\x12S\n" +
+	"\x0eHandBackGroups\x12\x1f.ferry.v1.HandBackGroupsRequest\x1a .ferry.v1.HandBackGroupsResponseB<Z:github.com/ferry-replicator/ferry/pkg/gen/ferry/v1;ferryv1b\x06proto3"
 
 var (
 	file_ferry_v1_control_proto_rawDescOnce sync.Once
@@ -2044,63 +2183,67 @@ func file_ferry_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ferry_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_ferry_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_ferry_v1_control_proto_goTypes = []any{
 	(LinkState)(0),                    // 0: ferry.v1.LinkState
 	(TranslateOutcome)(0),             // 1: ferry.v1.TranslateOutcome
-	(*StatusRequest)(nil),             // 2: ferry.v1.StatusRequest
-	(*StatusResponse)(nil),            // 3: ferry.v1.StatusResponse
-	(*LinkStatus)(nil),                // 4: ferry.v1.LinkStatus
-	(*LinkIndexGap)(nil),              // 5: ferry.v1.LinkIndexGap
-	(*LinkControl)(nil),               // 6: ferry.v1.LinkControl
-	(*LinkShard)(nil),                 // 7: ferry.v1.LinkShard
-	(*LinkPartition)(nil),             // 8: ferry.v1.LinkPartition
-	(*SetLinkStateRequest)(nil),       // 9: ferry.v1.SetLinkStateRequest
-	(*SetLinkStateResponse)(nil),      // 10: ferry.v1.SetLinkStateResponse
-	(*TranslateRequest)(nil),          // 11: ferry.v1.TranslateRequest
-	(*OffsetQuery)(nil),               // 12: ferry.v1.OffsetQuery
-	(*OffsetTranslation)(nil),         // 13: ferry.v1.OffsetTranslation
-	(*GroupTranslation)(nil),          // 14: ferry.v1.GroupTranslation
-	(*GroupPartitionTranslation)(nil), // 15: ferry.v1.GroupPartitionTranslation
-	(*TranslateResponse)(nil),         // 16: ferry.v1.TranslateResponse
-	(*LinkGroup)(nil),                 // 17: ferry.v1.LinkGroup
-	(*LinkGroupPartition)(nil),        // 18: ferry.v1.LinkGroupPartition
-	(*SetCheckpointsRequest)(nil),     // 19: ferry.v1.SetCheckpointsRequest
-	(*CheckpointPosition)(nil),        // 20: ferry.v1.CheckpointPosition
-	(*SetCheckpointsResponse)(nil),    // 21: ferry.v1.SetCheckpointsResponse
-	(*CheckpointChange)(nil),          // 22: ferry.v1.CheckpointChange
-	(*LinkStoppedPartition)(nil),      // 23: ferry.v1.LinkStoppedPartition
+	(*HandBackGroupsRequest)(nil),     // 2: ferry.v1.HandBackGroupsRequest
+	(*HandBackGroupsResponse)(nil),    // 3: ferry.v1.HandBackGroupsResponse
+	(*StatusRequest)(nil),             // 4: ferry.v1.StatusRequest
+	(*StatusResponse)(nil),            // 5: ferry.v1.StatusResponse
+	(*LinkStatus)(nil),                // 6: ferry.v1.LinkStatus
+	(*LinkIndexGap)(nil),              // 7: ferry.v1.LinkIndexGap
+	(*LinkControl)(nil),               // 8: ferry.v1.LinkControl
+	(*LinkShard)(nil),                 // 9: ferry.v1.LinkShard
+	(*LinkPartition)(nil),             // 10: ferry.v1.LinkPartition
+	(*SetLinkStateRequest)(nil),       // 11: ferry.v1.SetLinkStateRequest
+	(*SetLinkStateResponse)(nil),      // 12: ferry.v1.SetLinkStateResponse
+	(*TranslateRequest)(nil),          // 13: ferry.v1.TranslateRequest
+	(*OffsetQuery)(nil),               // 14: ferry.v1.OffsetQuery
+	(*OffsetTranslation)(nil),         // 15: ferry.v1.OffsetTranslation
+	(*GroupTranslation)(nil),          // 16: ferry.v1.GroupTranslation
+	(*GroupPartitionTranslation)(nil), // 17: ferry.v1.GroupPartitionTranslation
+	(*TranslateResponse)(nil),         // 18: ferry.v1.TranslateResponse
+	(*LinkGroup)(nil),                 // 19: ferry.v1.LinkGroup
+	(*LinkGroupPartition)(nil),        // 20: ferry.v1.LinkGroupPartition
+	(*SetCheckpointsRequest)(nil),     // 21: ferry.v1.SetCheckpointsRequest
+	(*CheckpointPosition)(nil),        // 22: ferry.v1.CheckpointPosition
+	(*SetCheckpointsResponse)(nil),    // 23: ferry.v1.SetCheckpointsResponse
+	(*CheckpointChange)(nil),          // 24: ferry.v1.CheckpointChange
+	(*LinkStoppedPartition)(nil),      // 25: ferry.v1.LinkStoppedPartition
 }
 var file_ferry_v1_control_proto_depIdxs = []int32{
-	4,  // 0: ferry.v1.StatusResponse.links:type_name -> ferry.v1.LinkStatus
-	6,  // 1: ferry.v1.LinkStatus.control:type_name -> ferry.v1.LinkControl
-	7,  // 2: ferry.v1.LinkStatus.shard_states:type_name -> ferry.v1.LinkShard
-	8,  // 3: ferry.v1.LinkStatus.partitions:type_name -> ferry.v1.LinkPartition
-	17, // 4: ferry.v1.LinkStatus.groups:type_name -> ferry.v1.LinkGroup
-	23, // 5: ferry.v1.LinkStatus.stopped:type_name -> ferry.v1.LinkStoppedPartition
-	5,  // 6: ferry.v1.LinkStatus.index_gaps:type_name -> ferry.v1.LinkIndexGap
+	6,  // 0: ferry.v1.StatusResponse.links:type_name -> ferry.v1.LinkStatus
+	8,  // 1: ferry.v1.LinkStatus.control:type_name -> ferry.v1.LinkControl
+	9,  // 2: ferry.v1.LinkStatus.shard_states:type_name -> ferry.v1.LinkShard
+	10, // 3: ferry.v1.LinkStatus.partitions:type_name -> ferry.v1.LinkPartition
+	19, // 4: ferry.v1.LinkStatus.groups:type_name -> ferry.v1.LinkGroup
+	25, // 5: ferry.v1.LinkStatus.stopped:type_name -> ferry.v1.LinkStoppedPartition
+	7,  // 6: ferry.v1.LinkStatus.index_gaps:type_name -> ferry.v1.LinkIndexGap
 	0,  // 7: ferry.v1.LinkControl.state:type_name -> ferry.v1.LinkState
 	0,  // 8: ferry.v1.SetLinkStateRequest.state:type_name -> ferry.v1.LinkState
-	6,  // 9: ferry.v1.SetLinkStateResponse.control:type_name -> ferry.v1.LinkControl
-	12, // 10: ferry.v1.TranslateRequest.offset:type_name -> ferry.v1.OffsetQuery
+	8,  // 9: ferry.v1.SetLinkStateResponse.control:type_name -> ferry.v1.LinkControl
+	14, // 10: ferry.v1.TranslateRequest.offset:type_name -> ferry.v1.OffsetQuery
 	1,  // 11: ferry.v1.OffsetTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
-	15, // 12: ferry.v1.GroupTranslation.partitions:type_name -> ferry.v1.GroupPartitionTranslation
+	17, // 12: ferry.v1.GroupTranslation.partitions:type_name -> ferry.v1.GroupPartitionTranslation
 	1,  // 13: ferry.v1.GroupPartitionTranslation.outcome:type_name -> ferry.v1.TranslateOutcome
-	13, // 14: ferry.v1.TranslateResponse.offset:type_name -> ferry.v1.OffsetTranslation
-	14, // 15: ferry.v1.TranslateResponse.group:type_name -> ferry.v1.GroupTranslation
-	18, // 16: ferry.v1.LinkGroup.partitions:type_name -> ferry.v1.LinkGroupPartition
-	20, // 17: ferry.v1.SetCheckpointsRequest.checkpoints:type_name -> ferry.v1.CheckpointPosition
-	22, // 18: ferry.v1.SetCheckpointsResponse.changes:type_name -> ferry.v1.CheckpointChange
-	2,  // 19: ferry.v1.ControlService.Status:input_type -> ferry.v1.StatusRequest
-	9,  // 20: ferry.v1.ControlService.SetLinkState:input_type -> ferry.v1.SetLinkStateRequest
-	11, // 21: ferry.v1.ControlService.Translate:input_type -> ferry.v1.TranslateRequest
-	19, // 22: ferry.v1.ControlService.SetCheckpoints:input_type -> ferry.v1.SetCheckpointsRequest
-	3,  // 23: ferry.v1.ControlService.Status:output_type -> ferry.v1.StatusResponse
-	10, // 24: ferry.v1.ControlService.SetLinkState:output_type -> ferry.v1.SetLinkStateResponse
-	16, // 25: ferry.v1.ControlService.Translate:output_type -> ferry.v1.TranslateResponse
-	21, // 26: ferry.v1.ControlService.SetCheckpoints:output_type -> ferry.v1.SetCheckpointsResponse
-	23, // [23:27] is the sub-list for method output_type
-	19, // [19:23] is the sub-list for method input_type
+	15, // 14: ferry.v1.TranslateResponse.offset:type_name -> ferry.v1.OffsetTranslation
+	16, // 15: ferry.v1.TranslateResponse.group:type_name -> ferry.v1.GroupTranslation
+	20, // 16: ferry.v1.LinkGroup.partitions:type_name -> ferry.v1.LinkGroupPartition
+	22, // 17: ferry.v1.SetCheckpointsRequest.checkpoints:type_name -> ferry.v1.CheckpointPosition
+	24, // 18: ferry.v1.SetCheckpointsResponse.changes:type_name -> ferry.v1.CheckpointChange
+	4,  // 19: ferry.v1.ControlService.Status:input_type -> ferry.v1.StatusRequest
+	11, // 20: ferry.v1.ControlService.SetLinkState:input_type -> ferry.v1.SetLinkStateRequest
+	13, // 21: ferry.v1.ControlService.Translate:input_type -> ferry.v1.TranslateRequest
+	21, // 22: ferry.v1.ControlService.SetCheckpoints:input_type -> ferry.v1.SetCheckpointsRequest
+	2,  // 23: ferry.v1.ControlService.HandBackGroups:input_type -> ferry.v1.HandBackGroupsRequest
+	5,  // 24: ferry.v1.ControlService.Status:output_type -> ferry.v1.StatusResponse
+	12, // 25: ferry.v1.ControlService.SetLinkState:output_type -> ferry.v1.SetLinkStateResponse
+	18, // 26: ferry.v1.ControlService.Translate:output_type -> ferry.v1.TranslateResponse
+	23, // 27: ferry.v1.ControlService.SetCheckpoints:output_type -> ferry.v1.SetCheckpointsResponse
+	3,  // 28: ferry.v1.ControlService.HandBackGroups:output_type -> ferry.v1.HandBackGroupsResponse
+	24, // [24:29] is the sub-list for method output_type
+	19, // [19:24] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name
@@ -2111,7 +2254,7 @@ func file_ferry_v1_control_proto_init() {
 	if File_ferry_v1_control_proto != nil {
 		return
 	}
-	file_ferry_v1_control_proto_msgTypes[9].OneofWrappers = []any{
+	file_ferry_v1_control_proto_msgTypes[11].OneofWrappers = []any{
 		(*TranslateRequest_Offset)(nil),
 		(*TranslateRequest_Group)(nil),
 	}
@@ -2121,7 +2264,7 @@ func file_ferry_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_v1_control_proto_rawDesc), len(file_ferry_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	ControlService_SetLinkState_FullMethodName   = "/ferry.v1.ControlService/SetLinkState"
 	ControlService_Translate_FullMethodName      = "/ferry.v1.ControlService/Translate"
 	ControlService_SetCheckpoints_FullMethodName = "/ferry.v1.ControlService/SetCheckpoints"
+	ControlService_HandBackGroups_FullMethodName = "/ferry.v1.ControlService/HandBackGroups"
 )
 
 // ControlServiceClient is the client API for ControlService service.
@@ -94,6 +95,25 @@ type ControlServiceClient interface {
 	//	FailedPrecondition the link is not failed_over
 	//	Unavailable        the target cluster could not be written; retry
 	SetCheckpoints(ctx context.Context, in *SetCheckpointsRequest, opts ...grpc.CallOption) (*SetCheckpointsResponse, error)
+	// HandBackGroups returns consumer groups to the link's group sync after a
+	// round trip: their consumers ran on the target during the failover and
+	// committed there without Ferry's marker, which the sync leaves alone
+	// (owned) for good; failback's --move-groups has moved them back to the
+	// old source. The next sync of each group named takes over its offsets
+	// on the target (forward only; the broker still refuses a group with
+	// members), and the hand-back ends once every partition the sync follows
+	// carries Ferry's marker. It answers once the hand-back is written to
+	// the group state topic. A group this writer's sync never followed is
+	// answered unknown: another writer of the target may know it.
+	//
+	// Errors:
+	//
+	//	PermissionDenied  the caller is not in control.allowed_ids
+	//	NotFound          the writer does not serve the link
+	//	InvalidArgument   no group, more than 10000, a group id groupsync
+	//	                  refuses, or one named twice
+	//	Unavailable       the hand-back could not be written; retry
+	HandBackGroups(ctx context.Context, in *HandBackGroupsRequest, opts ...grpc.CallOption) (*HandBackGroupsResponse, error)
 }
 
 type controlServiceClient struct {
@@ -138,6 +158,16 @@ func (c *controlServiceClient) SetCheckpoints(ctx context.Context, in *SetCheckp
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetCheckpointsResponse)
 	err := c.cc.Invoke(ctx, ControlService_SetCheckpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlServiceClient) HandBackGroups(ctx context.Context, in *HandBackGroupsRequest, opts ...grpc.CallOption) (*HandBackGroupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HandBackGroupsResponse)
+	err := c.cc.Invoke(ctx, ControlService_HandBackGroups_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -208,6 +238,25 @@ type ControlServiceServer interface {
 	//	FailedPrecondition the link is not failed_over
 	//	Unavailable        the target cluster could not be written; retry
 	SetCheckpoints(context.Context, *SetCheckpointsRequest) (*SetCheckpointsResponse, error)
+	// HandBackGroups returns consumer groups to the link's group sync after a
+	// round trip: their consumers ran on the target during the failover and
+	// committed there without Ferry's marker, which the sync leaves alone
+	// (owned) for good; failback's --move-groups has moved them back to the
+	// old source. The next sync of each group named takes over its offsets
+	// on the target (forward only; the broker still refuses a group with
+	// members), and the hand-back ends once every partition the sync follows
+	// carries Ferry's marker. It answers once the hand-back is written to
+	// the group state topic. A group this writer's sync never followed is
+	// answered unknown: another writer of the target may know it.
+	//
+	// Errors:
+	//
+	//	PermissionDenied  the caller is not in control.allowed_ids
+	//	NotFound          the writer does not serve the link
+	//	InvalidArgument   no group, more than 10000, a group id groupsync
+	//	                  refuses, or one named twice
+	//	Unavailable       the hand-back could not be written; retry
+	HandBackGroups(context.Context, *HandBackGroupsRequest) (*HandBackGroupsResponse, error)
 	mustEmbedUnimplementedControlServiceServer()
 }
 
@@ -229,6 +278,9 @@ func (UnimplementedControlServiceServer) Translate(context.Context, *TranslateRe
 }
 func (UnimplementedControlServiceServer) SetCheckpoints(context.Context, *SetCheckpointsRequest) (*SetCheckpointsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetCheckpoints not implemented")
+}
+func (UnimplementedControlServiceServer) HandBackGroups(context.Context, *HandBackGroupsRequest) (*HandBackGroupsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method HandBackGroups not implemented")
 }
 func (UnimplementedControlServiceServer) mustEmbedUnimplementedControlServiceServer() {}
 func (UnimplementedControlServiceServer) testEmbeddedByValue()                        {}
@@ -323,6 +375,24 @@ func _ControlService_SetCheckpoints_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ControlService_HandBackGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HandBackGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServiceServer).HandBackGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ControlService_HandBackGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServiceServer).HandBackGroups(ctx, req.(*HandBackGroupsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ControlService_ServiceDesc is the grpc.ServiceDesc for ControlService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -345,6 +415,10 @@ var ControlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetCheckpoints",
 			Handler:    _ControlService_SetCheckpoints_Handler,
+		},
+		{
+			MethodName: "HandBackGroups",
+			Handler:    _ControlService_HandBackGroups_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -91,6 +91,9 @@ type Part struct {
 	Outcome   string `json:"outcome"`
 	Detail    string `json:"detail"`
 	Attempted int64  `json:"attempted_ms"`
+	// HandedBack is the group's: handed back to the sync after a round
+	// trip (its next sync takes over the target's offsets).
+	HandedBack bool `json:"handed_back,omitempty"`
 }
 
 // Check says what makes p unusable.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
@@ -187,7 +188,7 @@ func groupsProto(link string, all []GroupStatus) []*ferryv1.LinkGroup {
 		if g.Link != link {
 			continue
 		}
-		lg := &ferryv1.LinkGroup{Group: g.Group, Outcome: g.Outcome, Detail: g.Detail}
+		lg := &ferryv1.LinkGroup{Group: g.Group, Outcome: g.Outcome, Detail: g.Detail, HandedBack: g.HandedBack}
 		if g.SyncAge != nil {
 			lg.SyncAgeSeconds, lg.HasSyncAge = *g.SyncAge, true
 		}
@@ -244,4 +245,50 @@ func (c *Control) SetLinkState(ctx context.Context, req *ferryv1.SetLinkStateReq
 	}
 	s.log.Warn("link state set", "link", link, "state", state, "reason", req.GetReason(), "by", by, "generation", got.Generation)
 	return &ferryv1.SetLinkStateResponse{Control: controlProto(got)}, nil
+}
+
+// HandBackGroups returns consumer groups to a link's group sync after a
+// round trip (failback --move-groups moved them back to the old source).
+func (c *Control) HandBackGroups(ctx context.Context, req *ferryv1.HandBackGroupsRequest) (*ferryv1.HandBackGroupsResponse, error) {
+	by, err := c.admit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := c.s
+	link := req.GetLink()
+	if _, ok := s.links[link]; !ok {
+		return nil, status.Errorf(codes.NotFound, "link %q: this writer does not serve it", clip(link))
+	}
+	if err := checkGroupNames(req.GetGroups()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	known, unknown, err := s.HandBackGroups(ctx, link, req.GetGroups())
+	if err != nil {
+		return nil, unavailable(ctx, fmt.Errorf("hand back %d groups of link %s: %w", len(known), link, err))
+	}
+	if len(known) > 0 {
+		s.log.Warn("groups handed back to the sync", "link", link, "groups", known, "by", by)
+	}
+	return &ferryv1.HandBackGroupsResponse{Writer: s.opts.ID, HandedBack: known, Unknown: unknown}, nil
+}
+
+// checkGroupNames says what is wrong with a HandBackGroups list.
+func checkGroupNames(groups []string) error {
+	if len(groups) == 0 {
+		return errors.New("no group named")
+	}
+	if len(groups) > groupsync.MaxGroups {
+		return fmt.Errorf("%d groups, above %d", len(groups), groupsync.MaxGroups)
+	}
+	seen := make(map[string]bool, len(groups))
+	for i, g := range groups {
+		if err := groupsync.CheckName(g); err != nil {
+			return fmt.Errorf("groups[%d]: %w", i, err)
+		}
+		if seen[g] {
+			return fmt.Errorf("groups[%d]: group %q named twice", i, g)
+		}
+		seen[g] = true
+	}
+	return nil
 }

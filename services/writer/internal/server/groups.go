@@ -37,7 +37,7 @@ var errBadGroupOffsets = errors.New("bad group offsets")
 // GroupCommitter commits translated positions to one target group
 // (groupcommit.Committer).
 type GroupCommitter interface {
-	Sync(group string, want map[groupcommit.TopicPartition]groupcommit.Position) (groupcommit.Result, error)
+	Move(group string, want map[groupcommit.TopicPartition]groupcommit.Position, o groupcommit.Options) (groupcommit.Result, error)
 }
 
 // Outcomes of a group's sync, as /status and ferry_group_sync_total name
@@ -194,6 +194,11 @@ type groupState struct {
 	outcome   string
 	detail    string
 	parts     map[topicPartition]*groupPart
+	// handedBack: an operator returned the group to the sync after a
+	// round trip (HandBackGroups), so its syncs take over offsets its
+	// consumers committed on the target, until every partition carries
+	// Ferry's marker.
+	handedBack bool
 }
 
 // groupPart is one partition of a group's state.
@@ -381,8 +386,11 @@ func (g *groupSyncer) sync(k groupKey, parts map[topicPartition]wantPart) {
 		res groupcommit.Result
 		err error
 	)
+	g.mu.Lock()
+	takeOver := g.state[k] != nil && g.state[k].handedBack
+	g.mu.Unlock()
 	if len(want) > 0 {
-		res, err = g.commit.Sync(k.group, want)
+		res, err = g.commit.Move(k.group, want, groupcommit.Options{TakeOver: takeOver})
 	} else {
 		res.Outcome = groupcommit.Unchanged
 	}
@@ -428,7 +436,9 @@ func (g *groupSyncer) record(k groupKey, parts map[topicPartition]wantPart, res 
 		case res.Outcome == groupcommit.Active || res.Outcome == groupcommit.Owned:
 			gp.target, gp.standsFor, gp.syncedAt = -1, -1, time.Time{} // the group's position is not Ferry's
 		case synced:
-			if at, ok := res.At[w.target]; ok {
+			// A position taken over but left (backwards) stands for no
+			// known source offset: it is not Ferry's yet.
+			if at, ok := res.At[w.target]; ok && at.Source >= 0 {
 				gp.target, gp.standsFor, gp.syncedAt = at.Target, at.Source, readAt
 				if at.Source > w.reported {
 					gp.note = noteBehind
@@ -439,9 +449,57 @@ func (g *groupSyncer) record(k groupKey, parts map[topicPartition]wantPart, res 
 			g.markDirty(k, tp)
 		}
 	}
+	if st.handedBack && synced && allMarked(st, parts, res) {
+		st.handedBack = false
+		for tp := range st.parts {
+			g.markDirty(k, tp)
+		}
+		g.log.Info("group taken back by the sync", "link", k.link, "group", k.group)
+	}
 	if outcome != prev && (err != nil || res.Outcome == groupcommit.Owned) {
 		g.log.Warn("group not synced", "link", k.link, "group", k.group, "outcome", outcome, "detail", st.detail)
 	}
+}
+
+// allMarked is whether, after the sync res of parts, every partition the
+// group's state follows carries Ferry's marker on the target: those the
+// sync moved, marked or found unchanged, and those it left behind that
+// had it already. Called with g.mu held.
+func allMarked(st *groupState, parts map[topicPartition]wantPart, res groupcommit.Result) bool {
+	for tp := range st.parts {
+		w, ok := parts[tp]
+		if !ok {
+			return false
+		}
+		step, ok := res.Steps[w.target]
+		if !ok || (step.Action == groupcommit.StepBackwards && !groupsync.IsFerry(step.Metadata)) {
+			return false
+		}
+	}
+	return true
+}
+
+// handBack returns link's groups to the sync (HandBackGroups); known are
+// those its sync follows, marked handed back, the rest unknown.
+func (g *groupSyncer) handBack(link string, groups []string) (known, unknown []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, name := range groups {
+		k := groupKey{link, name}
+		st := g.state[k]
+		if st == nil || len(st.parts) == 0 {
+			unknown = append(unknown, name)
+			continue
+		}
+		if !st.handedBack {
+			st.handedBack = true
+			for tp := range st.parts {
+				g.markDirty(k, tp)
+			}
+		}
+		known = append(known, name)
+	}
+	return known, unknown
 }
 
 // GroupStatus is one group's line in /status.
@@ -467,6 +525,9 @@ type GroupStatus struct {
 	// target position is Ferry's.
 	RereadRecords *int64                 `json:"failover_reread_records,omitempty"`
 	Partitions    []GroupPartitionStatus `json:"partitions"`
+	// HandedBack: returned to the sync after a round trip
+	// (HandBackGroups); its next sync takes its target offsets over.
+	HandedBack bool `json:"handed_back,omitempty"`
 }
 
 // GroupPartitionStatus is one partition of a group.
@@ -508,7 +569,7 @@ func (g *groupSyncer) status(now time.Time, committed func(link string, tp topic
 	defer g.mu.Unlock()
 	out := make([]GroupStatus, 0, len(g.state))
 	for k, st := range g.state {
-		gs := GroupStatus{Link: k.link, Group: k.group, Outcome: st.outcome, Detail: st.detail, LastAttempt: st.attempted}
+		gs := GroupStatus{Link: k.link, Group: k.group, Outcome: st.outcome, Detail: st.detail, LastAttempt: st.attempted, HandedBack: st.handedBack}
 		if !st.synced.IsZero() {
 			age := max(0, now.Sub(st.synced).Seconds())
 			gs.SyncAge = &age

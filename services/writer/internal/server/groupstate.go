@@ -67,6 +67,7 @@ func (g *groupSyncer) persist(ctx context.Context) error {
 			Reported: gp.reported, ReportedAt: groupstate.Millis(gp.reportedAt),
 			Target: gp.target, StandsFor: gp.standsFor, SyncedAt: groupstate.Millis(gp.syncedAt), Note: gp.note,
 			Outcome: st.outcome, Detail: clipDetail(st.detail), Attempted: groupstate.Millis(st.attempted),
+			HandedBack: st.handedBack,
 		}
 	}
 	g.mu.Unlock()
@@ -116,6 +117,24 @@ func (s *Server) Durable(ctx context.Context) error {
 	return nil
 }
 
+// HandBackGroups returns link's groups to the group sync after a round
+// trip (ControlService.HandBackGroups): known are the groups its sync
+// follows, now handed back and written to the group state topic before
+// it answers; unknown the rest. Without group sync every group is
+// unknown.
+func (s *Server) HandBackGroups(ctx context.Context, link string, groups []string) (known, unknown []string, err error) {
+	if s.groups == nil {
+		return nil, groups, nil
+	}
+	known, unknown = s.groups.handBack(link, groups)
+	if len(known) > 0 {
+		if err := s.Durable(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	return known, unknown, nil
+}
+
 // clipDetail keeps a record within groupstate's bound: details are
 // error texts, some of them long.
 func clipDetail(s string) string {
@@ -154,6 +173,9 @@ func (g *groupSyncer) restore(parts map[groupstate.Key]groupstate.Part, serves f
 		if at := groupstate.Time(p.SyncedAt); at.After(st.synced) {
 			st.synced = at
 		}
+		// Every partition's record carries the group's flag, all
+		// rewritten when it changes.
+		st.handedBack = st.handedBack || p.HandedBack
 		st.parts[topicPartition{k.Topic, k.Partition}] = &groupPart{
 			reported: p.Reported, reportedAt: groupstate.Time(p.ReportedAt),
 			target: p.Target, standsFor: p.StandsFor, syncedAt: groupstate.Time(p.SyncedAt), note: p.Note,

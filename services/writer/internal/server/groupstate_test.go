@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -10,8 +11,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupstate"
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
@@ -257,4 +261,78 @@ func TestFailoverReportIsOnTheTarget(t *testing.T) {
 			}
 		}
 	}
+}
+
+// After a round trip a group's consumers committed on the target without
+// Ferry's marker, so the sync leaves the group alone (owned) for good;
+// handed back (failback --move-groups), the group's next sync takes those
+// offsets over, forward only, with Ferry's marker, and the hand-back
+// ends there: a consumer's commit afterwards makes the group owned again.
+// The hand-back is on the target cluster before the call answers (the
+// persist interval is an hour), and a group the writer never synced is
+// answered unknown.
+func TestHandBackGroupsAfterARoundTrip(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	store := groupStateOn(ctx, t, cluster)
+	w := startControlWriterWith(t, newControlPKI(t), cluster, true, func(o *Options) {
+		o.Groups, o.GroupState, o.GroupStatePersist = groupCommitterOn(t, cluster), store, time.Hour
+	}, operatorID)
+	syncCtx, stopSync := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.srv.RunGroupSync(syncCtx) }()
+	defer func() { stopSync(); wg.Wait() }()
+	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+	copyWithGaps(t, stream)
+	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 17}, "g synced", func(g GroupStatus) bool { return standsFor(g, 17) })
+
+	// The outage: g's consumers read on the target and commit there.
+	commitOnTarget(ctx, t, w, "g", 14, "")
+	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 17}, "g owned", func(g GroupStatus) bool { return g.Outcome == "owned" })
+
+	if _, err := w.ctl.HandBackGroups(ctx, &ferryv1.HandBackGroupsRequest{Link: "east"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a hand-back of no group: %v, want InvalidArgument", err)
+	}
+	if _, err := w.ctl.HandBackGroups(ctx, &ferryv1.HandBackGroupsRequest{Link: "east", Groups: []string{"g", "g"}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a hand-back naming g twice: %v, want InvalidArgument", err)
+	}
+	resp, err := w.ctl.HandBackGroups(ctx, &ferryv1.HandBackGroupsRequest{Link: "east", Groups: []string{"g", "nobody"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(resp.GetHandedBack(), resp.GetUnknown()) != "[g] [nobody]" {
+		t.Errorf("handed back %v, unknown %v; want [g] and [nobody]", resp.GetHandedBack(), resp.GetUnknown())
+	}
+	parts, _, err := store.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := parts[groupstate.Key{Link: "east", Group: "g", Topic: "orders", Partition: 0}]; !ok || !p.HandedBack {
+		t.Errorf("g's record on the target cluster after the hand-back: %+v (found %v), want handed back", p, ok)
+	}
+	if g, _ := groupOf(w.testWriter, "g"); !g.HandedBack {
+		t.Errorf("g's status after the hand-back: %+v, want handed back", g)
+	}
+	restarted := groupWriterOn(t, cluster, true, func(o *Options) { o.GroupState = store })
+	if err := restarted.srv.RestoreGroups(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := groupOf(restarted, "g"); !g.HandedBack {
+		t.Errorf("g's status on a writer started after the hand-back: %+v, want handed back", g)
+	}
+
+	// Back on the old source, g's consumers read on to 29: the sync takes
+	// the target's offset 14 over with its marker, and the hand-back ends.
+	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 29}, "g synced again", func(g GroupStatus) bool { return standsFor(g, 29) && !g.HandedBack })
+	if at, md := w.targetGroup(t, "g"); md != groupsync.Marker(29) || at <= 14 {
+		t.Errorf("g on the target after the hand-back: %d %q, want past 14 with Ferry's marker of 29", at, md)
+	}
+	commitOnTarget(ctx, t, w, "g", 30, "")
+	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 29}, "g owned again", func(g GroupStatus) bool { return g.Outcome == "owned" })
 }
