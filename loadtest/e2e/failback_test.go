@@ -157,6 +157,9 @@ func TestFailbackRoundTripOnApacheKafka(t *testing.T) {
 	if g1.Carry != "reverse_link" || !strings.Contains(g1.Why, "marked") {
 		t.Errorf("--move-groups: G's partition 1 %+v, want the reverse link's, marked", g1)
 	}
+	if len(mg.Groups) != 1 || !mg.Groups[0].HandedBack {
+		t.Errorf("--move-groups did not hand G back to the forward link's group sync on B: %+v", mg.Groups)
+	}
 	// G's exact partition 0 is before the reverse link's offset index
 	// (--move-groups moved it on A): the failover leaves it without a
 	// position from the reverse link, and may say so (partial, naming it
@@ -217,6 +220,41 @@ func TestFailbackRoundTripOnApacheKafka(t *testing.T) {
 	waitKeys(t, b, "B to hold A's new records", func(k map[int32][]string) error { return count(t, k, "A3", tripA3Records) })
 	fwd.waitCaughtUp(ctx, tripTopic) // the stranded tail, before A3, is behind it
 	checkOnce(t, "B", logKeys(ctx, t, b), map[string]int{"A1": tripA1Records, "B": tripBRecords, "A3": tripA3Records})
+
+	// The trip leaves the sync working: G, whose consumers committed on
+	// B during the failover (which the sync leaves alone), was handed
+	// back by --move-groups, so A→B syncs it again from where it stands
+	// on A now (it read A to its end before A3).
+	onAG := groupOffsetsOn(ctx, t, a)
+	waitUntil(t, 2*time.Minute, "G synced to B again", func() error { return groupMarkers(ctx, b, onAG) })
+}
+
+// groupOffsetsOn is G's committed offset per partition of the trip topic
+// at addrs.
+func groupOffsetsOn(ctx context.Context, t *testing.T, addrs []string) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	os, err := kadm.NewClient(cl).FetchOffsets(ctx, drillGroup)
+	if err == nil {
+		err = os.Error()
+	}
+	if err != nil {
+		t.Fatalf("offsets of group %s: %v", drillGroup, err)
+	}
+	out := map[int32]int64{}
+	os.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == tripTopic && o.At >= 0 {
+			out[o.Partition] = o.At
+		}
+	})
+	if len(out) != 2 {
+		t.Fatalf("group %s has offsets on %d partitions of %s, want 2: %v", drillGroup, len(out), tripTopic, out)
+	}
+	return out
 }
 
 // tripLink is a link between two Apache Kafka brokers, identity naming,
@@ -439,6 +477,7 @@ type tripFailback struct {
 	Groups []struct {
 		Group      string             `json:"group"`
 		Partitions []tripGroupPartion `json:"partitions"`
+		HandedBack bool               `json:"handed_back"`
 	} `json:"groups"`
 }
 

@@ -110,6 +110,13 @@ type FailbackGroup struct {
 	Partitions []FailbackGroupPartition `json:"partitions"`
 	// Error is why the group's positions could not be read.
 	Error string `json:"error,omitempty"`
+	// HandedBack is set when --move-groups moved the group and returned
+	// it to the link's group sync on the target (HandBackGroups): its
+	// consumers committed there during the failover, and once the link
+	// runs again its sync takes those offsets over rather than leave the
+	// group alone (owned). HandBackError says why it was not.
+	HandedBack    bool   `json:"handed_back,omitempty"`
+	HandBackError string `json:"hand_back_error,omitempty"`
 }
 
 // FailbackGroupPartition is one partition of a group.
@@ -171,6 +178,9 @@ func runFailback(ctx context.Context, c *client, o *verbOpts, args []string, std
 	if o.moveGroups {
 		if err := c.moveGroupsBack(ctx, src, link, rep.Groups, groupcommit.Options{TakeOver: true, Backwards: o.allowBackwards, DryRun: o.dryRun}); err != nil {
 			return err
+		}
+		if !o.dryRun {
+			c.handBack(ctx, link, rep.Groups)
 		}
 		if err := c.print(stdout, rep, printFailback); err != nil {
 			return err
@@ -553,6 +563,53 @@ func moveGroupBack(gc *groupcommit.Committer, g *FailbackGroup, want map[groupco
 	}
 }
 
+// handBack returns the groups --move-groups moved whole (none refused,
+// their positions read) to the link's group sync on the target, through
+// every writer: each writer whose sync followed a group takes it back. A
+// group is handed back when one writer took it and every writer
+// answered; else HandBackError says which did not.
+func (c *client) handBack(ctx context.Context, link string, groups []FailbackGroup) {
+	var names []string
+	for _, g := range groups {
+		if g.Error == "" && !slices.ContainsFunc(g.Partitions, func(p FailbackGroupPartition) bool { return p.Action == actionRefused }) {
+			names = append(names, g.Group)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	took := map[string]bool{}
+	var errs []string
+	for _, w := range c.writers {
+		var resp *ferryv1.HandBackGroupsResponse
+		err := c.call(ctx, func(ctx context.Context) (err error) {
+			resp, err = w.ctl.HandBackGroups(ctx, &ferryv1.HandBackGroupsRequest{Link: link, Groups: names})
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("writer %s: %s", w.addr, describe(err)))
+			continue
+		}
+		for _, g := range resp.GetHandedBack() {
+			took[g] = true
+		}
+	}
+	for i := range groups {
+		g := &groups[i]
+		if !slices.Contains(names, g.Group) {
+			continue
+		}
+		switch {
+		case len(errs) > 0:
+			g.HandBackError = strings.Join(errs, "; ")
+		case !took[g.Group]:
+			g.HandBackError = "no writer of the link follows it any more"
+		default:
+			g.HandedBack = true
+		}
+	}
+}
+
 // actionRefused is a partition --move-groups could not move.
 const actionRefused = "refused"
 
@@ -568,7 +625,7 @@ func movedGroups(gs []FailbackGroup) error {
 	if len(gs) == 0 {
 		return fmt.Errorf("%w: --move-groups moved no group: no synced group selected (--groups)", errPartial)
 	}
-	var bad []string
+	var bad, handBack []string
 	for _, g := range gs {
 		if g.Error != "" {
 			bad = append(bad, fmt.Sprintf("%s (positions unread: %s)", g.Group, g.Error))
@@ -576,15 +633,26 @@ func movedGroups(gs []FailbackGroup) error {
 		}
 		if i := slices.IndexFunc(g.Partitions, func(p FailbackGroupPartition) bool { return p.Action == actionRefused }); i >= 0 {
 			bad = append(bad, fmt.Sprintf("%s (%s)", g.Group, g.Partitions[i].Why))
+			continue
+		}
+		if g.HandBackError != "" {
+			handBack = append(handBack, fmt.Sprintf("%s (%s)", g.Group, g.HandBackError))
 		}
 	}
+	var notHanded string
+	if len(handBack) > 0 {
+		notHanded = fmt.Sprintf("; groups moved but not handed back to the link's group sync on the target, which leaves them alone (owned) once the link runs: %s (run failback --move-groups --groups again for them)",
+			strings.Join(handBack, "; "))
+	}
 	switch {
-	case len(bad) == 0:
+	case len(bad) == 0 && len(handBack) == 0:
 		return nil
+	case len(bad) == 0:
+		return fmt.Errorf("%w: %s", errPartial, strings.TrimPrefix(notHanded, "; "))
 	case len(bad) == len(gs):
 		return fmt.Errorf("%w: %s", errGroupsRefused, strings.Join(bad, "; "))
 	}
-	return fmt.Errorf("%w: groups not moved: %s (the others moved)", errPartial, strings.Join(bad, "; "))
+	return fmt.Errorf("%w: groups not moved: %s (the others moved)%s", errPartial, strings.Join(bad, "; "), notHanded)
 }
 
 // unreadGroups names the groups whose positions failback could not read
@@ -681,6 +749,14 @@ func printGroupsBack(w io.Writer, gs []FailbackGroup) {
 		}
 	}
 	tw.Flush()
+	for _, g := range gs {
+		switch {
+		case g.HandedBack:
+			fmt.Fprintf(w, "group %s: handed back to the link's group sync on the target, which takes its offsets there over once the link runs\n", g.Group)
+		case g.HandBackError != "":
+			fmt.Fprintf(w, "group %s: NOT handed back to the link's group sync on the target (%s): the sync leaves it alone there (owned)\n", g.Group, g.HandBackError)
+		}
+	}
 }
 
 func sourceOffset(p FailbackGroupPartition) string {

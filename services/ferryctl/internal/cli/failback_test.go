@@ -453,6 +453,21 @@ func TestFailbackMovesGroupsBack(t *testing.T) {
 	if l := r.status(t).Links[0]; l.State != linkstate.FailedOver || l.Partitions[0].Committed != 40 || l.Partitions[1].Committed != 40 {
 		t.Errorf("failback --move-groups moved a checkpoint or the link: %+v", l)
 	}
+	// The groups moved whole are handed back to the link's group sync on
+	// B (their consumers committed there during the failover, so the sync
+	// would leave them alone for good); live, refused, is not.
+	handed := map[string]bool{}
+	for _, g := range r.status(t).Links[0].Groups {
+		handed[g.Group] = g.HandedBack
+	}
+	for _, g := range rep.Groups {
+		if want := g.Group != "live"; g.HandedBack != want || handed[g.Group] != want || g.HandBackError != "" {
+			t.Errorf("group %s: reported handed back %v (%q), the writer says %v; want %v", g.Group, g.HandedBack, g.HandBackError, handed[g.Group], want)
+		}
+	}
+	if dry.Groups[0].HandedBack || dry.Groups[1].HandedBack || dry.Groups[2].HandedBack {
+		t.Errorf("the dry run handed groups back: %+v", dry.Groups)
+	}
 
 	back, _ := failbackJSON(t, r, exitOK, "--source-config", cfg, "--move-groups", "--groups", "ahead", "--allow-backwards")
 	if gp := groupPart(t, back, "ahead", 0); gp.Action != "moved" {

@@ -39,6 +39,10 @@ type GroupReport struct {
 	// group that is not Ferry's to move (active, owned).
 	Uncounted  []UncountedPartition   `json:"reread_uncounted,omitempty"`
 	Partitions []GroupPartitionReport `json:"partitions"`
+	// HandedBack: failback --move-groups returned the group to the sync,
+	// whose next sync takes over what its consumers committed on the
+	// target (any writer says so).
+	HandedBack bool `json:"handed_back,omitempty"`
 }
 
 // UncountedPartition is a partition of a group's Uncounted.
@@ -88,6 +92,7 @@ func mergeGroup(l *LinkReport, g *ferryv1.LinkGroup) {
 		i = len(l.Groups) - 1
 	}
 	cur := &l.Groups[i]
+	cur.HandedBack = cur.HandedBack || g.GetHandedBack()
 	if g.GetHasSyncAge() && (cur.SyncAge == nil || g.GetSyncAgeSeconds() < *cur.SyncAge) || cur.Outcome == "" {
 		cur.Outcome, cur.Detail = g.GetOutcome(), g.GetDetail()
 		if g.GetHasSyncAge() {
