@@ -48,8 +48,21 @@ type LinkReport struct {
 	// Stopped are the partitions a writer refused for good: they copy
 	// nothing until an operator acts (docs/operations.md).
 	Stopped []StoppedReport `json:"stopped,omitempty"`
+	// IndexGaps are the link's source topics whose records the source
+	// keeps longer than the offset index keeps their index: a group
+	// positioned on an older record cannot be translated (before_index),
+	// at failover or failback. A warning, not a problem: a topic kept for
+	// ever (compacted, retention.ms -1) always has one.
+	IndexGaps []IndexGapReport `json:"index_gaps,omitempty"`
 	// Problems say why the link is unhealthy; empty when it is not.
 	Problems []string `json:"problems,omitempty"`
+}
+
+// IndexGapReport is a source topic the offset index cannot cover whole,
+// and why (what the source keeps against what the index keeps).
+type IndexGapReport struct {
+	Topic  string `json:"topic"`
+	Reason string `json:"reason"`
 }
 
 // ShardReport is a shard: its highest epoch on any writer, and the stream
@@ -246,6 +259,12 @@ func mergeLink(l *LinkReport, ls *ferryv1.LinkStatus, addr string) {
 	for _, p := range ls.GetStopped() {
 		mergeStopped(l, p, addr)
 	}
+	for _, g := range ls.GetIndexGaps() {
+		if !slices.ContainsFunc(l.IndexGaps, func(r IndexGapReport) bool { return r.Topic == g.GetTopic() }) {
+			l.IndexGaps = append(l.IndexGaps, IndexGapReport{Topic: g.GetTopic(), Reason: g.GetReason()})
+		}
+	}
+	slices.SortFunc(l.IndexGaps, func(a, b IndexGapReport) int { return strings.Compare(a.Topic, b.Topic) })
 	slices.SortFunc(l.Partitions, func(a, b PartitionReport) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
 			return c
@@ -396,6 +415,9 @@ func printStatus(w io.Writer, v any) {
 		}
 		if len(l.Stopped) > 0 {
 			printStopped(w, l.Stopped)
+		}
+		for _, g := range l.IndexGaps {
+			fmt.Fprintf(w, "  INDEX GAP: %s: %s\n", g.Topic, g.Reason)
 		}
 		for _, p := range l.Problems {
 			fmt.Fprintf(w, "  UNHEALTHY: %s\n", p)

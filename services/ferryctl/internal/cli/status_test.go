@@ -145,3 +145,31 @@ func (tg target) openOrders(ctx context.Context, t *testing.T) (ferryv1.Replicat
 	t.Cleanup(codecs.Close)
 	return stream, codecs
 }
+
+// The writers' index gaps (source topics the offset index cannot cover
+// whole) are merged once per topic, sorted, and printed, as a warning: a
+// link with one stays healthy.
+func TestStatusNamesIndexGaps(t *testing.T) {
+	gap := func(topic, reason string) *ferryv1.LinkIndexGap {
+		return &ferryv1.LinkIndexGap{Topic: topic, Reason: reason}
+	}
+	answer := func(gaps ...*ferryv1.LinkIndexGap) *ferryv1.StatusResponse {
+		return &ferryv1.StatusResponse{Links: []*ferryv1.LinkStatus{{Name: "east", Control: &ferryv1.LinkControl{State: ferryv1.LinkState_LINK_STATE_RUNNING}, IndexGaps: gaps}}}
+	}
+	links := merge([]*ferryv1.StatusResponse{
+		answer(gap("orders", "compacted: the source keeps a key's last record for ever")),
+		answer(gap("audit", "retention.ms -1: no time limit"), gap("orders", "compacted: the source keeps a key's last record for ever")),
+	}, []string{"w1", "w2"})
+	got := links[0].IndexGaps
+	if len(got) != 2 || got[0].Topic != "audit" || got[1].Topic != "orders" || !strings.Contains(got[0].Reason, "no time limit") {
+		t.Fatalf("merged index gaps %+v, want audit and orders once each", got)
+	}
+	if p := problems(links[0], time.Minute, time.Minute); len(p) != 0 {
+		t.Errorf("index gaps made the link unhealthy: %v", p)
+	}
+	var out bytes.Buffer
+	printStatus(&out, Report{Links: links, Healthy: true})
+	if !strings.Contains(out.String(), "INDEX GAP: audit: retention.ms -1") || !strings.Contains(out.String(), "INDEX GAP: orders: compacted") {
+		t.Errorf("status printed:\n%s\nwant both index gaps named", out.String())
+	}
+}
