@@ -716,8 +716,17 @@ type LinkPartition struct {
 	// HeartbeatObservedAtUnixMs is when the fetcher read the last
 	// heartbeat's offsets from the source (Unix ms, the fetcher's clock).
 	HeartbeatObservedAtUnixMs int64 `protobuf:"varint,10,opt,name=heartbeat_observed_at_unix_ms,json=heartbeatObservedAtUnixMs,proto3" json:"heartbeat_observed_at_unix_ms,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// SourceAppendRate is the source's append rate at the last heartbeat
+	// (offsets a second, smoothed over some ten seconds), and
+	// AfterHeartbeatOffsets the offsets it estimates the source took since
+	// the last heartbeat, which lag_records cannot count: the rate times
+	// the heartbeat's age, rounded up. has_source_append_rate is false
+	// while the rate is unknown (fewer than two heartbeats).
+	SourceAppendRate      float64 `protobuf:"fixed64,11,opt,name=source_append_rate,json=sourceAppendRate,proto3" json:"source_append_rate,omitempty"`
+	AfterHeartbeatOffsets int64   `protobuf:"varint,12,opt,name=after_heartbeat_offsets,json=afterHeartbeatOffsets,proto3" json:"after_heartbeat_offsets,omitempty"`
+	HasSourceAppendRate   bool    `protobuf:"varint,13,opt,name=has_source_append_rate,json=hasSourceAppendRate,proto3" json:"has_source_append_rate,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *LinkPartition) Reset() {
@@ -818,6 +827,27 @@ func (x *LinkPartition) GetHeartbeatObservedAtUnixMs() int64 {
 		return x.HeartbeatObservedAtUnixMs
 	}
 	return 0
+}
+
+func (x *LinkPartition) GetSourceAppendRate() float64 {
+	if x != nil {
+		return x.SourceAppendRate
+	}
+	return 0
+}
+
+func (x *LinkPartition) GetAfterHeartbeatOffsets() int64 {
+	if x != nil {
+		return x.AfterHeartbeatOffsets
+	}
+	return 0
+}
+
+func (x *LinkPartition) GetHasSourceAppendRate() bool {
+	if x != nil {
+		return x.HasSourceAppendRate
+	}
+	return false
 }
 
 // SetLinkStateRequest changes a link's state.
@@ -2045,7 +2075,7 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06active\x18\x03 \x01(\bR\x06active\x12\x18\n" +
-	"\afetcher\x18\x04 \x01(\tR\afetcher\"\xc2\x03\n" +
+	"\afetcher\x18\x04 \x01(\tR\afetcher\"\xdd\x04\n" +
 	"\rLinkPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x122\n" +
@@ -2059,7 +2089,10 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x0fhas_lag_seconds\x18\b \x01(\bR\rhasLagSeconds\x122\n" +
 	"\x15heartbeat_age_seconds\x18\t \x01(\x01R\x13heartbeatAgeSeconds\x12@\n" +
 	"\x1dheartbeat_observed_at_unix_ms\x18\n" +
-	" \x01(\x03R\x19heartbeatObservedAtUnixMs\"\x9d\x01\n" +
+	" \x01(\x03R\x19heartbeatObservedAtUnixMs\x12,\n" +
+	"\x12source_append_rate\x18\v \x01(\x01R\x10sourceAppendRate\x126\n" +
+	"\x17after_heartbeat_offsets\x18\f \x01(\x03R\x15afterHeartbeatOffsets\x123\n" +
+	"\x16has_source_append_rate\x18\r \x01(\bR\x13hasSourceAppendRate\"\x9d\x01\n" +
 	"\x13SetLinkStateRequest\x12\x12\n" +
 	"\x04link\x18\x01 \x01(\tR\x04link\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.ferry.v1.LinkStateR\x05state\x12\x16\n" +

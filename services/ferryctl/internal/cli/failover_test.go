@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -203,8 +204,17 @@ func TestPlannedFailover(t *testing.T) {
 		t.Fatalf("report of %d partitions, want 3: %+v", len(ch.AtRisk), ch.AtRisk)
 	}
 	for _, p := range ch.AtRisk {
+		// Heartbeats every 200 ms: each partition has an append rate, and
+		// the tail estimated after the last heartbeat is that rate times
+		// its age (none on the empty partition).
+		if p.SourceAppendRate == nil || p.AfterHeartbeat == nil || *p.AfterHeartbeat < 0 || *p.AfterHeartbeat > int64(math.Ceil(*p.SourceAppendRate*(p.HeartbeatAge+1))) {
+			t.Errorf("orders/%d: append rate %v, after-heartbeat estimate %v, heartbeat %.1fs old: want a rate and at most rate × age", p.Partition, p.SourceAppendRate, p.AfterHeartbeat, p.HeartbeatAge)
+		}
 		end, _ := ends.Lookup("orders", p.Partition)
 		if end.Offset == 0 && p.LagRecords == 0 && p.SourceHighWatermark == 0 {
+			if p.SourceAppendRate != nil && (*p.SourceAppendRate != 0 || *p.AfterHeartbeat != 0) {
+				t.Errorf("orders/2, empty: append rate %v, estimate %v, want 0", *p.SourceAppendRate, *p.AfterHeartbeat)
+			}
 			continue // orders/2: empty, nothing to commit
 		}
 		if p.LagRecords != 0 || p.Committed != end.Offset || p.SourceHighWatermark != end.Offset {

@@ -102,6 +102,14 @@ type PartitionReport struct {
 	HeartbeatAge        float64  `json:"heartbeat_age_seconds"`
 	// HeartbeatObservedAt is when the fetcher read the source (its clock).
 	HeartbeatObservedAt *time.Time `json:"heartbeat_observed_at,omitempty"`
+	// SourceAppendRate is the source's append rate at the last heartbeat
+	// (offsets a second), and AfterHeartbeat the offsets it estimates the
+	// source took since, which LagRecords cannot count: the rate times
+	// the heartbeat's age, rounded up (after a region loss the age runs
+	// on past the loss, so it overstates rather than understates). Absent
+	// while the rate is unknown.
+	SourceAppendRate *float64 `json:"source_append_rate,omitempty"`
+	AfterHeartbeat   *int64   `json:"after_heartbeat_estimate_offsets,omitempty"`
 }
 
 func runStatus(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
@@ -288,6 +296,10 @@ func mergePartition(l *LinkReport, p *ferryv1.LinkPartition) {
 		v := p.GetLagSeconds()
 		next.LagSeconds = &v
 	}
+	if p.GetHasSourceAppendRate() {
+		r, n := p.GetSourceAppendRate(), p.GetAfterHeartbeatOffsets()
+		next.SourceAppendRate, next.AfterHeartbeat = &r, &n
+	}
 	if i < 0 {
 		l.Partitions = append(l.Partitions, next)
 		return
@@ -447,13 +459,17 @@ func printMeter(w io.Writer, ps []PartitionReport) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  PARTITION\tCOMMITTED\tSOURCE_HW\tLAG_RECORDS\tLAG_SECONDS\tHEARTBEAT_AGE")
+	fmt.Fprintln(tw, "  PARTITION\tCOMMITTED\tSOURCE_HW\tLAG_RECORDS\tLAG_SECONDS\tHEARTBEAT_AGE\tAFTER_HEARTBEAT")
 	for _, p := range ps {
-		secs := "?"
+		secs, after := "?", "?"
 		if p.LagSeconds != nil {
 			secs = fmt.Sprintf("%.1f", *p.LagSeconds)
 		}
-		fmt.Fprintf(tw, "  %s/%d\t%d\t%d\t%d\t%s\t%.1fs\n", p.Topic, p.Partition, p.Committed, p.SourceHighWatermark, p.LagRecords, secs, p.HeartbeatAge)
+		if p.AfterHeartbeat != nil {
+			after = fmt.Sprintf("~%d (%.1f/s)", *p.AfterHeartbeat, *p.SourceAppendRate)
+		}
+		fmt.Fprintf(tw, "  %s/%d\t%d\t%d\t%d\t%s\t%.1fs\t%s\n", p.Topic, p.Partition, p.Committed, p.SourceHighWatermark, p.LagRecords, secs, p.HeartbeatAge, after)
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "  AFTER_HEARTBEAT: offsets the source may have taken since its last heartbeat, which LAG_RECORDS cannot count: its append rate then times the heartbeat's age (? while unknown)")
 }

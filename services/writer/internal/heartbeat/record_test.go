@@ -2,12 +2,13 @@ package heartbeat
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 )
 
 func valid() State {
-	return State{HighWatermark: 10, LogStart: 2, HeadOffset: 9, HeadTimestamp: 1700000000000, ObservedAt: 1700000000500, CommittedTimestamp: 1699999999000, CommittedNext: 7}
+	return State{HighWatermark: 10, LogStart: 2, HeadOffset: 9, HeadTimestamp: 1700000000000, ObservedAt: 1700000000500, CommittedTimestamp: 1699999999000, CommittedNext: 7, AppendRate: 12.5}
 }
 
 // A record round-trips, and Decode refuses every record that is not
@@ -23,6 +24,13 @@ func TestDecodeIsStrict(t *testing.T) {
 		t.Fatalf("tombstone: %v %v", tomb, err)
 	}
 	full := string(value)
+	// A record of a writer before the append rate: the rate unknown.
+	old := strings.Replace(full, `,"append_rate":12.5`, ``, 1)
+	want := valid()
+	want.AppendRate = -1
+	if _, got, _, err := Decode(key, []byte(old)); err != nil || got != want {
+		t.Errorf("a record without append_rate (%s): %+v, %v; want %+v", old, got, err, want)
+	}
 	for _, tc := range []struct{ name, key, value, says string }{
 		{"key with a leading zero", "east/orders/03", full, "key"},
 		{"key with a plus", "east/orders/+3", full, "key"},
@@ -37,6 +45,9 @@ func TestDecodeIsStrict(t *testing.T) {
 		{"head at the high watermark", string(key), strings.Replace(full, `"head_offset":9`, `"head_offset":10`, 1), "head_offset"},
 		{"no observation time", string(key), strings.Replace(full, `"observed_at":1700000000500`, `"observed_at":0`, 1), "observed_at"},
 		{"too large", string(key), full + strings.Repeat(" ", maxValue), "bytes"},
+		{"negative rate", string(key), strings.Replace(full, `"append_rate":12.5`, `"append_rate":-2`, 1), "append_rate"},
+		{"rate beyond any partition", string(key), strings.Replace(full, `"append_rate":12.5`, `"append_rate":1e300`, 1), "append_rate"},
+		{"rate and a field missing", string(key), strings.Replace(full, `"committed_next_offset":7,`, ``, 1), "fields"},
 	} {
 		if _, _, _, err := Decode([]byte(tc.key), []byte(tc.value)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: Decode = %v, want an invalid-heartbeat error saying %q", tc.name, err, tc.says)
@@ -86,4 +97,46 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded record reads back %v %+v %v", gk, gs, err)
 		}
 	})
+}
+
+// The append rate follows the high watermark's growth between heartbeats
+// over the time between their reads: unknown after one heartbeat, the
+// first growth as it is, then weighted by how much of RateWindow each
+// step spans; a heartbeat read no later leaves it, and a high watermark
+// that went back starts it again.
+func TestAppendRate(t *testing.T) {
+	tb := NewTable()
+	k := Key{Link: "east", Topic: "orders", Partition: 0}
+	at := int64(1_700_000_000_000)
+	beat := func(hw, ms int64) float64 {
+		t.Helper()
+		tb.Beat(k, Beat{HighWatermark: hw, LogStart: 0, HeadOffset: -1, HeadTimestamp: -1, ObservedAt: at + ms})
+		st, _ := tb.Get(k)
+		if err := st.Check(); err != nil {
+			t.Fatal(err)
+		}
+		return st.AppendRate
+	}
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-6 }
+	if r := beat(0, 0); r != -1 {
+		t.Errorf("rate after one heartbeat: %v, want -1 (unknown)", r)
+	}
+	if r := beat(100, 1000); !near(r, 100) {
+		t.Errorf("rate after 100 offsets in 1s: %v, want 100", r)
+	}
+	w := 1 - math.Exp(-0.1)
+	if r := beat(400, 2000); !near(r, 100+w*(300-100)) {
+		t.Errorf("rate after 300 more in 1s: %v, want %v", r, 100+w*200)
+	}
+	before := beat(400, 2000)
+	if r := beat(900, 1500); r != before {
+		t.Errorf("a heartbeat read earlier moved the rate from %v to %v", before, r)
+	}
+	// Ten idle seconds (after the last read, at 1.5s): the rate falls by e.
+	if r := beat(900, 11500); !near(r, before*math.Exp(-1)) {
+		t.Errorf("rate after 10s idle: %v, want %v", r, before*math.Exp(-1))
+	}
+	if r := beat(50, 12500); r != -1 {
+		t.Errorf("rate after the high watermark went back: %v, want -1", r)
+	}
 }

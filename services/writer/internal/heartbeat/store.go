@@ -53,13 +53,19 @@ func Decode(key, value []byte) (k Key, s State, tombstone bool, err error) {
 	if err := json.Unmarshal(value, &fields); err != nil {
 		return Key{}, State{}, false, fmt.Errorf("%w: value: %v", ErrInvalid, err)
 	}
-	if len(fields) != 7 {
-		return Key{}, State{}, false, fmt.Errorf("%w: value has %d fields, want 7", ErrInvalid, len(fields))
+	// A writer before the append rate wrote the other 7: its rate is
+	// unknown.
+	_, rated := fields["append_rate"]
+	if want := 7 + btoi(rated); len(fields) != want {
+		return Key{}, State{}, false, fmt.Errorf("%w: value has %d fields, want 8 (7 from a writer before append_rate)", ErrInvalid, len(fields))
 	}
 	dec := json.NewDecoder(bytes.NewReader(value))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
 		return Key{}, State{}, false, fmt.Errorf("%w: value: %v", ErrInvalid, err)
+	}
+	if !rated {
+		s.AppendRate = -1
 	}
 	if dec.More() {
 		return Key{}, State{}, false, fmt.Errorf("%w: value: data after the object", ErrInvalid)
@@ -68,6 +74,13 @@ func Decode(key, value []byte) (k Key, s State, tombstone bool, err error) {
 		return Key{}, State{}, false, err
 	}
 	return k, s, false, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func clip(b []byte) []byte {

@@ -16,8 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 )
@@ -44,10 +46,22 @@ type State struct {
 	// unknown.
 	CommittedTimestamp int64 `json:"committed_timestamp"`
 	CommittedNext      int64 `json:"committed_next_offset"`
+	// AppendRate is the source's append rate at the last heartbeat, in
+	// offsets a second, from the heartbeats' high watermarks and read
+	// times, smoothed over RateWindow; -1 until two heartbeats came (or
+	// after the high watermark went back). With the heartbeat's age it
+	// estimates what the source took after the last heartbeat, which no
+	// heartbeat reported: the tail a region loss hides from the meter.
+	AppendRate float64 `json:"append_rate"`
 }
 
+// RateWindow is AppendRate's smoothing: an exponentially weighted mean
+// whose weights fall by e each RateWindow, so one slow or bursty second
+// moves it little and a change of pace shows within some tens of seconds.
+const RateWindow = 10 * time.Second
+
 // Unknown is the State of a partition nothing is known of yet.
-var Unknown = State{HighWatermark: -1, LogStart: -1, HeadOffset: -1, HeadTimestamp: -1, ObservedAt: -1, CommittedTimestamp: -1, CommittedNext: -1}
+var Unknown = State{HighWatermark: -1, LogStart: -1, HeadOffset: -1, HeadTimestamp: -1, ObservedAt: -1, CommittedTimestamp: -1, CommittedNext: -1, AppendRate: -1}
 
 // HasHeartbeat reports whether a heartbeat is known.
 func (s State) HasHeartbeat() bool { return s.HighWatermark >= 0 }
@@ -79,6 +93,8 @@ func (s State) Check() error {
 		return bad("committed_timestamp", s.CommittedTimestamp, "is negative")
 	case s.CommittedNext < -1:
 		return bad("committed_next_offset", s.CommittedNext, "is negative")
+	case s.AppendRate != -1 && !(s.AppendRate >= 0 && s.AppendRate <= maxRate):
+		return &FieldError{Field: "append_rate", Problem: strconv.FormatFloat(s.AppendRate, 'g', -1, 64) + " is neither -1 (unknown) nor a rate"}
 	case !s.HasHeartbeat():
 		if s.LogStart != -1 || s.HeadOffset != -1 || s.HeadTimestamp != -1 || s.ObservedAt != -1 {
 			return &FieldError{Field: "high_watermark", Problem: "-1 (unknown) with other offsets known"}
@@ -140,11 +156,37 @@ func (t *Table) get(k Key) *entry {
 	return e
 }
 
-// Beat records a heartbeat of k that passed Check.
+// maxRate bounds AppendRate: offsets are int64, and a rate above what
+// any partition takes (2^40 a second) says the record was made up.
+const maxRate = 1 << 40
+
+// Beat records a heartbeat of k that passed Check, and moves the append
+// rate: the high watermark's growth since the last heartbeat over the
+// time between their reads (the fetcher's clock), weighted into the mean
+// by how much of RateWindow that time spans. A high watermark that went
+// back (the partition truncated, or recreated) starts the rate again; a
+// heartbeat read no later than the last one leaves it.
 func (t *Table) Beat(k Key, b Beat) {
 	t.update(k, func(s *State) {
+		s.AppendRate = nextRate(*s, b)
 		s.HighWatermark, s.LogStart, s.HeadOffset, s.HeadTimestamp, s.ObservedAt = b.HighWatermark, b.LogStart, b.HeadOffset, b.HeadTimestamp, b.ObservedAt
 	})
+}
+
+func nextRate(prev State, b Beat) float64 {
+	switch {
+	case !prev.HasHeartbeat() || b.HighWatermark < prev.HighWatermark:
+		return -1
+	case b.ObservedAt <= prev.ObservedAt:
+		return prev.AppendRate
+	}
+	dt := time.Duration(b.ObservedAt-prev.ObservedAt) * time.Millisecond
+	now := min(float64(b.HighWatermark-prev.HighWatermark)/dt.Seconds(), maxRate)
+	if prev.AppendRate < 0 {
+		return now
+	}
+	w := 1 - math.Exp(-dt.Seconds()/RateWindow.Seconds())
+	return prev.AppendRate + w*(now-prev.AppendRate)
 }
 
 // Committed records that a round committed k's records up to next, the

@@ -163,6 +163,9 @@ func (c *Control) linkStatus(ls LinkState, shards []ShardStatus, meter []Exposur
 		if e.Seconds != nil {
 			p.LagSeconds, p.HasLagSeconds = *e.Seconds, true
 		}
+		if e.AppendRate != nil {
+			p.SourceAppendRate, p.AfterHeartbeatOffsets, p.HasSourceAppendRate = *e.AppendRate, *e.AfterHeartbeat, true
+		}
 		out.Partitions = append(out.Partitions, p)
 	}
 	return out

@@ -140,6 +140,25 @@ type Exposure struct {
 	HeartbeatAge float64 `json:"heartbeat_age_seconds"`
 	// ObservedAt is when the fetcher read the source.
 	ObservedAt time.Time `json:"heartbeat_observed_at"`
+	// AppendRate is the source's append rate at the last heartbeat
+	// (offsets a second, heartbeat.State.AppendRate), and AfterHeartbeat
+	// the offsets it estimates the source took since, which no heartbeat
+	// reported: AppendRate times HeartbeatAge, rounded up. After a region
+	// loss the age runs on past the loss, so the estimate only grows
+	// beyond what the source can have taken. Absent while the rate is
+	// unknown (fewer than two heartbeats).
+	AppendRate     *float64 `json:"source_append_rate,omitempty"`
+	AfterHeartbeat *int64   `json:"after_heartbeat_estimate_offsets,omitempty"`
+}
+
+// afterHeartbeat estimates the offsets a source appending rate a second
+// took in age seconds, rounded up; nil for an unknown rate.
+func afterHeartbeat(rate, age float64) *int64 {
+	if rate < 0 {
+		return nil
+	}
+	v := int64(math.Ceil(math.Min(rate*age, math.MaxInt64/2)))
+	return &v
 }
 
 // Failover is the failover meter: per partition of the writer's links with
@@ -202,6 +221,10 @@ func exposure(k heartbeat.Key, st heartbeat.State, next int64, now time.Time) Ex
 	case st.HeadTimestamp >= 0 && st.CommittedTimestamp >= 0 && next >= 0:
 		v := math.Max(0, float64(st.HeadTimestamp-st.CommittedTimestamp)/1000)
 		e.Seconds = &v
+	}
+	if st.AppendRate >= 0 {
+		r := st.AppendRate
+		e.AppendRate, e.AfterHeartbeat = &r, afterHeartbeat(r, e.HeartbeatAge)
 	}
 	return e
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
@@ -176,6 +177,41 @@ func TestFailoverMeterIsHighWatermarkMinusCommitted(t *testing.T) {
 				return e.Records == 0 && e.Committed == 25 && e.Seconds != nil && *e.Seconds == 0
 			})
 		})
+	}
+}
+
+// The meter states the tail after the last heartbeat, which the lag
+// cannot count: the source's append rate at the last heartbeat (the high
+// watermark's growth between heartbeats over the time between their
+// reads) times the heartbeat's age. Unknown after a single heartbeat.
+func TestFailoverMeterEstimatesTheTailAfterTheLastHeartbeat(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, true))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+	if err := sendKafka(t, stream, 1, 0, sourceBatch(t, 0, 10, nil, recordbatch.None, 0)); err != nil {
+		t.Fatalf("stream ended: %v", err)
+	}
+	now := time.Now()
+	hb := func(hw int64, ago time.Duration) *ferryv1.PartitionHeartbeat {
+		return &ferryv1.PartitionHeartbeat{Topic: "orders", Partition: 0, HighWatermark: hw, LogStartOffset: 0,
+			HeadOffset: hw - 1, HeadTimestamp: now.Add(-ago).UnixMilli(), ObservedAt: now.Add(-ago).UnixMilli()}
+	}
+	sendHeartbeat(t, stream, 1, hb(25, 3*time.Second))
+	e := meterOf(t, w, "the first heartbeat", func(e Exposure) bool { return e.SourceHighWatermark == 25 })
+	if e.AppendRate != nil || e.AfterHeartbeat != nil {
+		t.Errorf("after one heartbeat: rate %v, estimate %v; want both unknown", e.AppendRate, e.AfterHeartbeat)
+	}
+	sendHeartbeat(t, stream, 1, hb(85, time.Second)) // 60 offsets in 2 s
+	e = meterOf(t, w, "the second heartbeat", func(e Exposure) bool { return e.SourceHighWatermark == 85 })
+	if e.AppendRate == nil || *e.AppendRate != 30 {
+		t.Fatalf("append rate %v, want 30 offsets a second", e.AppendRate)
+	}
+	if e.AfterHeartbeat == nil || *e.AfterHeartbeat < 30 || *e.AfterHeartbeat != int64(math.Ceil(30*e.HeartbeatAge)) {
+		t.Errorf("after-heartbeat estimate %v with the heartbeat %.3fs old, want 30 a second times that, rounded up", e.AfterHeartbeat, e.HeartbeatAge)
+	}
+	if e.Records != 75 {
+		t.Errorf("lag %d, want 75 (the estimate is apart)", e.Records)
 	}
 }
 
