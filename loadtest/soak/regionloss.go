@@ -53,6 +53,16 @@ type DR struct {
 	// (offset at or past the heartbeat's high watermark): no one in the
 	// target region can know them (docs/disaster-recovery.md).
 	LostUnobserved int64 `json:"lost_unobserved"`
+	// EstimatedAfterHeartbeat is the sum of the report's estimates of
+	// what the source took after its last heartbeat (offsets: the append
+	// rate then times the heartbeat's age at the failover), and
+	// BeyondEstimate the records lost unobserved beyond a partition's
+	// estimate, which must be 0; EstimateUnknown counts partitions the
+	// report gave no estimate, which must be 0 too (every partition had
+	// heartbeats for some seconds).
+	EstimatedAfterHeartbeat int64 `json:"estimated_after_heartbeat_offsets"`
+	BeyondEstimate          int64 `json:"beyond_estimate,omitempty"`
+	EstimateUnknown         int64 `json:"estimate_unknown,omitempty"`
 	// CopiedPastCheckpoint counts records on the target at or past the
 	// reported committed offset: at-least-once writes a round's records
 	// before its checkpoint, so a loss can strand some there (reported
@@ -122,6 +132,7 @@ type DR struct {
 // exactly-once.
 func (d *DR) OK() bool {
 	return d.Misreported == 0 && d.AppMissing == 0 && d.TranslationErrors == 0 && len(d.Errors) == 0 &&
+		d.BeyondEstimate == 0 && d.EstimateUnknown == 0 &&
 		d.AppReread == d.RereadKnown+d.RereadAfterSync+d.RereadCopiedTwice+d.RereadUncounted && d.UncountedUnnamed == 0 &&
 		d.RereadKnown <= d.RereadReported &&
 		(d.AtLeastOnce || d.RereadCopiedTwice == 0)
@@ -260,6 +271,9 @@ type ctlChange struct {
 		Committed int64  `json:"committed_next_offset"`
 		HW        int64  `json:"source_high_watermark"`
 		Lag       int64  `json:"lag_records"`
+		// AfterHeartbeat is the tail estimated after the last heartbeat
+		// (offsets; absent: unknown).
+		AfterHeartbeat *int64 `json:"after_heartbeat_estimate_offsets"`
 	} `json:"at_risk"`
 	Groups []struct {
 		Group  string `json:"group"`
@@ -614,6 +628,7 @@ func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead,
 				onTarget[so] = true
 			}
 		}
+		var unobserved int64
 		for _, r := range recs {
 			switch {
 			case onTarget[r.offset]:
@@ -632,7 +647,18 @@ func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead,
 				dr.LostInReport++
 			default:
 				dr.LostUnobserved++
+				unobserved++
 			}
+		}
+		switch est := rep.AfterHeartbeat; {
+		case est == nil:
+			dr.EstimateUnknown++
+		case unobserved > *est:
+			dr.EstimatedAfterHeartbeat += *est
+			dr.BeyondEstimate += unobserved - *est
+			log.Error("region loss: more lost after the last heartbeat than the report estimated", "topic", k.topic, "partition", k.partition, "lost", unobserved, "estimated", *est)
+		default:
+			dr.EstimatedAfterHeartbeat += *est
 		}
 		readSrc := map[int64]bool{}
 		for _, o := range srcRead[k] {

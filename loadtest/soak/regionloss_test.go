@@ -10,18 +10,24 @@ import (
 
 // change is ferryctl's failover report for partition soak.idem/0: the
 // target committed up to committed, the last heartbeat's high watermark
-// hw, and the application's group at source offset source, its target
-// position standing for standsFor.
+// hw (and 1 offset estimated after it), and the application's group at
+// source offset source, its target position standing for standsFor.
 func change(t *testing.T, committed, hw, source, standsFor int64) ctlChange {
 	t.Helper()
 	var ch ctlChange
 	js := fmt.Sprintf(`{"state":"failed_over",
-		"at_risk":[{"topic":%q,"partition":0,"committed_next_offset":%d,"source_high_watermark":%d}],
+		"at_risk":[{"topic":%q,"partition":0,"committed_next_offset":%d,"source_high_watermark":%d,"after_heartbeat_estimate_offsets":1}],
 		"groups":[{"group":%q,"partitions":[{"topic":%q,"partition":0,"source_offset":%d,"target_stands_for_source_offset":%d}]}]}`,
 		topicIdem, committed, hw, appGroup, topicIdem, source, standsFor)
 	if err := json.Unmarshal([]byte(js), &ch); err != nil {
 		t.Fatal(err)
 	}
+	return ch
+}
+
+// withoutEstimate is ch without an estimate after the last heartbeat.
+func withoutEstimate(ch ctlChange) ctlChange {
+	ch.AtRisk[0].AfterHeartbeat = nil
 	return ch
 }
 
@@ -78,24 +84,24 @@ func TestTallyAccountsForEveryRecord(t *testing.T) {
 		// last sync.
 		name: "exactly-once", target: span(0, 6), ch: change(t, 6, 9, 3, 2),
 		srcRead: span(0, 5), dstRead: span(2, 6), reported: 1,
-		want: DR{LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1},
+		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1},
 		ok:   true,
 	}, {
 		name: "the meter said less than was re-read", target: span(0, 6), ch: change(t, 6, 9, 3, 2),
 		srcRead: span(0, 5), dstRead: span(2, 6), reported: 0,
-		want: DR{LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2},
+		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2},
 	}, {
 		// 3-5 written again after 0-5 (target offsets 6-8); the group at 5
 		// stands for 5 (target offset 5), so the application reads the
 		// second copies of 3 and 4, which no sync explains.
 		name: "at-least-once second copies", alo: true, target: append(span(0, 6), 3, 4, 5), ch: change(t, 6, 9, 5, 5),
 		srcRead: span(0, 5), dstRead: span(5, 9),
-		want: DR{LostInReport: 3, LostUnobserved: 1, AppReread: 2, RereadCopiedTwice: 2, AtLeastOnce: true},
+		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 2, RereadCopiedTwice: 2, AtLeastOnce: true},
 		ok:   true,
 	}, {
 		name: "second copies in exactly-once", target: append(span(0, 6), 3, 4, 5), ch: change(t, 6, 9, 5, 5),
 		srcRead: span(0, 5), dstRead: span(5, 9),
-		want: DR{LostInReport: 3, LostUnobserved: 1, AppReread: 2, RereadCopiedTwice: 2},
+		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 2, RereadCopiedTwice: 2},
 	}, {
 		// Record 4 is missing below the committed offset, and 7 is on the
 		// target above it: both misreported. The application skipped 2
@@ -103,7 +109,7 @@ func TestTallyAccountsForEveryRecord(t *testing.T) {
 		// stands for 2.
 		name: "misreported, skipped, mistranslated", target: []int64{0, 1, 2, 3, 5, 7}, ch: change(t, 6, 9, 2, 2),
 		srcRead: span(0, 2), dstRead: []int64{3, 4},
-		want: DR{Misreported: 2, LostInReport: 2, LostUnobserved: 1, AppMissing: 2, TranslationErrors: 1},
+		want: DR{EstimatedAfterHeartbeat: 1, Misreported: 2, LostInReport: 2, LostUnobserved: 1, AppMissing: 2, TranslationErrors: 1},
 	}, {
 		// The group has no target position on the partition (its index
 		// was loading at the failover): the application reads the target
@@ -111,12 +117,22 @@ func TestTallyAccountsForEveryRecord(t *testing.T) {
 		// ferryctl says so.
 		name: "no target position, named uncounted", target: span(0, 6), ch: uncounted(t, change(t, 6, 9, 5, -1), 0),
 		srcRead: span(0, 5), dstRead: span(0, 6),
-		want: DR{LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5},
+		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5},
 		ok:   true,
 	}, {
 		name: "no target position, not named", target: span(0, 6), ch: change(t, 6, 9, 5, -1),
 		srcRead: span(0, 5), dstRead: span(0, 6),
-		want: DR{LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5, UncountedUnnamed: 1},
+		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5, UncountedUnnamed: 1},
+	}, {
+		// The source took 8 and 9 after its last heartbeat (at 8), one
+		// more than the report's estimate.
+		name: "lost beyond the estimate", target: span(0, 6), ch: change(t, 6, 8, 3, 2),
+		srcRead: span(0, 5), dstRead: span(2, 6), reported: 1,
+		want: DR{EstimatedAfterHeartbeat: 1, BeyondEstimate: 1, LostInReport: 2, LostUnobserved: 2, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1},
+	}, {
+		name: "no estimate", target: span(0, 6), ch: withoutEstimate(change(t, 6, 9, 3, 2)),
+		srcRead: span(0, 5), dstRead: span(2, 6), reported: 1,
+		want: DR{EstimateUnknown: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1},
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
