@@ -371,7 +371,14 @@ func (c *client) waitFor(ctx context.Context, progress io.Writer, link string, b
 		case err == nil && v.link.State != linkstate.Running:
 			return view{}, fmt.Errorf("link %s became %s while a planned failover waited (generation %d): nothing else changed", link, v.link.State, v.link.Generation)
 		case err == nil:
-			if left = pending(v); len(left) == 0 {
+			// A writer that does not answer may hold a shard's stream,
+			// heartbeats and group syncs: a planned failover proves
+			// nothing is lost only with every writer's answer.
+			left = pending(v)
+			for _, u := range v.unanswered {
+				left = append(left, fmt.Sprintf("writer %s to answer (%s)", u.Writer, u.Error))
+			}
+			if len(left) == 0 {
 				fmt.Fprintf(progress, "planned failover of %s: %s done\n", link, phase)
 				return v, nil
 			}

@@ -348,6 +348,28 @@ func TestPlannedFailoverTimeoutLeavesLinkRunning(t *testing.T) {
 	}
 }
 
+// A planned failover proves nothing is lost only with every writer's
+// answer: a writer named that does not answer (it may hold a shard's
+// stream and heartbeats) keeps the drain waiting, named, until --timeout,
+// and the link stays running; the same failover without it finishes.
+func TestPlannedFailoverWaitsForEveryWriter(t *testing.T) {
+	r := startReplication(t)
+	produce(t, kclient(t, r.source), 0, 10)
+	r.waitStatus(t, "orders copied", func(l LinkReport) bool {
+		return len(l.Partitions) == 3 && l.Partitions[0].Committed == 10 && l.Partitions[1].Committed == 10
+	})
+	code, out, errOut := r.run(t, "ferryctl", "failover", "east", "--planned", "--writer", "127.0.0.1:1", "--timeout", "5s")
+	if code != exitFailed || !strings.Contains(errOut, "waiting for writer 127.0.0.1:1 to answer") || !strings.Contains(errOut, "still running") {
+		t.Fatalf("planned failover with a writer not answering exited %d: %s%s", code, out, errOut)
+	}
+	if l := r.status(t).Links[0]; l.State != linkstate.Running || l.Generation != 0 {
+		t.Fatalf("a planned failover that waited for a writer changed the link: %+v", l)
+	}
+	if code, out, errOut := r.run(t, "ferryctl", "failover", "east", "--planned", "--timeout", "60s"); code != exitOK {
+		t.Fatalf("planned failover with every writer answering exited %d: %s%s", code, out, errOut)
+	}
+}
+
 // A planned failover does not wait for a group partition whose source
 // position is before the offset index (the link started after it: here
 // the source's log start moved past it before the first copy; in the
