@@ -206,7 +206,7 @@ func runFailback(ctx context.Context, c *client, o *verbOpts, args []string, std
 	case reverseErr != nil:
 		return reverseErr
 	}
-	return unreadGroups(rep.Groups)
+	return incompleteReport(rep)
 }
 
 // checkReverseFlags says what is wrong with failback's reverse link flags.
@@ -655,19 +655,42 @@ func movedGroups(gs []FailbackGroup) error {
 	return fmt.Errorf("%w: groups not moved: %s (the others moved)%s", errPartial, strings.Join(bad, "; "), notHanded)
 }
 
-// unreadGroups names the groups whose positions failback could not read
-// (partial: step 3 needs them), nil when it read them all.
-func unreadGroups(gs []FailbackGroup) error {
+// incompleteReport is partial when the failback report lacks what the
+// runbook's next step needs: a group's positions (step 3), or a stranded
+// tail's record count (the loss, in records); nil when it is whole. A
+// second run prints the same report (the tail is remembered), so run it
+// again once the cause is gone.
+func incompleteReport(rep FailbackReport) error {
+	var missing []string
+	if g := unreadGroups(rep.Groups); g != "" {
+		missing = append(missing, "positions of groups not read: "+g)
+	}
+	var tails []string
+	for _, p := range rep.Partitions {
+		if p.Uncounted != "" {
+			tails = append(tails, fmt.Sprintf("%s/%d (%s)", p.Topic, p.Partition, p.Uncounted))
+		}
+	}
+	if len(tails) > 0 {
+		missing = append(missing, "stranded tails not counted in records: "+strings.Join(tails, ", ")+
+			" (the offsets stand; run it again, with a larger --count-limit, --timeout, or once the transaction ends)")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", errPartial, strings.Join(missing, "; "))
+}
+
+// unreadGroups names the groups whose positions failback could not read,
+// "" when it read them all.
+func unreadGroups(gs []FailbackGroup) string {
 	var bad []string
 	for _, g := range gs {
 		if g.Error != "" {
 			bad = append(bad, fmt.Sprintf("%s (%s)", g.Group, g.Error))
 		}
 	}
-	if len(bad) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: positions of groups not read: %s", errPartial, strings.Join(bad, "; "))
+	return strings.Join(bad, "; ")
 }
 
 func printFailback(w io.Writer, v any) {
