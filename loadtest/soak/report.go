@@ -343,8 +343,8 @@ func (r *Report) Summary() string {
 		fmt.Fprintf(&b, "  longest recovery %s over the bound %s\n", r.LongestRecovery.Round(time.Second), r.RecoveryBound)
 	}
 	if d := r.DR; d != nil {
-		fmt.Fprintf(&b, "region lost %s after the faults healed; ferryctl reported %d offsets lost: %d records missing in those ranges, %d accepted after the last heartbeat (unobservable), %d misreported\n",
-			d.LossAfter.Round(time.Second), d.ReportedLost, d.LostInReport, d.LostUnobserved, d.Misreported)
+		fmt.Fprintf(&b, "region lost %s after the faults healed; ferryctl reported %d offsets lost: %d records missing in those ranges, %d accepted after the last heartbeat (estimated %d offsets; %d beyond it, %d partitions unestimated), %d misreported\n",
+			d.LossAfter.Round(time.Second), d.ReportedLost, d.LostInReport, d.LostUnobserved, d.EstimatedAfterHeartbeat, d.BeyondEstimate, d.EstimateUnknown, d.Misreported)
 		if d.CopiedPastCheckpoint > 0 {
 			fmt.Fprintf(&b, "  %d records reported lost were copied (at-least-once writes records before their checkpoint)\n", d.CopiedPastCheckpoint)
 		}
