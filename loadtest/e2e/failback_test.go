@@ -225,36 +225,11 @@ func TestFailbackRoundTripOnApacheKafka(t *testing.T) {
 	// B during the failover (which the sync leaves alone), was handed
 	// back by --move-groups, so A→B syncs it again from where it stands
 	// on A now (it read A to its end before A3).
-	onAG := groupOffsetsOn(ctx, t, a)
+	onAG := committed(ctx, t, a, drillGroup, tripTopic)
+	if len(onAG) != 2 {
+		t.Fatalf("G's offsets on A: %v, want both partitions", onAG)
+	}
 	waitUntil(t, 2*time.Minute, "G synced to B again", func() error { return groupMarkers(ctx, b, onAG) })
-}
-
-// groupOffsetsOn is G's committed offset per partition of the trip topic
-// at addrs.
-func groupOffsetsOn(ctx context.Context, t *testing.T, addrs []string) map[int32]int64 {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	os, err := kadm.NewClient(cl).FetchOffsets(ctx, drillGroup)
-	if err == nil {
-		err = os.Error()
-	}
-	if err != nil {
-		t.Fatalf("offsets of group %s: %v", drillGroup, err)
-	}
-	out := map[int32]int64{}
-	os.Each(func(o kadm.OffsetResponse) {
-		if o.Topic == tripTopic && o.At >= 0 {
-			out[o.Partition] = o.At
-		}
-	})
-	if len(out) != 2 {
-		t.Fatalf("group %s has offsets on %d partitions of %s, want 2: %v", drillGroup, len(out), tripTopic, out)
-	}
-	return out
 }
 
 // tripLink is a link between two Apache Kafka brokers, identity naming,

@@ -107,17 +107,31 @@ func (c *Control) admit(ctx context.Context) (string, error) {
 	return tlsconfig.PeerIdentity(ctx), nil
 }
 
+// admitLink admits the caller (admit) to act on link, which this writer
+// must serve; it returns the caller's identity.
+func (c *Control) admitLink(ctx context.Context, link string) (string, error) {
+	by, err := c.admit(ctx)
+	if err != nil {
+		return "", err
+	}
+	if _, ok := c.s.links[link]; !ok {
+		return "", status.Errorf(codes.NotFound, "link %q: this writer does not serve it", clip(link))
+	}
+	return by, nil
+}
+
 // Status answers the writer's view of its links (or of the one named).
 func (c *Control) Status(ctx context.Context, req *ferryv1.StatusRequest) (*ferryv1.StatusResponse, error) {
-	if _, err := c.admit(ctx); err != nil {
+	var err error
+	if req.GetLink() != "" {
+		_, err = c.admitLink(ctx, req.GetLink())
+	} else {
+		_, err = c.admit(ctx)
+	}
+	if err != nil {
 		return nil, err
 	}
 	s := c.s
-	if name := req.GetLink(); name != "" {
-		if _, ok := s.links[name]; !ok {
-			return nil, status.Errorf(codes.NotFound, "link %q: this writer does not serve it", clip(name))
-		}
-	}
 	var states []LinkState
 	for _, ls := range s.LinkStates() {
 		if req.GetLink() == "" || ls.Link == req.GetLink() {
@@ -221,15 +235,12 @@ func controlProto(c checkpoint.Control) *ferryv1.LinkControl {
 
 // SetLinkState records a link's new state for every writer of the target.
 func (c *Control) SetLinkState(ctx context.Context, req *ferryv1.SetLinkStateRequest) (*ferryv1.SetLinkStateResponse, error) {
-	by, err := c.admit(ctx)
+	link := req.GetLink()
+	by, err := c.admitLink(ctx, link)
 	if err != nil {
 		return nil, err
 	}
 	s := c.s
-	link := req.GetLink()
-	if _, ok := s.links[link]; !ok {
-		return nil, status.Errorf(codes.NotFound, "link %q: this writer does not serve it", clip(link))
-	}
 	state, ok := linkstate.FromProto(req.GetState())
 	if !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "state %v: want running, paused or failed_over", req.GetState())
@@ -253,15 +264,12 @@ func (c *Control) SetLinkState(ctx context.Context, req *ferryv1.SetLinkStateReq
 // HandBackGroups returns consumer groups to a link's group sync after a
 // round trip (failback --move-groups moved them back to the old source).
 func (c *Control) HandBackGroups(ctx context.Context, req *ferryv1.HandBackGroupsRequest) (*ferryv1.HandBackGroupsResponse, error) {
-	by, err := c.admit(ctx)
+	link := req.GetLink()
+	by, err := c.admitLink(ctx, link)
 	if err != nil {
 		return nil, err
 	}
 	s := c.s
-	link := req.GetLink()
-	if _, ok := s.links[link]; !ok {
-		return nil, status.Errorf(codes.NotFound, "link %q: this writer does not serve it", clip(link))
-	}
 	if err := checkGroupNames(req.GetGroups()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

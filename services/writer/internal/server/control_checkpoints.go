@@ -43,15 +43,12 @@ const maxSetCheckpoints = 1 << 16
 // sets the checkpoints before the reverse link's fetchers start, so only
 // fetchers started during the command meet that window.
 func (c *Control) SetCheckpoints(ctx context.Context, req *ferryv1.SetCheckpointsRequest) (*ferryv1.SetCheckpointsResponse, error) {
-	by, err := c.admit(ctx)
+	link := req.GetLink()
+	by, err := c.admitLink(ctx, link)
 	if err != nil {
 		return nil, err
 	}
 	s := c.s
-	link := req.GetLink()
-	if _, ok := s.links[link]; !ok {
-		return nil, status.Errorf(codes.NotFound, "link %q: this writer does not serve it", clip(link))
-	}
 	if err := checkPositions(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

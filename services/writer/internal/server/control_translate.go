@@ -32,13 +32,10 @@ const maxTranslations = 2
 // Translate answers one offset of a link's partition, either way, or a
 // group's committed offsets on the target.
 func (c *Control) Translate(ctx context.Context, req *ferryv1.TranslateRequest) (*ferryv1.TranslateResponse, error) {
-	if _, err := c.admit(ctx); err != nil {
+	if _, err := c.admitLink(ctx, req.GetLink()); err != nil {
 		return nil, err
 	}
-	link, ok := c.s.links[req.GetLink()]
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "link %q: this writer does not serve it", clip(req.GetLink()))
-	}
+	link := c.s.links[req.GetLink()]
 	if err := checkQuery(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

@@ -58,6 +58,27 @@ func groupStateOn(ctx context.Context, t *testing.T, cluster *kfake.Cluster) *gr
 	return st
 }
 
+// groupStateCluster is a target cluster holding the group state topic
+// as groupStateOn leaves it, and a store of it.
+func groupStateCluster(ctx context.Context, t *testing.T) (*kfake.Cluster, *groupstate.Store) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	return cluster, groupStateOn(ctx, t, cluster)
+}
+
+// runGroupSync runs s's group syncer until the test ends.
+func runGroupSync(t *testing.T, s *Server) {
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.RunGroupSync(ctx) }()
+	t.Cleanup(func() { stop(); wg.Wait() })
+}
+
 // comparable is a group's status as it must read after a restart: what
 // the sync knew (times to the millisecond, as the topic keeps them).
 type groupView struct {
@@ -106,20 +127,11 @@ func sameView(a, b groupView) bool {
 func TestGroupStateSurvivesARestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	store := groupStateOn(ctx, t, cluster)
+	cluster, store := groupStateCluster(ctx, t)
 	persisted := func(o *Options) { o.GroupState, o.GroupStatePersist = store, 50*time.Millisecond }
 
 	first := groupWriterOn(t, cluster, true, persisted)
-	syncCtx, stopSync := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); first.srv.RunGroupSync(syncCtx) }()
-	defer func() { stopSync(); wg.Wait() }()
+	runGroupSync(t, first.srv)
 	stream, _ := first.openOrdersFrom(ctx, t, "east", "")
 	copyWithGaps(t, stream)
 	// "theirs" is a consumer's on the target: committed there without
@@ -179,12 +191,7 @@ func TestGroupStateSurvivesARestart(t *testing.T) {
 func TestFailoverReportIsOnTheTarget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	store := groupStateOn(ctx, t, cluster)
+	cluster, store := groupStateCluster(ctx, t)
 	const beatsTopic = "__ferry_heartbeats"
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
 	if err != nil {
@@ -205,11 +212,7 @@ func TestFailoverReportIsOnTheTarget(t *testing.T) {
 		o.Groups, o.GroupState, o.GroupStatePersist = groupCommitterOn(t, cluster), store, time.Hour
 		o.Heartbeats, o.HeartbeatsTopic, o.FlushHeartbeats = beats, beatsTopic, beatsStore.Flush
 	}, operatorID)
-	syncCtx, stopSync := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); w.srv.RunGroupSync(syncCtx) }()
-	defer func() { stopSync(); wg.Wait() }()
+	runGroupSync(t, w.srv)
 	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
 	copyWithGaps(t, stream)
 	offsets := map[string]int64{"g3": 3, "g17": 17}
@@ -274,20 +277,11 @@ func TestFailoverReportIsOnTheTarget(t *testing.T) {
 func TestHandBackGroupsAfterARoundTrip(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	store := groupStateOn(ctx, t, cluster)
+	cluster, store := groupStateCluster(ctx, t)
 	w := startControlWriterWith(t, newControlPKI(t), cluster, true, func(o *Options) {
 		o.Groups, o.GroupState, o.GroupStatePersist = groupCommitterOn(t, cluster), store, time.Hour
 	}, operatorID)
-	syncCtx, stopSync := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); w.srv.RunGroupSync(syncCtx) }()
-	defer func() { stopSync(); wg.Wait() }()
+	runGroupSync(t, w.srv)
 	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
 	copyWithGaps(t, stream)
 	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 17}, "g synced", func(g GroupStatus) bool { return standsFor(g, 17) })
