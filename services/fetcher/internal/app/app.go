@@ -218,15 +218,17 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, reg *pro
 		log.Info("batches Ferry writers produced into the source are not copied (link.skip_replicated)")
 	}
 	var poller *groups.Poller
+	// Registered with group sync off too, where they stay 0.
+	groupMetrics := groups.NewMetrics(reg)
 	if gc := cfg.Link.Groups; gc.Enabled {
 		// One read of the source's groups for the process, shared by its
 		// shards: each sends the offsets of its own partitions.
-		reader, err := groups.NewReader(lister, groups.Options{Include: gc.Include, Exclude: gc.Exclude, Max: gc.Max})
+		reader, err := groups.NewReader(lister, client, groups.Options{Include: gc.Include, Exclude: gc.Exclude, Max: gc.Max})
 		if err != nil {
 			return notStarted(err)
 		}
 		copied := func(p groups.Partition) bool { return sel.Match(p.Topic) }
-		poller = groups.NewPoller(reader, gc.Interval, copied, log.With("component", "groups"))
+		poller = groups.NewPoller(reader, gc.Interval, copied, log.With("component", "groups"), groupMetrics)
 		deps.Groups = poller
 	}
 	var owner ownership.Owner = ownership.NewLocal(cfg.Link.OwnedShards)

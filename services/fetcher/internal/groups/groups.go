@@ -26,6 +26,7 @@ import (
 
 // Admin is the part of sarama's ClusterAdmin a Reader needs.
 type Admin interface {
+	DescribeCluster() (brokers []*sarama.Broker, controllerID int32, err error)
 	ListConsumerGroups() (map[string]string, error)
 	ListConsumerGroupOffsets(group string, topicPartitions map[string][]int32) (*sarama.OffsetFetchResponse, error)
 }
@@ -63,15 +64,23 @@ type Options struct {
 	Max int
 }
 
-// Reader reads snapshots from one source cluster.
-type Reader struct {
-	admin Admin
-	sel   discovery.Selector
-	max   int
+// Client is the part of the sarama client behind the Admin a Reader
+// needs: the brokers it lists groups on.
+type Client interface {
+	Brokers() []*sarama.Broker
+	RefreshMetadata(topics ...string) error
 }
 
-// NewReader checks opts and returns a Reader.
-func NewReader(admin Admin, opts Options) (*Reader, error) {
+// Reader reads snapshots from one source cluster.
+type Reader struct {
+	admin  Admin
+	client Client
+	sel    discovery.Selector
+	max    int
+}
+
+// NewReader checks opts and returns a Reader using admin, built on client.
+func NewReader(admin Admin, client Client, opts Options) (*Reader, error) {
 	sel, err := discovery.NewSelector(opts.Include, opts.Exclude)
 	if err != nil {
 		return nil, fmt.Errorf("link.groups: %w", err)
@@ -79,7 +88,7 @@ func NewReader(admin Admin, opts Options) (*Reader, error) {
 	if opts.Max <= 0 {
 		return nil, errors.New("link.groups.max: must be positive")
 	}
-	return &Reader{admin: admin, sel: sel, max: opts.Max}, nil
+	return &Reader{admin: admin, client: client, sel: sel, max: opts.Max}, nil
 }
 
 // syncable reports whether a group of this protocol type holds offsets
@@ -93,6 +102,9 @@ func syncable(protocolType string) bool {
 // read; a failure for one group skips that group only.
 func (r *Reader) Read(copied func(Partition) bool) (Snapshot, error) {
 	snap := Snapshot{At: time.Now(), Offsets: map[string]map[Partition]int64{}, Skipped: map[string]int{}, Errors: map[string]error{}}
+	if err := r.knowEveryBroker(); err != nil {
+		return Snapshot{}, err
+	}
 	listed, err := r.admin.ListConsumerGroups()
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("list source groups: %w", err)
@@ -125,6 +137,46 @@ func (r *Reader) Read(copied func(Partition) bool) (Snapshot, error) {
 		}
 	}
 	return snap, nil
+}
+
+// knowEveryBroker makes sure the client has every broker the cluster
+// lists. sarama's ListConsumerGroups asks only the brokers its client has
+// registered, and the client drops a broker whose metadata request failed
+// (a network cut, a broker restart) until a metadata refresh succeeds: in
+// that window the list misses the groups that broker coordinates, without
+// an error, and they would silently stop being synced.
+func (r *Reader) knowEveryBroker() error {
+	live, _, err := r.admin.DescribeCluster()
+	if err != nil {
+		return fmt.Errorf("describe source cluster: %w", err)
+	}
+	missing := r.unknown(live)
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := r.client.RefreshMetadata(); err != nil {
+		return fmt.Errorf("source brokers %v unknown to the client: refresh metadata: %w", missing, err)
+	}
+	if missing = r.unknown(live); len(missing) > 0 {
+		return fmt.Errorf("source brokers %v unknown to the client after a metadata refresh", missing)
+	}
+	return nil
+}
+
+// unknown returns the ids of brokers in live the client has not registered.
+func (r *Reader) unknown(live []*sarama.Broker) []int32 {
+	known := map[int32]bool{}
+	for _, b := range r.client.Brokers() {
+		known[b.ID()] = true
+	}
+	var out []int32
+	for _, b := range live {
+		if !known[b.ID()] {
+			out = append(out, b.ID())
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // group reads one group's committed offsets of copied partitions, leaving

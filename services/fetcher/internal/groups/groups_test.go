@@ -3,6 +3,8 @@ package groups
 import (
 	"context"
 	"maps"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -15,27 +17,58 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 )
 
-// source is a kfake cluster with topics "orders" (3 partitions) and
-// "private" (1), and a sarama admin on it.
-func source(t *testing.T) (*kgo.Client, sarama.ClusterAdmin) {
+// sourceCluster is a kfake cluster with topics "orders" (3 partitions)
+// and "private" (1), listening on port (0: any), closed when the test
+// ends.
+func sourceCluster(t *testing.T, port int) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "orders"), kfake.SeedTopics(1, "private"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.SeedTopics(3, "orders"), kfake.SeedTopics(1, "private"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	return c
+}
+
+// newReader returns a Reader on a sarama client of addrs, as the fetcher
+// builds it (one client for the admin and the reader), and the client.
+func newReader(t *testing.T, addrs []string, opts Options) (*Reader, sarama.Client) {
+	t.Helper()
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V3_6_0_0
+	client, err := sarama.NewClient(addrs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(admin, client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, client
+}
+
+// client is a franz-go client of addrs, closed when the test ends.
+func client(t *testing.T, addrs []string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	cfg := sarama.NewConfig()
-	cfg.Version = sarama.V3_6_0_0
-	admin, err := sarama.NewClusterAdmin(c.ListenAddrs(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close() })
+	return cl
+}
+
+// source is sourceCluster on any port with records in orders, a client
+// to commit with and its addresses.
+func source(t *testing.T) (*kgo.Client, []string) {
+	t.Helper()
+	c := sourceCluster(t, 0)
+	cl := client(t, c.ListenAddrs())
 	// Records, so committed offsets point inside the log.
 	for p := range int32(3) {
 		for range 10 {
@@ -44,7 +77,7 @@ func source(t *testing.T) (*kgo.Client, sarama.ClusterAdmin) {
 			}
 		}
 	}
-	return cl, admin
+	return cl, c.ListenAddrs()
 }
 
 // commit commits offsets for group as an admin (generation -1): a simple
@@ -115,7 +148,7 @@ func join(t *testing.T, cl *kgo.Client, group, kind string, o int64) {
 func onlyOrders(tp Partition) bool { return tp.Topic == "orders" }
 
 func TestReadSelectsGroupsByNameAndKind(t *testing.T) {
-	cl, admin := source(t)
+	cl, addrs := source(t)
 	commit(t, cl, "billing", map[Partition]int64{{"orders", 0}: 4, {"orders", 2}: 9, {"private", 0}: 1}, "")
 	commit(t, cl, "audit", map[Partition]int64{{"orders", 1}: 7}, "")
 	commit(t, cl, "__internal", map[Partition]int64{{"orders", 0}: 1}, "")
@@ -124,10 +157,7 @@ func TestReadSelectsGroupsByNameAndKind(t *testing.T) {
 	join(t, cl, "shipping", "consumer", 6)
 	join(t, cl, "connect-sink", "connect", 3)
 
-	r, err := NewReader(admin, Options{Include: groupsync.DefaultInclude, Exclude: groupsync.DefaultExclude, Max: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, _ := newReader(t, addrs, Options{Include: groupsync.DefaultInclude, Exclude: groupsync.DefaultExclude, Max: 100})
 	snap, err := r.Read(onlyOrders)
 	if err != nil {
 		t.Fatal(err)
@@ -149,13 +179,10 @@ func TestReadSelectsGroupsByNameAndKind(t *testing.T) {
 }
 
 func TestReadSkipsOtherKinds(t *testing.T) {
-	cl, admin := source(t)
+	cl, addrs := source(t)
 	join(t, cl, "sink-app", "connect", 3)
 	join(t, cl, "app", "consumer", 5)
-	r, err := NewReader(admin, Options{Include: []string{".*"}, Max: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, _ := newReader(t, addrs, Options{Include: []string{".*"}, Max: 100})
 	snap, err := r.Read(onlyOrders)
 	if err != nil {
 		t.Fatal(err)
@@ -171,13 +198,10 @@ func TestReadSkipsOtherKinds(t *testing.T) {
 // Offsets Ferry committed carry its marker: never read back, or groups
 // would go round an active-active pair.
 func TestReadLeavesOutFerrysOwnCommits(t *testing.T) {
-	cl, admin := source(t)
+	cl, addrs := source(t)
 	commit(t, cl, "app", map[Partition]int64{{"orders", 0}: 3}, "")
 	commit(t, cl, "app", map[Partition]int64{{"orders", 1}: 8}, groupsync.Marker(12345))
-	r, err := NewReader(admin, Options{Include: []string{".*"}, Max: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, _ := newReader(t, addrs, Options{Include: []string{".*"}, Max: 100})
 	snap, err := r.Read(onlyOrders)
 	if err != nil {
 		t.Fatal(err)
@@ -188,14 +212,11 @@ func TestReadLeavesOutFerrysOwnCommits(t *testing.T) {
 }
 
 func TestReadIsBounded(t *testing.T) {
-	cl, admin := source(t)
+	cl, addrs := source(t)
 	for _, g := range []string{"a", "b", "c", "d"} {
 		commit(t, cl, g, map[Partition]int64{{"orders", 0}: 1}, "")
 	}
-	r, err := NewReader(admin, Options{Include: []string{".*"}, Max: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, _ := newReader(t, addrs, Options{Include: []string{".*"}, Max: 3})
 	snap, err := r.Read(onlyOrders)
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +224,47 @@ func TestReadIsBounded(t *testing.T) {
 	if len(snap.Offsets) != 3 || snap.Skipped["limit"] != 1 {
 		t.Fatalf("read %d groups, skipped %v; want 3 and limit 1", len(snap.Offsets), snap.Skipped)
 	}
-	if _, err := NewReader(admin, Options{Include: []string{"("}, Max: 1}); err == nil {
+	if _, err := NewReader(nil, nil, Options{Include: []string{"("}, Max: 1}); err == nil {
 		t.Error("a bad expression was accepted")
+	}
+}
+
+// A sarama client drops a broker whose metadata request failed (a
+// network cut, a broker restart) until a refresh succeeds, and sarama's
+// ListConsumerGroups asks only the brokers its client still has: without
+// a check, every read in that window found no group and said nothing, so
+// a group that started then was never synced (region-loss soak, seed
+// 751). A read after the broker is back finds the group.
+func TestReadAfterTheClientDroppedTheBroker(t *testing.T) {
+	first := sourceCluster(t, 0)
+	addrs := first.ListenAddrs()
+	_, port, err := net.SplitHostPort(addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, sc := newReader(t, addrs, Options{Include: []string{".*"}, Max: 100})
+	if _, err := r.Read(onlyOrders); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	// What the fetcher's discovery does during the cut.
+	if err := sc.RefreshMetadata(); err == nil {
+		t.Fatal("a metadata refresh of a closed cluster succeeded")
+	}
+	if n := len(sc.Brokers()); n != 0 {
+		t.Fatalf("the client still has %d brokers after a failed refresh: the case this test covers does not arise", n)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := sourceCluster(t, p)
+	commit(t, client(t, again.ListenAddrs()), "app", map[Partition]int64{{"orders", 0}: 0}, "")
+	snap, err := r.Read(onlyOrders)
+	if err != nil {
+		t.Fatalf("read after the broker came back: %v", err)
+	}
+	if want := map[Partition]int64{{"orders", 0}: 0}; !maps.Equal(snap.Offsets["app"], want) {
+		t.Fatalf("app: %v, want %v (snapshot %v)", snap.Offsets["app"], want, snap.Offsets)
 	}
 }

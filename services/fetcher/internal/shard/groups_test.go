@@ -41,11 +41,11 @@ func startPoller(t *testing.T, src *source) *groups.Poller {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := groups.NewReader(admin, groups.Options{Include: groupsync.DefaultInclude, Exclude: groupsync.DefaultExclude, Max: 100})
+	r, err := groups.NewReader(admin, src.client, groups.Options{Include: groupsync.DefaultInclude, Exclude: groupsync.DefaultExclude, Max: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := groups.NewPoller(r, 20*time.Millisecond, func(groups.Partition) bool { return true }, testLog())
+	p := groups.NewPoller(r, 20*time.Millisecond, func(groups.Partition) bool { return true }, testLog(), groups.NewMetrics(prometheus.NewRegistry()))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
