@@ -185,6 +185,12 @@ type Server struct {
 	draining bool
 	drain    chan struct{} // closed by Drain
 	sessions sync.WaitGroup
+
+	// loads are the shards' offset index loads (session.go), which outlive
+	// their streams: loadsCtx ends them at Drain.
+	loads     sync.WaitGroup
+	loadsCtx  context.Context
+	stopLoads context.CancelFunc
 }
 
 type shardKey struct {
@@ -196,6 +202,9 @@ type shardKey struct {
 type shardState struct {
 	highest uint64   // highest epoch seen
 	active  *session // the stream serving it now, if any
+	// stopLoad ends the offset index load of its latest stream
+	// (startLoad), which may outlive that stream.
+	stopLoad context.CancelFunc
 }
 
 // New builds a server. The caller owns the dependencies and closes them
@@ -215,6 +224,7 @@ func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Stor
 	if s.beats == nil {
 		s.beats = heartbeat.NewTable()
 	}
+	s.loadsCtx, s.stopLoads = context.WithCancel(context.Background())
 	m.Failover.SetSource(s.failoverMetrics)
 	if opts.Groups != nil {
 		s.groups = newGroupSyncer(opts.Groups, m, log.With("component", "group-sync"), s.linkRefusal)
@@ -408,6 +418,30 @@ func (s *Server) claim(ctx context.Context, sess *session) error {
 	return nil
 }
 
+// indexLoadTimeout bounds a shard's offset index load (a few hundred
+// milliseconds on a healthy target): beyond it the load gives up, and its
+// groups translate from what the stream committed only.
+const indexLoadTimeout = 2 * time.Minute
+
+// startLoad returns the context of sess's offset index load, ended by the
+// next stream of its shard (which loads its own), by indexLoadTimeout or
+// by Drain; not by sess's end, so a region loss that ends every stream
+// while a load runs (slowed, maybe, by what went before) still gives the
+// group syncer, which translates through sess's translator after the
+// stream is gone (advance), the positions it was needed for.
+func (s *Server) startLoad(sess *session) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(s.loadsCtx, indexLoadTimeout)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.shards[shardKey{sess.link.Name, sess.shard}]; st != nil {
+		if st.stopLoad != nil {
+			st.stopLoad()
+		}
+		st.stopLoad = cancel
+	}
+	return ctx, cancel
+}
+
 // streamOpened is true when a stream of link has opened on this writer
 // since it started (a shard it claimed).
 func (s *Server) streamOpened(link string) bool {
@@ -458,10 +492,12 @@ func (s *Server) Drain(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("drain: %w", ctx.Err())
 	}
+	s.stopLoads()
+	s.loads.Wait()
+	return nil
 }
 
 // ShardStatus is one shard's line in /status.

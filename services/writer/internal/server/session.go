@@ -204,19 +204,22 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	opened.GroupOffsets = s.groups != nil
 	if opened.GroupOffsets {
 		// The shard's offset index is read in memory beside copying,
-		// once a group's translation needs it; it ends with the stream
-		// (translate.go).
-		loaded := make(chan struct{})
+		// once a group's translation needs it during the stream
+		// (translate.go); a load under way runs on after the stream
+		// (Server.startLoad).
+		ctx, stop := s.startLoad(ss)
+		tr := ss.progress.tr
+		s.loads.Add(1)
 		go func() {
-			defer close(loaded)
+			defer s.loads.Done()
+			defer stop()
 			select {
-			case <-ss.progress.tr.needed:
+			case <-tr.needed:
 			case <-ss.ctx.Done():
 				return
 			}
-			ss.progress.tr.load(ss.ctx, s.opts.Target, s.opts.Index, ss.link.Name, log)
+			tr.load(ctx, s.opts.Target, s.opts.Index, ss.link.Name, log)
 		}()
-		defer func() { ss.cancel(nil); <-loaded }()
 	}
 	if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Opened{Opened: opened}}); err != nil {
 		return fmt.Errorf("send opened: %w", err)

@@ -33,6 +33,9 @@ import (
 // index_loading, as one arriving while the read runs does; the group
 // syncer translates it again every second (advance) until the read is
 // done, and the fetcher sends the group again at its next read anyway.
+// A load under way when its stream ends runs on (Server.startLoad): the
+// syncer still translates through this translator, and after a region
+// loss no stream comes back to load it again.
 
 // groupIndexRuns bounds each partition's index in memory (24 bytes a run:
 // some 1.5 MB, and up to a quarter more between trims, Index.Bound). A
@@ -198,7 +201,7 @@ func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex
 	start := time.Now()
 	xs, err := r.LoadAll(ctx, keys, groupIndexRuns)
 	if ctx.Err() != nil {
-		log.Info("offset index load ended with its stream: groups translate from what this stream committed only", "partitions", len(keys), "took", time.Since(start))
+		log.Info("offset index load stopped (a newer stream of the shard, the writer draining, or over its time): groups translate from what this stream committed only", "partitions", len(keys), "took", time.Since(start))
 		return
 	}
 	if err != nil {
