@@ -135,18 +135,21 @@ scenarios: build kafka consul jaeger
 # (active-active: writes on both sides, no record may come back);
 # SOAK_SYSTEM=ferry-dr then loses the source region (broker, fetchers and
 # Consul killed), fails over with ferryctl, moves an application's group to
-# the target and accounts for every record (docs/reliability.md). A run
-# whose longest recovery after a fault exceeds 60 s fails.
+# the target and accounts for every record (docs/reliability.md);
+# SOAK_REGION_LOSS=partition cuts the region off instead of killing it
+# (everything runs on, the writers' streams still open at the failover).
+# A run whose longest recovery after a fault exceeds 60 s fails.
 SOAK_SYSTEM   ?= ferry
 SOAK_MINUTES  ?= 5
 SOAK_SEED     ?= 0
 SOAK_DELIVERY ?= exactly_once
 SOAK_CODEC    ?=
+SOAK_REGION_LOSS ?=
 SOAK_OUT      ?= loadtest/results/soak/runs.jsonl
 soak: build kafka consul
 	@mkdir -p $(dir $(SOAK_OUT))
 	$(GO) run ./loadtest/cmd/ferry-soak --system $(SOAK_SYSTEM) --bin $(BIN) --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) \
-		--delivery $(SOAK_DELIVERY) --codec '$(SOAK_CODEC)' --out $(SOAK_OUT) \
+		--delivery $(SOAK_DELIVERY) --codec '$(SOAK_CODEC)' --region-loss '$(SOAK_REGION_LOSS)' --out $(SOAK_OUT) \
 		--commit "$$(git describe --always --dirty 2>/dev/null)"
 
 # fuzz runs each fuzz target for a bounded time (FUZZTIME, default 30s),

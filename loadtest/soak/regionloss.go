@@ -31,6 +31,20 @@ import (
 // run accounts for every record (regionloss.go).
 const SystemFerryDR = "ferry-dr"
 
+// How a ferry-dr run loses the source region (Options.RegionLoss).
+const (
+	// LossKill kills the source broker, every fetcher and Consul at once.
+	LossKill = "kill"
+	// LossPartition cuts the source region off instead: every fetcher's
+	// connection to the writers holds its bytes (nothing closes, so the
+	// writers' streams are still open at the failover, with rounds in
+	// flight), the producers stop, and the source, the fetchers and
+	// Consul run on. The failover must end those streams and let their
+	// rounds finish before it reads the meter; what the fetchers sent
+	// arrives after it and must be refused.
+	LossPartition = "partition"
+)
+
 // appGroup is the application's consumer group: on the source before the
 // loss, on the target after the failover (synced by Ferry meanwhile).
 const appGroup = "soak-app"
@@ -39,6 +53,8 @@ const appGroup = "soak-app"
 // source offsets; records are the data records a read_committed consumer
 // sees (transaction markers and aborted records take offsets, not records).
 type DR struct {
+	// Loss is how the region was lost: LossKill or LossPartition.
+	Loss string `json:"loss"`
 	// LossAfter is when, after the faults healed, the region was lost.
 	LossAfter time.Duration `json:"loss_after"`
 	// ReportedLost is the sum over partitions of what ferryctl failover
@@ -226,6 +242,25 @@ func consume(ctx context.Context, addr string, topics []string, untilIdle time.D
 		cl.Close()
 	}
 	return r, done, stop, nil
+}
+
+// partitionRegion cuts the source region off the target's (LossPartition):
+// a latency far beyond any client's wait on every fetcher↔writer hop, so
+// no connection closes and no byte is lost or delivered in time.
+func (e *env) partitionRegion() error {
+	for i := range slots {
+		name := fmt.Sprintf("writer-%d", i)
+		if e.proxies[name] == nil {
+			continue
+		}
+		for _, stream := range []string{"upstream", "downstream"} {
+			spec := fmt.Sprintf(`{"name":"partition-%s","type":"latency","stream":%q,"attributes":{"latency":600000}}`, stream, stream)
+			if err := e.proxies[name].addToxic(spec); err != nil {
+				return fmt.Errorf("partition %s: %w", name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // loseRegion kills what lives in the source region: every fetcher, the
@@ -441,16 +476,26 @@ func (e *env) regionLoss(ctx context.Context, stopLoad func()) *DR {
 		stopLoad()
 		return fail("slow the target hop: %v", err)
 	}
-	e.log.Info("region loss: killing the source broker, the fetchers and Consul")
-	e.loseRegion()
+	dr.Loss = e.opts.RegionLoss
+	loadStopped := make(chan struct{})
+	if dr.Loss == LossPartition {
+		e.log.Info("region loss: cutting the source region off (fetchers↔writers)")
+		if err := e.partitionRegion(); err != nil {
+			return fail("%v", err)
+		}
+		// The producers stop; their source runs on.
+		go func() { defer close(loadStopped); stopLoad() }()
+	} else {
+		e.log.Info("region loss: killing the source broker, the fetchers and Consul")
+		e.loseRegion()
+		// The producers give up on the dead source in their own time;
+		// the failover does not wait for them.
+		go func() { defer close(loadStopped); stopLoad() }()
+	}
 	if err := e.unlagTarget(); err != nil {
 		return fail("%v", err)
 	}
 	stopSrcApp()
-	// The producers give up on the dead source in their own time; the
-	// failover does not wait for them.
-	loadStopped := make(chan struct{})
-	go func() { defer close(loadStopped); stopLoad() }()
 	dr.RereadAtLoss = e.rereadReported(ctx)
 	// The writers commit what they hold as the streams break; the report
 	// is read once they have.

@@ -86,6 +86,9 @@ type Options struct {
 	// RecoveryBound fails a run whose longest recovery after a fault
 	// (Report.LongestRecovery) exceeds it; 0 reports it only.
 	RecoveryBound time.Duration
+	// RegionLoss is how SystemFerryDR loses the source region: LossKill
+	// (default) or LossPartition.
+	RegionLoss string
 }
 
 func (o *Options) defaults() {
@@ -100,6 +103,9 @@ func (o *Options) defaults() {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.System == SystemFerryDR && o.RegionLoss == "" {
+		o.RegionLoss = LossKill
 	}
 }
 
@@ -122,6 +128,12 @@ func (o Options) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("system %q: want %s, %s, %s or %s", o.System, SystemFerry, SystemFerryActiveActive, SystemFerryDR, SystemMM2EOS))
+	}
+	switch {
+	case o.System == SystemFerryDR && o.RegionLoss != LossKill && o.RegionLoss != LossPartition:
+		errs = append(errs, fmt.Errorf("region loss %q: want %s or %s", o.RegionLoss, LossKill, LossPartition))
+	case o.System != SystemFerryDR && o.RegionLoss != "":
+		errs = append(errs, fmt.Errorf("region loss %q: %s only", o.RegionLoss, SystemFerryDR))
 	}
 	return errors.Join(errs...)
 }

@@ -264,6 +264,10 @@ func TestMM2Mapping(t *testing.T) {
 			{Options{System: SystemMM2EOS, Delivery: "at_least_once"}, false},
 			{Options{System: SystemMM2EOS, Codec: "zstd"}, false},
 			{Options{System: "mm2"}, false},
+			{Options{System: SystemFerryDR}, true},
+			{Options{System: SystemFerryDR, RegionLoss: LossPartition}, true},
+			{Options{System: SystemFerryDR, RegionLoss: "flood"}, false},
+			{Options{RegionLoss: LossPartition}, false},
 		} {
 			if err := c.opts.Validate(); (err == nil) != c.ok {
 				t.Errorf("%+v: %v", c.opts, err)

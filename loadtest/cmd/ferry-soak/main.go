@@ -43,6 +43,7 @@ func run() error {
 	out := flag.String("out", "", "append the report as a JSON line to this file")
 	commit := flag.String("commit", "", "the Ferry build tested (git describe), recorded in the report")
 	maxRecovery := flag.Duration("max-recovery", 60*time.Second, "fail the run when the longest recovery after a fault exceeds this (0: report it only)")
+	regionLoss := flag.String("region-loss", "", soak.SystemFerryDR+" only: how the source region is lost, "+soak.LossKill+" (default: its broker, fetchers and Consul killed) or "+soak.LossPartition+" (cut off from the target region, everything running: the writers' streams still open at the failover)")
 	table := flag.String("table", "", "run nothing: print the soak table of the reports in this file (written by -out)")
 	flag.Parse()
 	if *table != "" {
@@ -59,7 +60,7 @@ func run() error {
 		System:   *system,
 		Duration: time.Duration(*minutes * float64(time.Minute)),
 		Seed:     *seed, Delivery: *delivery, Codec: *codec,
-		BinDir: absBin, Rate: *rate, RecoveryBound: *maxRecovery,
+		BinDir: absBin, Rate: *rate, RecoveryBound: *maxRecovery, RegionLoss: *regionLoss,
 	}
 	if err := opts.Validate(); err != nil {
 		return err
