@@ -558,6 +558,15 @@ func TestLoadingIndexIsTranslatedOnceLoaded(t *testing.T) {
 	w, g, stream, ctx := idleSyncerOverCopy(t, func(o *Options) { o.Index.FlushInterval = 0 })
 	closeStream(t, stream)
 	stream, _ = w.openOrdersFrom(ctx, t, "east", "")
+	sendWhileLoading(t, w, g, stream)
+	positionedByAdvance(ctx, t, w, g, "the group positioned without another read of it")
+}
+
+// sendWhileLoading sends group "behind" at 17 on stream, a new stream of
+// a shard whose copy reached source 30, and waits for its first sync to
+// find the shard's index loading.
+func sendWhileLoading(t *testing.T, w *testWriter, g *groupSyncer, stream ferryv1.ReplicationService_ReplicateClient) {
+	t.Helper()
 	if err := stream.Send(groupOffsets(map[string]int64{"behind": 17})); err != nil {
 		t.Fatalf("send group offsets: %v", err)
 	}
@@ -566,7 +575,14 @@ func TestLoadingIndexIsTranslatedOnceLoaded(t *testing.T) {
 		st, ok := groupOf(w, "behind")
 		return ok && len(st.Partitions) == 1 && st.Partitions[0].Note == notLoading
 	})
-	waitFor(t, "the group positioned without another read of it", func() bool {
+}
+
+// positionedByAdvance waits, the syncer advancing with no new read of
+// the group, until "behind" stands for 17, and checks it lands at the
+// copy of 18.
+func positionedByAdvance(ctx context.Context, t *testing.T, w *testWriter, g *groupSyncer, what string) {
+	t.Helper()
+	waitFor(t, what, func() bool {
 		g.advance()
 		syncPending(g)
 		st, _ := groupOf(w, "behind")
@@ -609,22 +625,9 @@ func TestIndexLoadOutlivesItsStream(t *testing.T) {
 		return nil, nil, false
 	})
 	stream, _ = w.openOrdersFrom(ctx, t, "east", "")
-	if err := stream.Send(groupOffsets(map[string]int64{"behind": 17})); err != nil {
-		t.Fatalf("send group offsets: %v", err)
-	}
-	waitFor(t, "the group's first sync, its index loading", func() bool {
-		syncPending(g)
-		st, ok := groupOf(w, "behind")
-		return ok && len(st.Partitions) == 1 && st.Partitions[0].Note == notLoading
-	})
+	sendWhileLoading(t, w, g, stream)
 	closeStream(t, stream)
 	waitFor(t, "the stream's end on the writer", func() bool { return testutil.ToFloat64(w.srv.metrics.Streams) == 0 })
 	close(released)
-	waitFor(t, "the group positioned by the load its stream started", func() bool {
-		g.advance()
-		syncPending(g)
-		st, _ := groupOf(w, "behind")
-		return standsFor(st, 17)
-	})
-	expectAtCopyOf18(ctx, t, w, "behind")
+	positionedByAdvance(ctx, t, w, g, "the group positioned by the load its stream started")
 }
