@@ -21,6 +21,7 @@ import (
 	"github.com/ferry-replicator/ferry/loadtest/workload"
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/shards"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 )
 
@@ -59,7 +60,7 @@ func TestWriterRefusesBadInput(t *testing.T) {
 	}
 	open := func(link string, epoch uint64) *ferryv1.Open {
 		return &ferryv1.Open{
-			Link: link, Shard: 3, Epoch: epoch, Fetcher: "hostile",
+			Link: link, Shard: uint32(shards.Of("t.hostile", 0, shards.Default)), Epoch: epoch, Fetcher: "hostile",
 			Topics:     []*ferryv1.TopicSpec{{Name: "t.hostile", PartitionCount: 2}},
 			Partitions: []*ferryv1.TopicPartition{{Topic: "t.hostile", Partition: 0}},
 		}

@@ -144,7 +144,7 @@ func TestRealKafkaExactlyOnceEndsTransactionsLeftOpen(t *testing.T) {
 	}
 	heads := firstRecords(t, src.Addr(), "t.hang", partitions, leftover)
 	for p := range int32(partitions) {
-		shard := shards.Of("t.hang", p, 8) // link.shards default
+		shard := shards.Of("t.hang", p, shards.Default)
 		leaveOpenTransaction(t, dst.Addr(), fmt.Sprintf("ferry-test-%d", shard), map[string]map[int32][]*kgo.Record{
 			"__ferry_checkpoints": {0: {{Key: []byte("barrier/leftover"), Value: []byte("{}"), Timestamp: time.Now()}}},
 			"src.t.hang":          {p: heads[p]},

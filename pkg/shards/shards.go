@@ -8,6 +8,10 @@ import (
 	"strconv"
 )
 
+// Default is a link's shard count when its configuration sets none, on
+// both tiers (fetcher link.shards, writer links[].shards): they must agree.
+const Default = 8
+
 // Of returns the shard, in [0, n), of a topic's partition.
 func Of(topic string, partition int32, n int) int {
 	h := fnv.New32a()

@@ -15,6 +15,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
+	"github.com/ferry-replicator/ferry/pkg/shards"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 	"github.com/ferry-replicator/ferry/services/writer/inprocess"
@@ -129,7 +130,7 @@ func (tg target) openOrders(ctx context.Context, t *testing.T) (ferryv1.Replicat
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := &ferryv1.Open{Link: "east", Shard: 1, Epoch: 1, Fetcher: "f",
+	open := &ferryv1.Open{Link: "east", Shard: uint32(shards.Of("orders", 0, shards.Default)), Epoch: 1, Fetcher: "f",
 		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
 		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {

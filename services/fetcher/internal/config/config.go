@@ -3,16 +3,17 @@
 package config
 
 import (
-	"github.com/ferry-replicator/ferry/pkg/admin"
 	"os"
 	"regexp"
 	"strconv"
 	"time"
 
+	"github.com/ferry-replicator/ferry/pkg/admin"
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	"github.com/ferry-replicator/ferry/pkg/config"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
+	"github.com/ferry-replicator/ferry/pkg/shards"
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
@@ -191,7 +192,7 @@ func Defaults() Config {
 	c.Tracing = tracing.DefaultConfig()
 	c.Link.Topics.Include = []string{".*"}
 	c.Link.Topics.Exclude = DefaultExclude
-	c.Link.Shards = 8
+	c.Link.Shards = shards.Default
 	c.Link.StartFrom = "earliest"
 	c.Link.DiscoveryInterval = 30 * time.Second
 	c.Link.Heartbeat.Interval = time.Second

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/pkg/shards"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
 	"github.com/ferry-replicator/ferry/services/writer/internal/server"
 )
@@ -103,7 +104,7 @@ func TestFailoverMeterInStatusAcrossRestart(t *testing.T) {
 		if stream, err = ferryv1.NewReplicationServiceClient(conn).Replicate(ctx); err != nil {
 			continue
 		}
-		open := &ferryv1.Open{Link: "east", Shard: 0, Epoch: 1, Fetcher: "f",
+		open := &ferryv1.Open{Link: "east", Shard: uint32(shards.Of("orders", 0, shards.Default)), Epoch: 1, Fetcher: "f",
 			Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
 			Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
 		if err = stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {

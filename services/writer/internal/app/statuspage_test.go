@@ -62,6 +62,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	cfg, stop := runWriterWith(t, cluster.ListenAddrs()[0], func(c *config.Config) {
 		c.Producer.MaxMessageBytes, c.Producer.MergeBelow = 100_000, 0
 		c.Tracing.Endpoint, c.Tracing.UIURL = spans.Addr, "http://jaeger.example:16686"
+		c.Links[0].Shards = 1 // one stream holds both partitions
 	})
 	defer stop()
 	conn, err := grpc.NewClient(cfg.Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -164,8 +165,8 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 }
 
-// openStream opens shard 0 of link east (two partitions of orders) as
-// fetcher, once the writer serves.
+// openStream opens shard 0 of link east (two partitions of orders; the
+// link has one shard) as fetcher, once the writer serves.
 func openStream(ctx context.Context, t *testing.T, conn *grpc.ClientConn, fetcher string, parts []*ferryv1.TopicPartition) ferryv1.ReplicationService_ReplicateClient {
 	t.Helper()
 	var lastErr error

@@ -16,6 +16,7 @@ import (
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
+	"github.com/ferry-replicator/ferry/pkg/shards"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
@@ -94,7 +95,7 @@ func openOnce(ctx context.Context, conn *grpc.ClientConn) error {
 	if err != nil {
 		return err
 	}
-	open := &ferryv1.Open{Link: "east", Shard: 0, Epoch: 1, Fetcher: "f",
+	open := &ferryv1.Open{Link: "east", Shard: uint32(shards.Of("orders", 0, shards.Default)), Epoch: 1, Fetcher: "f",
 		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1, Configs: map[string]string{"retention.ms": "7200000"}}},
 		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {

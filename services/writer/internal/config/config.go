@@ -3,16 +3,17 @@
 package config
 
 import (
-	"github.com/ferry-replicator/ferry/pkg/admin"
 	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/ferry-replicator/ferry/pkg/admin"
 	"github.com/ferry-replicator/ferry/pkg/config"
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/provenance"
+	"github.com/ferry-replicator/ferry/pkg/shards"
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
@@ -364,7 +365,7 @@ func linkDefaults(l *Link) {
 
 // DefaultShards is links[].shards' default, the fetchers' link.shards
 // default.
-const DefaultShards = 8
+const DefaultShards = shards.Default
 
 var (
 	linkName  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -96,17 +97,23 @@ func boundWriter(t *testing.T) (w *testWriter, east, west ferryv1.ReplicationSer
 	return w, w.client, w.dial(t, pki.client(t, westFetcher))
 }
 
-// openShard sends an Open of orders/0 as shard of link at epoch and
-// returns the stream and its first answer's error (nil: Opened).
-func openShard(ctx context.Context, t *testing.T, c ferryv1.ReplicationServiceClient, link string, shard uint32, epoch uint64) (ferryv1.ReplicationService_ReplicateClient, error) {
+// openShard sends an Open as shard of link (n shards) at epoch, listing
+// the shard's first partition of orders (orders/0 in a link of one
+// shard), and returns the stream and its first answer's error (nil:
+// Opened).
+func openShard(ctx context.Context, t *testing.T, c ferryv1.ReplicationServiceClient, link string, shard, n uint32, epoch uint64) (ferryv1.ReplicationService_ReplicateClient, error) {
 	t.Helper()
 	stream, err := c.Replicate(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := int32(0)
+	if shard < n {
+		p = inShard("orders", shard, n)
+	}
 	open := &ferryv1.Open{Link: link, Shard: shard, Epoch: epoch, Fetcher: "f",
-		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
-		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
+		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: p + 1}},
+		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: p}}}
 	// A writer that refuses the peer (tls.allowed_ids) ends the stream
 	// before it reads the Open: Send then says only io.EOF, and Recv
 	// gives the refusal.
@@ -140,7 +147,7 @@ func TestLinkAdmitsOnlyItsFetchers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	_, err := openShard(ctx, t, west, "east", 1, 1)
+	_, err := openShard(ctx, t, west, "east", 1, 4, 1)
 	wantRefusal(t, err, codes.PermissionDenied, `link "east"`, westFetcher, "links[].allowed_ids")
 	if got := w.rejected(t, "east", "peer_refused"); got != 1 {
 		t.Errorf("rejected{link=east,reason=peer_refused} = %v, want 1", got)
@@ -148,12 +155,12 @@ func TestLinkAdmitsOnlyItsFetchers(t *testing.T) {
 	if w.cluster.TopicInfo("orders") != nil {
 		t.Error("a refused open created the target topic")
 	}
-	s, err := openShard(ctx, t, east, "east", 1, 1)
+	s, err := openShard(ctx, t, east, "east", 1, 4, 1)
 	if err != nil {
 		t.Fatalf("east's fetcher refused on its link: %v", err)
 	}
 	closeStream(t, s)
-	s, err = openShard(ctx, t, west, "west", 1, 1)
+	s, err = openShard(ctx, t, west, "west", 1, 4, 1)
 	if err != nil {
 		t.Fatalf("west's fetcher refused on a link without allowed_ids: %v", err)
 	}
@@ -168,13 +175,13 @@ func TestShardOutsideTheLinkIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, shard := range []uint32{4, math.MaxUint32} {
-		_, err := openShard(ctx, t, east, "east", shard, 1)
+		_, err := openShard(ctx, t, east, "east", shard, 4, 1)
 		wantRefusal(t, err, codes.InvalidArgument, "shard", "links[].shards", "0..3")
 	}
 	if n := len(w.srv.Status()); n != 0 {
 		t.Errorf("the writer's shard map holds %d shards after refused opens, want 0", n)
 	}
-	s, err := openShard(ctx, t, east, "east", 3, 1)
+	s, err := openShard(ctx, t, east, "east", 3, 4, 1)
 	if err != nil {
 		t.Fatalf("shard 3 of 4 refused: %v", err)
 	}
@@ -188,12 +195,12 @@ func TestRefusedPeerDoesNotRaiseTheEpoch(t *testing.T) {
 	w, east, west := boundWriter(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := openShard(ctx, t, west, "east", 1, math.MaxUint64)
+	_, err := openShard(ctx, t, west, "east", 1, 4, math.MaxUint64)
 	wantRefusal(t, err, codes.PermissionDenied, `link "east"`)
 	if e := w.srv.currentEpoch("east", 1); e != 0 {
 		t.Errorf("shard epoch %d after a refused open, want 0", e)
 	}
-	s, err := openShard(ctx, t, east, "east", 1, 5)
+	s, err := openShard(ctx, t, east, "east", 1, 4, 5)
 	if err != nil {
 		t.Fatalf("the shard's owner at epoch 5 was refused: %v", err)
 	}
@@ -246,4 +253,40 @@ func TestSkipBeyondTheSourceIsRefused(t *testing.T) {
 		wantRefusal(t, err, codes.InvalidArgument, "batch of orders/0", "0..9", "source high watermark 5")
 		refusedWhole(t, w, "beyond_source")
 	})
+}
+
+// A shard lists only its own partitions (shards.Of with links[].shards):
+// a fetcher whose link.shards differs (during a change) would copy a
+// partition under another shard's transactional id beside the shard that
+// holds it, and neither stream would fence the other.
+func TestOpenOfAnotherShardsPartitionIsRefused(t *testing.T) {
+	w, east, _ := boundWriter(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := inShard("orders", 2, 4)
+	for _, shard := range []uint32{0, 1, 3} {
+		stream, err := east.Replicate(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := &ferryv1.Open{Link: "east", Shard: shard, Epoch: 1, Fetcher: "f",
+			Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: p + 1}},
+			Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: p}}}
+		if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = stream.Recv()
+		wantRefusal(t, err, codes.FailedPrecondition, fmt.Sprintf("orders/%d is in shard 2 of the link's 4 (links[].shards), not %d", p, shard), "link.shards")
+	}
+	if got := w.rejected(t, "east", "not_in_shard"); got != 3 {
+		t.Errorf("rejected{reason=not_in_shard} = %v, want 3", got)
+	}
+	if w.cluster.PartitionInfo("orders", p) != nil {
+		t.Errorf("the target topic was created for refused opens")
+	}
+	s, err := openShard(ctx, t, east, "east", 2, 4, 1)
+	if err != nil {
+		t.Fatalf("shard 2 refused its own partition: %v", err)
+	}
+	closeStream(t, s)
 }

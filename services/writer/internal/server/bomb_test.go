@@ -60,7 +60,7 @@ func (w *testWriter) openTwo(ctx context.Context, t *testing.T) ferryv1.Replicat
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := &ferryv1.Open{Link: "east", Shard: 1, Epoch: 1, Fetcher: "f1",
+	open := &ferryv1.Open{Link: "east", Shard: 0, Epoch: 1, Fetcher: "f1",
 		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 2}},
 		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}, {Topic: "orders", Partition: 1}}}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {

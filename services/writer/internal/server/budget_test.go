@@ -13,6 +13,7 @@ import (
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/shards"
 )
 
 // budgetBatches are n wire batches of orders copying records 0 to n*size
@@ -28,14 +29,15 @@ func budgetBatches(t *testing.T, n, size int) (bs []*ferryv1.Batch, widest int64
 	return bs, widest
 }
 
-// openPartition opens shard over orders/partition, orders having two
-// partitions, and waits for the writer's Opened.
-func (w *testWriter) openPartition(ctx context.Context, t *testing.T, shard uint32, partition int32) ferryv1.ReplicationService_ReplicateClient {
+// openPartition opens, as its shard, orders/partition, orders having
+// two partitions, and waits for the writer's Opened.
+func (w *testWriter) openPartition(ctx context.Context, t *testing.T, partition int32) ferryv1.ReplicationService_ReplicateClient {
 	t.Helper()
 	stream, err := w.client.Replicate(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	shard := uint32(shards.Of("orders", partition, int(w.srv.links["east"].Shards)))
 	open := &ferryv1.Open{Link: "east", Shard: shard, Epoch: 1, Fetcher: "f1",
 		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 2}},
 		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: partition}}}
@@ -181,10 +183,10 @@ func TestBufferedBytesAreSharedByStreams(t *testing.T) {
 			if 2*int64(len(as[0].GetPayload())) <= limit {
 				t.Fatalf("batches of %d and %d bytes: two fit in a budget of %d", len(as[0].GetPayload()), widest, limit)
 			}
-			w := startWriterOptions(t, passthroughLinks(t, exactlyOnce), func(o *Options) { o.MaxBufferedBytes = limit })
+			w := startWriterOptions(t, withShards(passthroughLinks(t, exactlyOnce), 8), func(o *Options) { o.MaxBufferedBytes = limit })
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			a, b := w.openPartition(ctx, t, 1, 0), w.openPartition(ctx, t, 2, 1)
+			a, b := w.openPartition(ctx, t, 0), w.openPartition(ctx, t, 1)
 			most := w.sampleBudget(t)
 
 			held, release := w.holdProduce(t, 0)
@@ -274,13 +276,13 @@ func TestFailedStreamGivesBackItsBytes(t *testing.T) {
 				if int64(len(big.GetPayload())) <= limit {
 					t.Fatalf("a batch of %d bytes is not above the budget of %d", len(big.GetPayload()), limit)
 				}
-				w := startWriterOptions(t, passthroughLinks(t, exactlyOnce), func(o *Options) { o.MaxBufferedBytes = limit })
+				w := startWriterOptions(t, withShards(passthroughLinks(t, exactlyOnce), 8), func(o *Options) { o.MaxBufferedBytes = limit })
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 
 				failing, cancelFailing := context.WithCancel(ctx)
 				defer cancelFailing()
-				a := w.openPartition(failing, t, 1, 0)
+				a := w.openPartition(failing, t, 0)
 				held, release := w.holdProduce(t, 0)
 				sendTo(t, a, 1, 0, bs[0])
 				waitHeld(ctx, t, held, "the round")
@@ -293,7 +295,7 @@ func TestFailedStreamGivesBackItsBytes(t *testing.T) {
 				w.waitBuffered(t, 0, "the failed stream ended")
 				release()
 
-				c := w.openPartition(ctx, t, 2, 1)
+				c := w.openPartition(ctx, t, 1)
 				held, release = w.holdProduce(t, 1)
 				sendTo(t, c, 1, 1, big)
 				waitHeld(ctx, t, held, "the large batch")

@@ -150,7 +150,7 @@ func (w *testWriter) resumeOf(ctx context.Context, t *testing.T) *ferryv1.Partit
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := &ferryv1.Open{Link: "east", Shard: 1, Epoch: 1, Fetcher: "f1",
+	open := &ferryv1.Open{Link: "east", Shard: 0, Epoch: 1, Fetcher: "f1",
 		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 2}},
 		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
@@ -200,7 +200,7 @@ func TestForgedCheckpointStopsItsPartition(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			open := &ferryv1.Open{Link: "east", Shard: 1, Epoch: 1, Fetcher: "f1",
+			open := &ferryv1.Open{Link: "east", Shard: 0, Epoch: 1, Fetcher: "f1",
 				Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 2}},
 				Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}, {Topic: "orders", Partition: 1}}}
 			if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
@@ -217,7 +217,7 @@ func TestForgedCheckpointStopsItsPartition(t *testing.T) {
 			}
 
 			// The fetcher stops orders/0 and opens the shard without it.
-			stream = w.openPartition(ctx, t, 1, 1)
+			stream = w.openPartition(ctx, t, 1)
 			if err := sendToPartition(t, stream, 1, 1, 5, sourceBatch(t, 5, 5, nil, recordbatch.LZ4, 0)); err != nil {
 				t.Fatalf("orders/1 without orders/0: %v", err)
 			}
@@ -271,7 +271,7 @@ func TestCheckpointTombstonesAndReplays(t *testing.T) {
 
 	// Copied again from the start; the same forget written again is a
 	// replay.
-	stream := w.openPartition(ctx, t, 1, 0)
+	stream := w.openPartition(ctx, t, 0)
 	if err := sendToPartition(t, stream, 1, 0, 0, sourceBatch(t, 0, 5, nil, recordbatch.LZ4, 0)); err != nil {
 		t.Fatalf("orders/0 from its start: %v", err)
 	}
@@ -292,7 +292,7 @@ func TestAcceptUnsignedResumesALegacyCheckpoint(t *testing.T) {
 	if n := w.store.UnsignedLatest(); n != 1 {
 		t.Fatalf("UnsignedLatest = %d, want 1", n)
 	}
-	stream := w.openPartition(ctx, t, 1, 0)
+	stream := w.openPartition(ctx, t, 0)
 	if err := sendToPartition(t, stream, 1, 0, 7, sourceBatch(t, 7, 3, nil, recordbatch.LZ4, 0)); err != nil {
 		t.Fatalf("orders/0 from the legacy checkpoint: %v", err)
 	}

@@ -29,7 +29,7 @@ func TestFailbackMovesEveryPartitionInOnePass(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	stream, err := openShard(ctx, t, w2.client, "east", 1, 1)
+	stream, err := openShard(ctx, t, w2.client, "east", 0, testShards, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestFailbackMovesEveryPartitionInOnePass(t *testing.T) {
 	}
 
 	w1.setState(ctx, t, linkstate.Running, "failed back")
-	stream, err = openShard(ctx, t, w2.client, "east", 1, 2)
+	stream, err = openShard(ctx, t, w2.client, "east", 0, testShards, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

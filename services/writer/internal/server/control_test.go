@@ -159,7 +159,7 @@ func TestControlAdmitsOnlyItsOperators(t *testing.T) {
 	wantRefusal(t, err, codes.PermissionDenied, fetcherID, "control.allowed_ids")
 	_, err = w.dialControl(t, creds(pki.fetcher)).SetLinkState(ctx, &ferryv1.SetLinkStateRequest{Link: "east", State: ferryv1.LinkState_LINK_STATE_PAUSED})
 	wantRefusal(t, err, codes.PermissionDenied, fetcherID)
-	_, err = openShard(ctx, t, w.dial(t, creds(pki.operator)), "east", 1, 1)
+	_, err = openShard(ctx, t, w.dial(t, creds(pki.operator)), "east", 0, testShards, 1)
 	wantRefusal(t, err, codes.PermissionDenied, operatorID, "tls.allowed_ids")
 
 	resp, err := w.ctl.Status(ctx, &ferryv1.StatusRequest{})
@@ -186,7 +186,7 @@ func TestPauseAndResumeCopyExactlyOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	stream, err := openShard(ctx, t, w.client, "east", 1, 1)
+	stream, err := openShard(ctx, t, w.client, "east", 0, testShards, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,14 +205,14 @@ func TestPauseAndResumeCopyExactlyOnce(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("the stream ended %v after the pause", took)
 	}
-	_, err = openShard(ctx, t, w.client, "east", 1, 2)
+	_, err = openShard(ctx, t, w.client, "east", 0, testShards, 2)
 	wantLinkRefusal(t, err, linkstate.Paused)
 	if got := w.rejected(t, "east", "link_paused"); got < 1 {
 		t.Errorf("rejected{reason=link_paused} = %v", got)
 	}
 
 	w.setState(ctx, t, linkstate.Running, "")
-	stream, err = openShard(ctx, t, w.client, "east", 1, 2)
+	stream, err = openShard(ctx, t, w.client, "east", 0, testShards, 2)
 	if err != nil {
 		t.Fatalf("open after resume: %v", err)
 	}
@@ -265,7 +265,7 @@ func TestFailedOverRefusesZombiesOnEveryWriter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	stream, err := openShard(ctx, t, w2.client, "east", 1, 1)
+	stream, err := openShard(ctx, t, w2.client, "east", 0, testShards, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,9 +277,9 @@ func TestFailedOverRefusesZombiesOnEveryWriter(t *testing.T) {
 	wantLinkRefusal(t, err, linkstate.FailedOver)
 	hw := w1.cluster.PartitionInfo("orders", 0).HighWatermark
 
-	_, err = openShard(ctx, t, w2.client, "east", 1, 7)
+	_, err = openShard(ctx, t, w2.client, "east", 0, testShards, 7)
 	wantLinkRefusal(t, err, linkstate.FailedOver)
-	if got := w2.srv.currentEpoch("east", 1); got != 1 {
+	if got := w2.srv.currentEpoch("east", 0); got != 1 {
 		t.Errorf("shard epoch %d after the zombie's open, want 1", got)
 	}
 	if got := w1.cluster.PartitionInfo("orders", 0).HighWatermark; got != hw {
@@ -315,7 +315,7 @@ func TestForgedControlRecordIgnored(t *testing.T) {
 	}
 	w.produceCheckpoint(ctx, t, rec)
 
-	if _, err := openShard(ctx, t, w.client, "east", 1, 1); err != nil {
+	if _, err := openShard(ctx, t, w.client, "east", 0, testShards, 1); err != nil {
 		t.Fatalf("open after forged control records: %v", err)
 	}
 	if c := w.store.Control("east"); c.State != linkstate.Running || c.Generation != 0 {

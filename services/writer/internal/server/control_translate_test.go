@@ -96,7 +96,7 @@ func twoControlWriters(ctx context.Context, t *testing.T, exactlyOnce bool) (own
 	pki := newControlPKI(t)
 	owner = startControlWriter(t, pki, nil, exactlyOnce, operatorID)
 	other = startControlWriter(t, pki, owner.cluster, exactlyOnce, operatorID)
-	stream, err := openShard(ctx, t, owner.client, "east", 1, 1)
+	stream, err := openShard(ctx, t, owner.client, "east", 0, testShards, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

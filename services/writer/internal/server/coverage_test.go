@@ -54,7 +54,7 @@ func TestStatusNamesTopicsTheIndexCannotCover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o := &ferryv1.Open{Link: "east", Shard: 1, Epoch: epoch, Fetcher: "f",
+		o := &ferryv1.Open{Link: "east", Shard: 0, Epoch: epoch, Fetcher: "f",
 			Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1, Configs: map[string]string{"retention.ms": retention}}},
 			Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
 		if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: o}}); err != nil {

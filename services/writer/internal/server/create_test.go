@@ -23,7 +23,7 @@ func (w *testWriter) openSpecs(t *testing.T, link string, specs ...*ferryv1.Topi
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := &ferryv1.Open{Link: link, Shard: 1, Epoch: 1, Fetcher: "f", Topics: specs}
+	open := &ferryv1.Open{Link: link, Shard: 0, Epoch: 1, Fetcher: "f", Topics: specs}
 	for _, s := range specs {
 		open.Partitions = append(open.Partitions, &ferryv1.TopicPartition{Topic: s.GetName(), Partition: 0})
 	}

@@ -481,7 +481,7 @@ func TestInvalidGroupOffsetsAreRefused(t *testing.T) {
 		code   codes.Code
 		says   string
 	}{
-		{"partition not in the open", 1, one("a", "orders", 1, 5), codes.InvalidArgument, "group_offsets.groups[0].partitions[0]: orders/1 is not in shard 1"},
+		{"partition not in the open", 1, one("a", "orders", 1, 5), codes.InvalidArgument, "group_offsets.groups[0].partitions[0]: orders/1 is not in shard 0"},
 		{"negative offset", 1, one("a", "orders", 0, -1), codes.InvalidArgument, "group_offsets.groups[0].partitions[0].offset -1 is negative"},
 		{"empty group id", 1, one("", "orders", 0, 1), codes.InvalidArgument, "group_offsets.groups[0].group: empty group id"},
 		{"control character", 1, one("a\nb", "orders", 0, 1), codes.InvalidArgument, "control character"},

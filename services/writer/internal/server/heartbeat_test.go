@@ -296,8 +296,8 @@ func TestInvalidHeartbeatsAreRefused(t *testing.T) {
 		code  codes.Code
 		says  string
 	}{
-		{"partition not in the open", 1, edit(func(p *ferryv1.PartitionHeartbeat) { p.Partition = 1 }), codes.InvalidArgument, "heartbeat.partitions[0]: orders/1 is not in shard 1"},
-		{"topic not in the open", 1, edit(func(p *ferryv1.PartitionHeartbeat) { p.Topic = "payments" }), codes.InvalidArgument, "payments/0 is not in shard 1"},
+		{"partition not in the open", 1, edit(func(p *ferryv1.PartitionHeartbeat) { p.Partition = 1 }), codes.InvalidArgument, "heartbeat.partitions[0]: orders/1 is not in shard 0"},
+		{"topic not in the open", 1, edit(func(p *ferryv1.PartitionHeartbeat) { p.Topic = "payments" }), codes.InvalidArgument, "payments/0 is not in shard 0"},
 		{"negative high watermark", 1, edit(func(p *ferryv1.PartitionHeartbeat) { p.HighWatermark, p.LogStartOffset, p.HeadOffset = -5, 0, -1 }), codes.InvalidArgument, "heartbeat.partitions[0].high_watermark -5"},
 		{"log start above the high watermark", 1, edit(func(p *ferryv1.PartitionHeartbeat) { p.LogStartOffset = 11 }), codes.InvalidArgument, "heartbeat.partitions[0].log_start_offset 11 is above high_watermark 10"},
 		{"negative log start", 1, edit(func(p *ferryv1.PartitionHeartbeat) { p.LogStartOffset = -1 }), codes.InvalidArgument, "log_start_offset -1 is negative"},

@@ -21,31 +21,31 @@ import (
 func TestStreamsArePerPeerAndPerWriterBounded(t *testing.T) {
 	pki := newTestPKI(t)
 	topics := mustFilter(t, topicfilter.DefaultInclude, topicfilter.DefaultExclude)
-	w := startWriterGRPC(t, []Link{{Name: "east", Topics: topics}}, func(o *Options) { o.MaxStreams, o.MaxStreamsPerPeer = 3, 2 },
+	w := startWriterGRPC(t, []Link{{Name: "east", Topics: topics, Shards: 8}}, func(o *Options) { o.MaxStreams, o.MaxStreamsPerPeer = 3, 2 },
 		pki.server(t), pki.client(t, eastFetcher))
 	east, west := w.client, w.dial(t, pki.client(t, westFetcher))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	first, err := openShard(ctx, t, east, "east", 0, 1)
+	first, err := openShard(ctx, t, east, "east", 0, 8, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := openShard(ctx, t, east, "east", 1, 1); err != nil {
+	if _, err := openShard(ctx, t, east, "east", 1, 8, 1); err != nil {
 		t.Fatal(err)
 	}
-	_, err = openShard(ctx, t, east, "east", 2, 1)
+	_, err = openShard(ctx, t, east, "east", 2, 8, 1)
 	wantRefusal(t, err, codes.ResourceExhausted, eastFetcher, "max_streams_per_peer 2")
-	if _, err := openShard(ctx, t, west, "east", 2, 1); err != nil {
+	if _, err := openShard(ctx, t, west, "east", 2, 8, 1); err != nil {
 		t.Fatalf("another peer refused under its own limit: %v", err)
 	}
-	_, err = openShard(ctx, t, west, "east", 3, 1)
+	_, err = openShard(ctx, t, west, "east", 3, 8, 1)
 	wantRefusal(t, err, codes.ResourceExhausted, "max_streams 3")
 	if got := w.rejected(t, "east", "too_many_streams"); got != 2 {
 		t.Errorf("rejected{reason=too_many_streams} = %v, want 2", got)
 	}
 	closeStream(t, first)
-	if _, err := openShard(ctx, t, east, "east", 4, 1); err != nil {
+	if _, err := openShard(ctx, t, east, "east", 4, 8, 1); err != nil {
 		t.Fatalf("a closed stream did not give its place back: %v", err)
 	}
 }
@@ -62,7 +62,7 @@ func TestUnknownLinksCreateNoSeries(t *testing.T) {
 		names = append(names, fmt.Sprintf("link-%d", i))
 	}
 	for _, name := range names {
-		_, err := openShard(ctx, t, w.client, name, 0, 1)
+		_, err := openShard(ctx, t, w.client, name, 0, testShards, 1)
 		wantRefusal(t, err, codes.FailedPrecondition, "unknown link")
 		if n := len(status.Convert(err).Message()); n > 1024 {
 			t.Fatalf("refusal of a %d-byte link name is %d bytes long", len(name), n)
@@ -92,7 +92,7 @@ func TestUnknownLinksCreateNoSeries(t *testing.T) {
 func TestOpenIsBounded(t *testing.T) {
 	long := func(n int) string { return strings.Repeat("a", n) }
 	orders := func() *ferryv1.Open {
-		return &ferryv1.Open{Link: "east", Shard: 1, Epoch: 1, Fetcher: "f",
+		return &ferryv1.Open{Link: "east", Shard: 0, Epoch: 1, Fetcher: "f",
 			Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
 			Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
 	}

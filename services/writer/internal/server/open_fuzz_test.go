@@ -108,13 +108,15 @@ func fuzzServer(f *testing.F) (*Server, []Link) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	links := []Link{{Name: "id", Topics: all}, {Name: "pre", Naming: prefix, Topics: notSecret}}
+	// One shard: every partition is the open's (shard placement is
+	// TestOpenOfAnotherShardsPartitionIsRefused's).
+	links := []Link{{Name: "id", Topics: all, Shards: 1}, {Name: "pre", Naming: prefix, Topics: notSecret, Shards: 1}}
 	srv := New(Options{ID: "w1", MaxGroupBytes: 1 << 20, MaxPartitions: fuzzMaxPartitions}, links, nil, store, nil, metrics.New(prometheus.NewRegistry()), log)
 	return srv, links
 }
 
 func fuzzedOpen(names string, counts, parts []byte) *ferryv1.Open {
-	open := &ferryv1.Open{Link: "id", Shard: 1, Epoch: 1, Fetcher: "f1"}
+	open := &ferryv1.Open{Link: "id", Shard: 0, Epoch: 1, Fetcher: "f1"}
 	topicNames := strings.Split(names, ",")
 	for i, name := range topicNames {
 		n := int32(1)

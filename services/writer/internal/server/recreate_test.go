@@ -22,7 +22,7 @@ func (w *testWriter) openOrdersAs(ctx context.Context, t *testing.T, link string
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := &ferryv1.Open{Link: link, Shard: 1, Epoch: 1, Fetcher: "f1",
+	open := &ferryv1.Open{Link: link, Shard: 0, Epoch: 1, Fetcher: "f1",
 		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1, TopicId: id}},
 		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {

@@ -46,7 +46,7 @@ func openReport(ctx context.Context, t *testing.T, c ferryv1.ReplicationServiceC
 	if err != nil {
 		t.Fatal(err)
 	}
-	bind := &ferryv1.ReportOpen{Link: "east", Shard: 1, Epoch: epoch, Session: session}
+	bind := &ferryv1.ReportOpen{Link: "east", Shard: 0, Epoch: epoch, Session: session}
 	if err := rep.Send(&ferryv1.ReportRequest{Msg: &ferryv1.ReportRequest_Open{Open: bind}}); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func openAt(ctx context.Context, t *testing.T, c ferryv1.ReplicationServiceClien
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := &ferryv1.Open{Link: link, Shard: 1, Epoch: epoch, Fetcher: "f",
+	open := &ferryv1.Open{Link: link, Shard: 0, Epoch: epoch, Fetcher: "f",
 		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
 		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
@@ -233,7 +233,7 @@ func TestReportIsBoundToAnOpenStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	bind := func(link string, epoch, session uint64) *ferryv1.ReportOpen {
-		return &ferryv1.ReportOpen{Link: link, Shard: 1, Epoch: epoch, Session: session}
+		return &ferryv1.ReportOpen{Link: link, Shard: 0, Epoch: epoch, Session: session}
 	}
 
 	wantRefusal(t, reportAnswer(ctx, t, east, bind("east", 1, 1)), codes.FailedPrecondition, "not open on this writer")
@@ -265,7 +265,7 @@ func TestReportIsBoundToAnOpenStream(t *testing.T) {
 	// West's link admits any fetcher, but a report comes from the one
 	// that opened the stream.
 	_, wopened := openAt(ctx, t, east, "west", 1)
-	w2 := &ferryv1.ReportOpen{Link: "west", Shard: 1, Epoch: 1, Session: wopened.GetSession()}
+	w2 := &ferryv1.ReportOpen{Link: "west", Shard: 0, Epoch: 1, Session: wopened.GetSession()}
 	wantRefusal(t, reportAnswer(ctx, t, west, w2), codes.PermissionDenied, westFetcher, eastFetcher)
 	if got := w.rejected(t, "east", "stale_epoch"); got != 1 {
 		t.Errorf("rejected{link=east,reason=stale_epoch} = %v, want 1", got)
@@ -287,9 +287,9 @@ func TestReportEndsWithItsStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := rep.CloseAndRecv()
-	wantRefusal(t, err, codes.InvalidArgument, "orders/7 is not in shard 1")
+	wantRefusal(t, err, codes.InvalidArgument, "orders/7 is not in shard 0")
 	_, err = stream.Recv()
-	wantRefusal(t, err, codes.InvalidArgument, "orders/7 is not in shard 1")
+	wantRefusal(t, err, codes.InvalidArgument, "orders/7 is not in shard 0")
 	if got := w.rejected(t, "east", "bad_heartbeat"); got != 1 {
 		t.Errorf("rejected{reason=bad_heartbeat} = %v, want 1", got)
 	}
@@ -299,7 +299,7 @@ func TestReportEndsWithItsStream(t *testing.T) {
 	// A ReportOpen has no answer: wait until the writer has bound it, or
 	// the Replicate stream may end first and the bind be refused (CI saw
 	// "session 2 is not open"), which is right but not what is tested.
-	waitWithin(t, 10*time.Second, "the report stream bound", func() bool { return w.reportBound("east", 1) })
+	waitWithin(t, 10*time.Second, "the report stream bound", func() bool { return w.reportBound("east", 0) })
 	if err := stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestOperatorMayNotReport(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, opened := openAt(ctx, t, w.client, "east", 1)
-	bind := &ferryv1.ReportOpen{Link: "east", Shard: 1, Epoch: 1, Session: opened.GetSession()}
+	bind := &ferryv1.ReportOpen{Link: "east", Shard: 0, Epoch: 1, Session: opened.GetSession()}
 	wantRefusal(t, reportAnswer(ctx, t, w.dial(t, creds(pki.operator)), bind), codes.PermissionDenied, operatorID, "tls.allowed_ids")
 	if err := reportAnswer(ctx, t, w.client, bind); err != nil {
 		t.Fatalf("the fetcher's own report refused: %v", err)

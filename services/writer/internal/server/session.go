@@ -15,6 +15,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/budget"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/shards"
 	"github.com/ferry-replicator/ferry/pkg/stages"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
@@ -150,6 +151,14 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 		}
 		if _, dup := sess.next[tp]; dup {
 			return nil, fmt.Errorf("%w: partition %s/%d listed twice", errBadOpen, tp.topic, tp.partition)
+		}
+		// A partition belongs to one shard, and each shard copies under
+		// its own transactional id: a stream of another shard number (a
+		// fetcher whose link.shards differs, during a change) would copy
+		// it beside its own shard's stream, and neither fences the other.
+		if in := shards.Of(tp.topic, tp.partition, int(link.Shards)); in != int(open.GetShard()) {
+			return nil, fmt.Errorf("%w: %s/%d is in shard %d of the link's %d (links[].shards), not %d: the fetchers' link.shards must be the writers'",
+				errNotInShard, tp.topic, tp.partition, in, link.Shards, open.GetShard())
 		}
 		sess.next[tp] = 0
 		sess.opened[tp] = true

@@ -26,6 +26,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
 	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/shards"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
@@ -105,8 +106,30 @@ func startWriterOptions(t *testing.T, links []Link, edit func(*Options)) *testWr
 // testSyncInterval is the test writers' topic sync round.
 const testSyncInterval = 50 * time.Millisecond
 
-// testShards is the shard count of a test link that sets none.
-const testShards = 8
+// testShards is the shard count of a test link that sets none: every
+// partition is in shard 0, so a test of one stream lists any partitions.
+// A test of several shards sets links[].shards and lists each shard's
+// own (inShard).
+const testShards = 1
+
+// inShard is the first partition of topic in shard when the link has n
+// shards (shards.Of, as the fetchers place them).
+func inShard(topic string, shard, n uint32) int32 {
+	for p := int32(0); ; p++ {
+		if shards.Of(topic, p, int(n)) == int(shard) {
+			return p
+		}
+	}
+}
+
+// withShards is links with n shards each.
+func withShards(links []Link, n uint32) []Link {
+	links = slices.Clone(links)
+	for i := range links {
+		links[i].Shards = n
+	}
+	return links
+}
 
 // startWriterGRPC is startWriterOptions with the gRPC server's options
 // (TLS) and the test client's credentials.
@@ -232,7 +255,7 @@ func (w *testWriter) open(t *testing.T, link string, topicNames ...string) (*fer
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := &ferryv1.Open{Link: link, Shard: 3, Epoch: 1, Fetcher: "f1"}
+	open := &ferryv1.Open{Link: link, Shard: 0, Epoch: 1, Fetcher: "f1"}
 	for _, name := range topicNames {
 		open.Topics = append(open.Topics, &ferryv1.TopicSpec{Name: name, PartitionCount: 1})
 		open.Partitions = append(open.Partitions, &ferryv1.TopicPartition{Topic: name, Partition: 0})
@@ -273,7 +296,7 @@ func (w *testWriter) openOrdersFrom(ctx context.Context, t *testing.T, link, sou
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := &ferryv1.Open{Link: link, Shard: 1, Epoch: 1, Fetcher: "f1", SourceClusterId: source,
+	open := &ferryv1.Open{Link: link, Shard: 0, Epoch: 1, Fetcher: "f1", SourceClusterId: source,
 		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
 		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
