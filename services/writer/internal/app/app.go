@@ -88,7 +88,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 	if err != nil {
 		return err
 	}
-	for _, w := range cfg.Target.Warnings("target") {
+	for _, w := range append(cfg.Target.Warnings("target"), cfg.Warnings()...) {
 		log.Warn(w)
 	}
 	links, err := buildLinks(cfg.Links)

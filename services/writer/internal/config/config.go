@@ -3,6 +3,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -373,6 +374,22 @@ var (
 )
 
 // Validate fills link defaults and returns every problem, each naming its key.
+// Warnings are settings that run but leave something open, each a line
+// for the log at start.
+func (c *Config) Warnings() []string {
+	var out []string
+	if len(c.Links) < 2 || c.TLS.Insecure {
+		return out // one link: tls.allowed_ids are its fetchers
+	}
+	for _, l := range c.Links {
+		if len(l.AllowedIDs) == 0 {
+			out = append(out, fmt.Sprintf("link %s admits every fetcher identity of tls.allowed_ids (links[].allowed_ids is empty): "+
+				"a fetcher of any of this writer's %d links can write, skip and fence on it; name its fetchers", l.Name, len(c.Links)))
+		}
+	}
+	return out
+}
+
 func (c *Config) Validate() error {
 	var p config.Problems
 	if c.ID == "" {

@@ -193,3 +193,20 @@ func TestLinkTopicFilter(t *testing.T) {
 		})
 	}
 }
+
+// A writer of several links warns of each link without allowed_ids: the
+// fetchers of every link may open it (issue 41: an empty allowed_ids
+// admitted every peer without a word). One link, or a plaintext writer,
+// has nothing to warn of here.
+func TestLinksOpenToEveryFetcherAreNamed(t *testing.T) {
+	c := Defaults()
+	c.Links = []Link{{Name: "east", AllowedIDs: []string{"spiffe://x/east"}}, {Name: "west"}, {Name: "north"}}
+	got := c.Warnings()
+	if len(got) != 2 || !strings.Contains(got[0], "link west admits every fetcher identity") || !strings.Contains(got[1], "link north") {
+		t.Fatalf("warnings %q, want west's and north's", got)
+	}
+	c.Links = c.Links[1:2]
+	if got := c.Warnings(); len(got) != 0 {
+		t.Errorf("one link: warnings %q", got)
+	}
+}
