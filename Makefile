@@ -170,7 +170,8 @@ FUZZ_TARGETS = \
 	./services/writer/internal/checkpoint:FuzzCheckpointRecord \
 	./services/writer/internal/offsetindex:FuzzIndexRecord \
 	./services/writer/internal/heartbeat:FuzzDecode \
-	./services/writer/internal/server:FuzzCheckOpen
+	./services/writer/internal/server:FuzzCheckOpen \
+	./services/fetcher/internal/rawfetch:FuzzReadPartition
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "fuzz $${t#*:} in $${t%%:*}"; \

@@ -34,7 +34,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // makeBatch builds the batch s describes, gzip-compressed unless it is a
 // control batch (Kafka never compresses those), as a broker would send it.
-func makeBatch(t *testing.T, s spec) []byte {
+func makeBatch(t testing.TB, s spec) []byte {
 	t.Helper()
 	recs := make([]recordbatch.Record, s.n)
 	for i := range recs {
@@ -64,7 +64,7 @@ func makeBatch(t *testing.T, s spec) []byte {
 	return b
 }
 
-func concat(t *testing.T, specs ...spec) []byte {
+func concat(t testing.TB, specs ...spec) []byte {
 	var out []byte
 	for _, s := range specs {
 		out = append(out, makeBatch(t, s)...)
@@ -94,7 +94,7 @@ func legacy(offsets ...int64) []byte {
 
 // legacyGzip is a magic 1 gzip wrapper of n messages from offset first:
 // relative offsets inside, the last one's outside.
-func legacyGzip(t *testing.T, first int64, n int) []byte {
+func legacyGzip(t testing.TB, first int64, n int) []byte {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	for i := range n {
