@@ -166,19 +166,25 @@ type reads struct {
 	mu    sync.Mutex
 	by    map[tp][]int64
 	first time.Time
+	// firstAt is, per partition, when its first read was committed.
+	firstAt map[tp]time.Time
 }
 
 func (r *reads) add(recs []*kgo.Record) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.by == nil {
-		r.by = map[tp][]int64{}
+		r.by, r.firstAt = map[tp][]int64{}, map[tp]time.Time{}
 	}
+	now := time.Now()
 	if r.first.IsZero() && len(recs) > 0 {
 		r.first = time.Now()
 	}
 	for _, rec := range recs {
 		k := tp{rec.Topic, rec.Partition}
+		if _, ok := r.firstAt[k]; !ok {
+			r.firstAt[k] = now
+		}
 		r.by[k] = append(r.by[k], rec.Offset)
 	}
 }
@@ -328,6 +334,9 @@ type ctlChange struct {
 			// stands for.
 			Source    int64 `json:"source_offset"`
 			StandsFor int64 `json:"target_stands_for_source_offset"`
+			// SyncedReadAt is when the fetcher read the source offset
+			// the group's position follows.
+			SyncedReadAt time.Time `json:"synced_read_at"`
 		} `json:"partitions"`
 	} `json:"groups"`
 }
@@ -355,6 +364,32 @@ func (ch ctlChange) positions() (positions map[tp]position, uncounted map[tp]boo
 		}
 	}
 	return positions, uncounted
+}
+
+// listed is whether the report lists the application's group on k at all
+// (a position or a reason for none), and lastRead the latest source read
+// of the group the report's positions follow.
+func (ch ctlChange) listed(k tp) bool {
+	for _, g := range ch.Groups {
+		for _, p := range g.Partitions {
+			if g.Group == appGroup && p.Topic == k.topic && p.Partition == k.partition {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (ch ctlChange) lastRead() time.Time {
+	var last time.Time
+	for _, g := range ch.Groups {
+		for _, p := range g.Partitions {
+			if g.Group == appGroup && p.SyncedReadAt.After(last) {
+				last = p.SyncedReadAt
+			}
+		}
+	}
+	return last
 }
 
 // reread is the failover meter's re-read exposure of the application's
@@ -635,7 +670,7 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 	if err != nil {
 		return fmt.Errorf("read the target: %w", err)
 	}
-	tally(dr, e.opts.Delivery == "at_least_once", ch, src, dst, srcApp.by, dstApp.by, e.log)
+	tally(dr, e.opts.Delivery == "at_least_once", ch, src, dst, srcApp.by, dstApp.by, srcApp.firstAt, e.log)
 	return nil
 }
 
@@ -645,9 +680,10 @@ func (e *env) account(ctx context.Context, dr *DR, ch ctlChange, srcApp, dstApp 
 // offsets; dstRead: target offsets). Records are matched by content (the
 // workload's are unique), every copy of a record the target holds twice
 // (at-least-once) to its source offset.
-func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead, dstRead map[tp][]int64, log *slog.Logger) {
+func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead, dstRead map[tp][]int64, srcFirst map[tp]time.Time, log *slog.Logger) {
 	dr.AtLeastOnce = alo
 	positions, uncounted := ch.positions()
+	lastRead := ch.lastRead()
 	report := map[tp]int{}
 	for i, p := range ch.AtRisk {
 		report[tp{p.Topic, p.Partition}] = i
@@ -720,6 +756,11 @@ func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead,
 			}
 		}
 		pos, synced := positions[k]
+		// A partition the report does not list at all, which the
+		// application first committed after the group's last read that
+		// reached the writers: no read saw a position there, so what it
+		// read again was all committed after the last sync.
+		fresh := !synced && !ch.listed(k) && !lastRead.IsZero() && srcFirst[k].After(lastRead)
 		var unpositioned int64
 		for _, r := range recs {
 			if r.offset >= rep.Committed {
@@ -729,6 +770,8 @@ func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead,
 			case readSrc[r.offset] && readDst[r.offset]:
 				dr.AppReread++
 				switch {
+				case fresh:
+					dr.RereadAfterSync++
 				case !synced:
 					unpositioned++
 				case r.offset < pos.standsFor:

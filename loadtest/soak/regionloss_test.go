@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 )
 
 // change is ferryctl's failover report for partition soak.idem/0: the
@@ -20,6 +21,20 @@ func change(t *testing.T, committed, hw, source, standsFor int64) ctlChange {
 		"groups":[{"group":%q,"partitions":[{"topic":%q,"partition":0,"source_offset":%d,"target_stands_for_source_offset":%d}]}]}`,
 		topicIdem, committed, hw, appGroup, topicIdem, source, standsFor)
 	if err := json.Unmarshal([]byte(js), &ch); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// lastReadAt is the group's last read in reports elsewhere builds.
+var lastReadAt = time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+
+// elsewhere is ch with the application group listed on partition 1 only,
+// read at lastReadAt.
+func elsewhere(t *testing.T, ch ctlChange) ctlChange {
+	t.Helper()
+	js := fmt.Sprintf(`[{"topic":%q,"partition":1,"source_offset":3,"target_stands_for_source_offset":3,"synced_read_at":%q}]`, topicIdem, lastReadAt.Format(time.RFC3339Nano))
+	if err := json.Unmarshal([]byte(js), &ch.Groups[0].Partitions); err != nil {
 		t.Fatal(err)
 	}
 	return ch
@@ -73,8 +88,9 @@ func TestTallyAccountsForEveryRecord(t *testing.T) {
 		alo              bool
 		target           []int64 // source offsets of the target's records, in order
 		ch               ctlChange
-		srcRead, dstRead []int64 // source offsets; target offsets
-		reported         int64   // the failover meter's re-read offsets
+		srcRead, dstRead []int64   // source offsets; target offsets
+		srcFirst         time.Time // the application's first commit on the source partition
+		reported         int64     // the failover meter's re-read offsets
 		want             DR
 		ok               bool
 	}{{
@@ -124,6 +140,21 @@ func TestTallyAccountsForEveryRecord(t *testing.T) {
 		srcRead: span(0, 5), dstRead: span(0, 6),
 		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5, UncountedUnnamed: 1},
 	}, {
+		// The report lists the group on another partition only, read at
+		// T; the application first committed on this one after T, so no
+		// read saw it there: its re-reads were committed after the last
+		// sync (seed 751's partition it reached last).
+		name: "first committed after the last read", target: span(0, 6), ch: elsewhere(t, change(t, 6, 9, 5, -1)),
+		srcRead: span(0, 5), dstRead: span(0, 6), srcFirst: lastReadAt.Add(time.Second),
+		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadAfterSync: 5},
+		ok:   true,
+	}, {
+		// The same, but first committed before that read: a read that
+		// reached the writers should have seen it.
+		name: "first committed before the last read, not listed", target: span(0, 6), ch: elsewhere(t, change(t, 6, 9, 5, -1)),
+		srcRead: span(0, 5), dstRead: span(0, 6), srcFirst: lastReadAt.Add(-time.Second),
+		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5, UncountedUnnamed: 1},
+	}, {
 		// The source took 8 and 9 after its last heartbeat (at 8), one
 		// more than the report's estimate.
 		name: "lost beyond the estimate", target: span(0, 6), ch: change(t, 6, 8, 3, 2),
@@ -138,7 +169,7 @@ func TestTallyAccountsForEveryRecord(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dr := DR{RereadReported: c.reported}
 			tally(&dr, c.alo, c.ch, src, map[tp][]logRecord{dstKey: logOf(c.target...)},
-				map[tp][]int64{srcKey: c.srcRead}, map[tp][]int64{dstKey: c.dstRead}, quiet)
+				map[tp][]int64{srcKey: c.srcRead}, map[tp][]int64{dstKey: c.dstRead}, map[tp]time.Time{srcKey: c.srcFirst}, quiet)
 			if fmt.Sprintf("%+v", dr) != fmt.Sprintf("%+v", c.want) {
 				t.Errorf("tally:\n got %+v\nwant %+v", dr, c.want)
 			}
