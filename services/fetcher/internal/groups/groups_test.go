@@ -233,8 +233,9 @@ func TestReadIsBounded(t *testing.T) {
 // network cut, a broker restart) until a refresh succeeds, and sarama's
 // ListConsumerGroups asks only the brokers its client still has: without
 // a check, every read in that window found no group and said nothing, so
-// a group that started then was never synced (region-loss soak, seed
-// 751). A read after the broker is back finds the group.
+// a group that started then was not synced until the client's next
+// metadata refresh (a minute). A read after the broker is back finds the
+// group.
 func TestReadAfterTheClientDroppedTheBroker(t *testing.T) {
 	first := sourceCluster(t, 0)
 	addrs := first.ListenAddrs()
