@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -630,4 +631,65 @@ func TestIndexLoadOutlivesItsStream(t *testing.T) {
 	waitFor(t, "the stream's end on the writer", func() bool { return testutil.ToFloat64(w.srv.metrics.Streams) == 0 })
 	close(released)
 	positionedByAdvance(ctx, t, w, g, "the group positioned by the load its stream started")
+}
+
+// A drain that runs out of time, a stream still committing, stops the
+// index loads all the same: each holds a Kafka client, and the writer may
+// go on (an embedded writer, a test) long after its drain gave up.
+func TestDrainPastItsDeadlineStopsIndexLoads(t *testing.T) {
+	w, g, stream, ctx := idleSyncerOverCopy(t, func(o *Options) { o.Index.FlushInterval = 0 })
+	closeStream(t, stream)
+	released := make(chan struct{})
+	t.Cleanup(func() { close(released) }) // before the writer's own drain
+	// Flags, not sync.Once: a control function blocked on a Once's
+	// mutex would stall kfake's loop.
+	var holdProduce, loadHeld, produceHeld atomic.Bool
+	producing := make(chan struct{})
+	w.cluster.ControlKey(int16(kmsg.ListOffsets), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		w.cluster.KeepControl()
+		for _, tp := range kreq.(*kmsg.ListOffsetsRequest).Topics {
+			if tp.Topic == indexTopic {
+				if loadHeld.CompareAndSwap(false, true) {
+					w.cluster.SleepControl(func() { <-released })
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	w.cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		w.cluster.KeepControl()
+		if holdProduce.Load() {
+			if produceHeld.CompareAndSwap(false, true) {
+				close(producing)
+			}
+			w.cluster.SleepControl(func() { <-released })
+		}
+		return nil, nil, false
+	})
+	stream, _ = w.openOrdersFrom(ctx, t, "east", "")
+	sendWhileLoading(t, w, g, stream)
+	// A round whose produce does not return keeps the stream from ending.
+	holdProduce.Store(true)
+	b := wireKafka(t, 30, sourceBatch(t, 30, 3, nil, recordbatch.None, 0))
+	b.Sequence, b.Epoch, b.Topic, b.Partition = 1, 1, "orders", 0
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-producing:
+	case <-ctx.Done():
+		t.Fatal("the batch was never produced")
+	}
+	dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := w.srv.Drain(dctx); err == nil {
+		t.Fatal("the drain ended although a stream's round could not commit")
+	}
+	loadsDone := make(chan struct{})
+	go func() { w.srv.loads.Wait(); close(loadsDone) }()
+	select {
+	case <-loadsDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the index load still runs 10 s after the drain gave up")
+	}
 }

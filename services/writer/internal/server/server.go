@@ -490,14 +490,17 @@ func (s *Server) Drain(ctx context.Context) error {
 		s.sessions.Wait()
 		close(done)
 	}()
+	var err error
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return fmt.Errorf("drain: %w", ctx.Err())
+		err = fmt.Errorf("drain: %w", ctx.Err())
 	}
+	// The index loads end either way: each holds a Kafka client, and a
+	// writer whose drain gave up may still run (embedded, in tests).
 	s.stopLoads()
 	s.loads.Wait()
-	return nil
+	return err
 }
 
 // ShardStatus is one shard's line in /status.

@@ -226,6 +226,8 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 			case <-tr.needed:
 			case <-ss.ctx.Done():
 				return
+			case <-ctx.Done(): // the drain, or the shard's next stream
+				return
 			}
 			tr.load(ctx, s.opts.Target, s.opts.Index, ss.link.Name, log)
 		}()
