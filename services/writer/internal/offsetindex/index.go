@@ -64,6 +64,9 @@ type Index struct {
 	next, targetEnd int64
 	runs            []Run
 	empty           bool
+	// trimmed says Trim dropped runs since the index last started: the
+	// index topic holds older ones (TranslateAll answers from them).
+	trimmed bool
 	// refused counts the key's records that did not decode.
 	refused int
 }
@@ -215,4 +218,31 @@ func (x *Index) Trim(n int) {
 	}
 	x.runs = slices.Clone(x.runs[drop:]) // let the dropped ones go
 	x.from, x.targetFrom = x.runs[0].Source, x.runs[0].Target
+	x.trimmed = true
+}
+
+// Trimmed says the index dropped its oldest runs (Trim) since it last
+// started: an offset before Start may still translate from the index
+// topic, which holds them (Reader.TranslateAll).
+func (x *Index) Trimmed() bool { return x.trimmed }
+
+// keepAnswers drops the runs that answer none of asks (source offsets,
+// ascending): Translate still answers each of asks as before, and the
+// records added after still merge as they would have (a record replacing
+// runs cuts from its start on, which only drops runs kept or not), but
+// nothing else translates. A pass over a partition's records for a few
+// offsets so holds a few runs, however many the topic holds.
+func (x *Index) keepAnswers(asks []int64) {
+	kept, j := x.runs[:0], 0
+	for _, r := range x.runs {
+		// r answers every ask below its end not answered by a run before.
+		answers := false
+		for ; j < len(asks) && asks[j] < r.SourceEnd(); j++ {
+			answers = true
+		}
+		if answers {
+			kept = append(kept, r)
+		}
+	}
+	x.runs = kept
 }

@@ -2,6 +2,7 @@ package offsetindex
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -313,5 +314,79 @@ func TestExtendAddsOnlyWhatTheIndexLacks(t *testing.T) {
 	x.Extend(Entry{From: 0, Next: 10, TargetBefore: 39, Runs: []Run{{0, 40, 10}}})
 	if got, err := x.Translate(15); err != nil || got != (Position{Offset: 55}) {
 		t.Errorf("held whole: Translate(15) = %+v, %v; want 55", got, err)
+	}
+}
+
+// resent is simulate's copy with rounds sent again (an at-least-once
+// round whose checkpoint failed: its records stay on the target and the
+// copy goes on after them from the same source offset) and, with reset,
+// the source topic created again halfway (offsets from 0 anew).
+func resent(rng *rand.Rand, n int64, reset bool) []Entry {
+	var entries []Entry
+	target, before := int64(0), int64(-1)
+	round := func(from, next int64) Entry {
+		e := Entry{From: from, Next: next, TargetBefore: before}
+		for s := from; s < next; s++ {
+			if rng.IntN(4) != 0 {
+				e.Add(s, target, 1)
+				target++
+			}
+		}
+		return e
+	}
+	for pass := 0; pass < 2; pass++ {
+		for s := int64(0); s < n; {
+			next := min(s+1+rng.Int64N(30), n)
+			if rng.IntN(6) == 0 {
+				entries = append(entries, round(s, next)) // its checkpoint failed
+				target += rng.Int64N(3)
+			}
+			e := round(s, next)
+			before = e.TargetEnd()
+			entries = append(entries, e)
+			s = next
+		}
+		if !reset {
+			break
+		}
+		target += 5
+	}
+	return entries
+}
+
+// An index pruned to the runs that answer some offsets (keepAnswers,
+// after every record, the tightest it can be) answers those offsets as
+// the whole index does, over copies with rounds sent again and a topic
+// created again, and holds only those runs.
+func TestKeepAnswersTranslatesAsTheWholeIndex(t *testing.T) {
+	for seed := range uint64(60) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		entries := resent(rng, 500, seed%3 == 0)
+		whole := NewIndex()
+		for _, e := range entries {
+			whole.Add(e)
+		}
+		for trial := range 10 {
+			asks := make([]int64, 1+rng.IntN(6))
+			for i := range asks {
+				asks[i] = rng.Int64N(510)
+			}
+			slices.Sort(asks)
+			sparse := NewIndex()
+			for _, e := range entries {
+				sparse.Add(e)
+				sparse.keepAnswers(asks)
+				if sparse.Runs() > len(asks) {
+					t.Fatalf("seed %d trial %d: %d runs kept for %d asks", seed, trial, sparse.Runs(), len(asks))
+				}
+			}
+			for _, s := range asks {
+				want, wantErr := whole.Translate(s)
+				got, err := sparse.Translate(s)
+				if got != want || fmt.Sprint(err) != fmt.Sprint(wantErr) {
+					t.Fatalf("seed %d trial %d: Translate(%d) = %+v, %v; the whole index: %+v, %v", seed, trial, s, got, err, want, wantErr)
+				}
+			}
+		}
 	}
 }

@@ -78,13 +78,75 @@ func (r *Reader) Load(ctx context.Context, key Key) (*Index, error) {
 // as it grows (Index.Trim, at twice keep), so what the pass holds stays
 // bounded per key, as a caller keeping only keep runs wants.
 func (r *Reader) LoadAll(ctx context.Context, keys []Key, keep int) (map[Key]*Index, error) {
+	out, err := r.scan(ctx, keys, func(_ Key, x *Index) {
+		if keep > 0 && x.Runs() >= 2*keep {
+			x.Trim(keep)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if keep > 0 {
+		for _, x := range out {
+			x.Trim(keep)
+		}
+	}
+	return out, nil
+}
+
+// Answer is one offset's translation (Index.Translate).
+type Answer struct {
+	Position Position
+	Err      error
+}
+
+// TranslateAll answers asks, source offsets of keys, as Load's indexes
+// would (Index.Translate), in one pass over their index partitions,
+// holding of each key's index only the runs that answer them: a few,
+// however many the topic holds. It serves a caller that keeps only the
+// newest runs in memory (the writer's group sync) for the offsets older
+// than those, however old, within the topic's retention.
+func (r *Reader) TranslateAll(ctx context.Context, asks map[Key][]int64) (map[Key]map[int64]Answer, error) {
+	keys := make([]Key, 0, len(asks))
+	sorted := make(map[Key][]int64, len(asks))
+	for k, offsets := range asks {
+		keys = append(keys, k)
+		sorted[k] = slices.Sorted(slices.Values(offsets))
+	}
+	xs, err := r.scan(ctx, keys, func(k Key, x *Index) {
+		if x.Runs() >= 2*(len(sorted[k])+1) { // amortized: a prune per that many runs
+			x.keepAnswers(sorted[k])
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[Key]map[int64]Answer, len(asks))
+	for k, offsets := range sorted {
+		out[k] = make(map[int64]Answer, len(offsets))
+		for _, s := range offsets {
+			pos, err := xs[k].Translate(s)
+			out[k][s] = Answer{Position: pos, Err: err}
+		}
+	}
+	return out, nil
+}
+
+// scan reads the committed records of keys into an index each, reading
+// each index partition they fall in once; added is called after each
+// record a key's index takes.
+func (r *Reader) scan(ctx context.Context, keys []Key, added func(Key, *Index)) (map[Key]*Index, error) {
 	out := make(map[Key]*Index, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
-	// Per index partition: its keys' indexes by key, placed once the
+	// Per index partition: its keys by their record key, placed once the
 	// topic's partition count is known.
-	byKey := map[int32]map[string]*Index{}
+	type keyed struct {
+		key Key
+		x   *Index
+	}
+	byKey := map[int32]map[string]keyed{}
 	n := int32(-1)
 	pick := func(partitions int32) map[int32]bool {
 		n = partitions
@@ -97,38 +159,31 @@ func (r *Reader) LoadAll(ctx context.Context, keys []Key, keep int) (map[Key]*In
 			out[k] = x
 			part := PartitionOf(k, partitions)
 			if byKey[part] == nil {
-				byKey[part] = map[string]*Index{}
+				byKey[part] = map[string]keyed{}
 			}
-			byKey[part][k.String()] = x
+			byKey[part][k.String()] = keyed{k, x}
 			read[part] = true
 		}
 		return read
 	}
 	err := topicscan.Scan(ctx, r.opts, r.topic, pick, func(rec *kgo.Record) {
-		x := byKey[rec.Partition][string(rec.Key)]
-		if x == nil {
+		kx, ok := byKey[rec.Partition][string(rec.Key)]
+		if !ok {
 			return
 		}
 		e, err := Decode(rec.Value)
 		if err != nil {
-			x.refused++
+			kx.x.refused++
 			return
 		}
-		x.Add(e)
-		if keep > 0 && x.Runs() >= 2*keep {
-			x.Trim(keep)
-		}
+		kx.x.Add(e)
+		added(kx.key, kx.x)
 	})
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("offset index: %w", err)
 	case n == 0:
 		return nil, fmt.Errorf("offset index %s: no partitions", r.topic)
-	}
-	if keep > 0 {
-		for _, x := range out {
-			x.Trim(keep)
-		}
 	}
 	return out, nil
 }

@@ -247,6 +247,31 @@ func TestLoadAllReadsEachIndexPartitionOnce(t *testing.T) {
 			}
 		}
 	}
+	// TranslateAll answers offsets as Load's indexes do, in one pass.
+	asks := map[Key][]int64{}
+	for i, k := range asked {
+		for range 1 + i%4 {
+			asks[k] = append(asks[k], rng.Int64N(max(next[i%len(keys)], 1)+3))
+		}
+	}
+	answers, err := r.TranslateAll(ctx, asks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, n := range reads() {
+		if n != 1 {
+			t.Errorf("TranslateAll read index partition %d from its start %d times, want once", p, n)
+		}
+	}
+	for k, offsets := range asks {
+		for _, s := range offsets {
+			got, ok := answers[k][s]
+			w, werr := alone[k].Translate(s)
+			if !ok || got.Position != w || fmt.Sprint(got.Err) != fmt.Sprint(werr) {
+				t.Errorf("TranslateAll %s %d = %+v (answered %v); Load's = %+v, %v", k, s, got, ok, w, werr)
+			}
+		}
+	}
 }
 
 // BenchmarkLoadShard loads the indexes of a shard's 8 source partitions,
