@@ -418,19 +418,20 @@ func (s *Server) claim(ctx context.Context, sess *session) error {
 	return nil
 }
 
-// indexLoadTimeout bounds a shard's offset index load (a few hundred
-// milliseconds on a healthy target): beyond it the load gives up, and its
-// groups translate from what the stream committed only.
+// indexLoadTimeout bounds each read of a shard's offset index (a few
+// hundred milliseconds on a healthy target): beyond it the read gives up,
+// and its groups translate from what the stream committed only. It is
+// also how long the reads go on after the stream (translator.run).
 const indexLoadTimeout = 2 * time.Minute
 
-// startLoad returns the context of sess's offset index load, ended by the
-// next stream of its shard (which loads its own), by indexLoadTimeout or
-// by Drain; not by sess's end, so a region loss that ends every stream
-// while a load runs (slowed, maybe, by what went before) still gives the
-// group syncer, which translates through sess's translator after the
-// stream is gone (advance), the positions it was needed for.
+// startLoad returns the context of sess's offset index reads, ended by
+// the next stream of its shard (which reads its own) or by Drain; not by
+// sess's end, so a region loss that ends every stream while a load runs
+// (slowed, maybe, by what went before) still gives the group syncer,
+// which translates through sess's translator after the stream is gone
+// (advance), the positions it was needed for.
 func (s *Server) startLoad(sess *session) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(s.loadsCtx, indexLoadTimeout)
+	ctx, cancel := context.WithCancel(s.loadsCtx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.shards[shardKey{sess.link.Name, sess.shard}]; st != nil {

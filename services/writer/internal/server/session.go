@@ -213,23 +213,16 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	opened.GroupOffsets = s.groups != nil
 	if opened.GroupOffsets {
 		// The shard's offset index is read in memory beside copying,
-		// once a group's translation needs it during the stream
-		// (translate.go); a load under way runs on after the stream
-		// (Server.startLoad).
+		// once a group's translation needs it during the stream, and
+		// read again for offsets older than memory holds (translate.go,
+		// translator.run, which runs on a while after the stream).
 		ctx, stop := s.startLoad(ss)
-		tr := ss.progress.tr
+		rd := indexReads{opts: s.opts.Target, index: s.opts.Index, link: ss.link.Name}
 		s.loads.Add(1)
 		go func() {
 			defer s.loads.Done()
 			defer stop()
-			select {
-			case <-tr.needed:
-			case <-ss.ctx.Done():
-				return
-			case <-ctx.Done(): // the drain, or the shard's next stream
-				return
-			}
-			tr.load(ctx, s.opts.Target, s.opts.Index, ss.link.Name, log)
+			ss.progress.tr.run(ctx, ss.ctx.Done(), rd, log)
 		}()
 	}
 	if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Opened{Opened: opened}}); err != nil {

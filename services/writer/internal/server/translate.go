@@ -40,10 +40,23 @@ import (
 // groupIndexRuns bounds each partition's index in memory (24 bytes a run:
 // some 1.5 MB, and up to a quarter more between trims, Index.Bound). A
 // plain partition copied at-least-once merges its rounds into few runs;
-// each exactly-once round, or each compaction gap, adds one. Beyond it the oldest runs are dropped: a group committed
-// before the first kept run is left where it is, reported before_index,
-// until it reaches what the index holds.
+// each exactly-once round, or each compaction gap, adds one. Beyond it the
+// oldest runs are dropped from memory, not from the translation: an
+// offset older than the runs kept is asked of the index topic, in one
+// pass for all such offsets of the shard that holds only their answers
+// (offsetindex.Reader.TranslateAll, answerOlder), and answered from there
+// on. The same holds when the load failed: such offsets are asked of the
+// topic each time, not answered before_index for the stream's life.
 const groupIndexRuns = 1 << 16
+
+// maxOlderAnswers bounds the answers from the index topic a partition
+// keeps (one per group offset older than memory; dropped all at once
+// past it, to be asked again).
+const maxOlderAnswers = 4096
+
+// olderRetry is how long a failed read for older offsets waits before
+// the next.
+const olderRetry = 5 * time.Second
 
 // Why a partition of a group was not translated.
 const (
@@ -69,6 +82,11 @@ type translator struct {
 	// the shard's load waits for it.
 	needed   chan struct{}
 	isNeeded bool
+	// older signals run that a translation asked the index topic for an
+	// offset older than memory holds; olderClosed, that run has ended
+	// and such offsets answer before_index.
+	older       chan struct{}
+	olderClosed bool
 }
 
 // partIndex is one partition's index and committed position.
@@ -88,10 +106,20 @@ type partIndex struct {
 	// stream committed (and its checkpoint carried) translates without
 	// reading the index topic.
 	tailIdx *offsetindex.Index
+	// partial says the load did not read the index topic (it failed, or
+	// stopped): idx holds only what the stream committed.
+	partial bool
+	// answers are offsets older than idx holds, as the index topic
+	// answered them (answerOlder); asked, those waiting for its next
+	// read. gen counts the times idx started anew (a source topic
+	// created again), which makes answers read before it stale.
+	answers map[int64]offsetindex.Answer
+	asked   []int64
+	gen     int
 }
 
 func newTranslator() *translator {
-	return &translator{parts: map[topicPartition]*partIndex{}, needed: make(chan struct{})}
+	return &translator{parts: map[topicPartition]*partIndex{}, needed: make(chan struct{}), older: make(chan struct{}, 1)}
 }
 
 // addTail keeps e, committed before the index is loaded, for the load to
@@ -160,8 +188,13 @@ func (t *translator) confirm(tp topicPartition, next, target int64, entries []of
 		}
 		return
 	}
+	trimmed := p.idx.Trimmed()
 	for _, e := range entries {
 		p.idx.Add(e)
+	}
+	if trimmed && !p.idx.Trimmed() { // started anew: older answers are another copy's
+		p.answers, p.asked = nil, nil
+		p.gen++
 	}
 	p.idx.Bound(groupIndexRuns)
 }
@@ -171,12 +204,14 @@ func (t *translator) confirm(tp topicPartition, next, target int64, entries []of
 // (older offsets answer before_index), logged: the shard copies on
 // whatever happens here.
 func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex.Topic, link string, log *slog.Logger) {
+	partial := index.Name != "" // until read
 	defer func() {
 		t.mu.Lock()
 		t.loaded = true
 		for _, p := range t.parts {
 			if p.idx == nil {
 				p.loadedFrom(offsetindex.NewIndex())
+				p.partial = partial
 			}
 		}
 		t.mu.Unlock()
@@ -209,6 +244,7 @@ func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex
 		return
 	}
 	runs := 0
+	partial = false
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, k := range keys {
@@ -261,6 +297,17 @@ func (t *translator) translate(tp topicPartition, s int64) (pos groupcommit.Posi
 		x = p.tailIndex()
 	}
 	got, err := x.Translate(s)
+	if err != nil && p.idx != nil && (p.idx.Trimmed() || p.partial) {
+		// Older than memory holds: the index topic may hold it.
+		a, ok := p.answers[s]
+		switch {
+		case ok:
+			got, err = a.Position, a.Err
+		case !t.olderClosed:
+			t.ask(p, s)
+			return pos, notLoading, false
+		}
+	}
 	switch {
 	case err != nil && p.idx == nil:
 		if !t.isNeeded {
@@ -276,4 +323,126 @@ func (t *translator) translate(tp topicPartition, s int64) (pos groupcommit.Posi
 		return pos, notCopied, false
 	}
 	return groupcommit.Position{Target: min(got.Offset, p.target), Source: s}, "", true
+}
+
+// ask adds s to p's offsets for the next read of the index topic
+// (answerOlder) and wakes run for it.
+func (t *translator) ask(p *partIndex, s int64) {
+	if !slices.Contains(p.asked, s) && len(p.asked) < maxOlderAnswers {
+		p.asked = append(p.asked, s)
+	}
+	t.wake()
+}
+
+// wake asks run for a read of the index topic for the offsets asked.
+func (t *translator) wake() {
+	select {
+	case t.older <- struct{}{}:
+	default: // a read is asked for already
+	}
+}
+
+// indexReads is what reading a link's offset index takes: the target's
+// client options, the topic, the link.
+type indexReads struct {
+	opts  []kgo.Opt
+	index offsetindex.Topic
+	link  string
+}
+
+// run reads the index topic for the shard's translations: the load,
+// once a translation first needs it (none before the stream, done,
+// ends), then a pass for the offsets older than memory holds each time
+// some are asked. It ends with ctx (the shard's next stream, the
+// writer's drain), or indexLoadTimeout after the stream: the group
+// syncer still translates through the translator for a while after it
+// (a region loss ends every stream; no stream comes back to load).
+// From then on older offsets answer before_index.
+func (t *translator) run(ctx context.Context, done <-chan struct{}, rd indexReads, log *slog.Logger) {
+	defer func() {
+		t.mu.Lock()
+		t.olderClosed = true
+		t.mu.Unlock()
+	}()
+	select {
+	case <-t.needed:
+	case <-done:
+		return
+	case <-ctx.Done():
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, indexLoadTimeout)
+	t.load(lctx, rd.opts, rd.index, rd.link, log)
+	cancel()
+	var grace <-chan time.Time
+	for {
+		select {
+		case <-t.older:
+		case <-done:
+			done, grace = nil, time.After(indexLoadTimeout)
+			continue
+		case <-grace:
+			return
+		case <-ctx.Done():
+			return
+		}
+		if err := t.answerOlder(ctx, rd); err != nil {
+			log.Warn("offset index not read for offsets older than memory holds: their groups wait", "err", err, "retry_in", olderRetry)
+			select {
+			case <-time.After(olderRetry):
+				t.wake() // the same offsets again
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// answerOlder asks the index topic, in one pass, for every offset asked
+// older than memory holds, and keeps the answers.
+func (t *translator) answerOlder(ctx context.Context, rd indexReads) error {
+	t.mu.Lock()
+	asks := map[offsetindex.Key][]int64{}
+	gens := map[topicPartition]int{}
+	for tp, p := range t.parts {
+		if len(p.asked) > 0 {
+			asks[offsetindex.Key{Link: rd.link, Topic: tp.topic, Partition: tp.partition}] = slices.Clone(p.asked)
+			gens[tp] = p.gen
+		}
+	}
+	t.mu.Unlock()
+	if len(asks) == 0 {
+		return nil
+	}
+	r, err := offsetindex.NewReader(rd.opts, rd.index.Name)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	rctx, cancel := context.WithTimeout(ctx, indexLoadTimeout)
+	defer cancel()
+	answers, err := r.TranslateAll(rctx, asks)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, as := range answers {
+		tp := topicPartition{k.Topic, k.Partition}
+		p := t.parts[tp]
+		if p == nil || p.gen != gens[tp] {
+			continue // started anew meanwhile: asked again if still needed
+		}
+		if len(p.answers)+len(as) > maxOlderAnswers {
+			p.answers = nil
+		}
+		if p.answers == nil {
+			p.answers = make(map[int64]offsetindex.Answer, len(as))
+		}
+		for s, a := range as {
+			p.answers[s] = a
+		}
+		p.asked = slices.DeleteFunc(p.asked, func(s int64) bool { _, ok := as[s]; return ok })
+	}
+	return nil
 }

@@ -1,8 +1,13 @@
 package server
 
 import (
+	"context"
+	"log/slog"
 	"runtime"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 )
@@ -143,5 +148,120 @@ func TestTranslatorTrimIsAmortized(t *testing.T) {
 	}
 	if pos, why, ok := tr.translate(tp, source-3); !ok || pos.Target != target-4 {
 		t.Fatalf("translate %d: %+v %q %v, want target %d", source-3, pos, why, ok, target-4)
+	}
+}
+
+// olderIndex writes to a new index topic the records of orders/0 copied
+// exactly-once in rounds of 3 records and a marker, runs runs in all
+// (MaxRuns a record), and returns the client options, the topic, and
+// the source and target offsets after the copy.
+func olderIndex(t *testing.T, runs int) ([]kgo.Opt, offsetindex.Topic, int64, int64) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "idx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	opts := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+	prod, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("idx"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	key := offsetindex.Key{Link: "east", Topic: "orders", Partition: 0}
+	source, target, before := int64(0), int64(0), int64(-1)
+	var recs []*kgo.Record
+	for left := runs; left > 0; {
+		e := offsetindex.Entry{From: source, TargetBefore: before}
+		for range min(left, offsetindex.MaxRuns) {
+			e.Add(source, target, 3)
+			source, target = source+3, target+4
+			left--
+		}
+		e.Next, before = source, e.TargetEnd()
+		v, err := e.Append(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Key: []byte(key.String()), Value: v})
+	}
+	if err := prod.ProduceSync(t.Context(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return opts, offsetindex.Topic{Name: "idx", Partitions: 1}, source, target
+}
+
+// A group offset older than the runs the translator keeps in memory
+// (hours of exactly-once copying, a group never synced before) is asked
+// of the index topic and translated exactly; it used to answer
+// before_index for good. So is an offset the failed load never read.
+func TestOffsetOlderThanMemoryTranslates(t *testing.T) {
+	opts, index, next, end := olderIndex(t, groupIndexRuns+3*offsetindex.MaxRuns)
+	rd := indexReads{opts: opts, index: index, link: "east"}
+	tp := topicPartition{"orders", 0}
+	log := slog.New(slog.DiscardHandler)
+	for _, failed := range []bool{false, true} {
+		tr := newTranslator()
+		tr.resumed(tp, next, end-1, nil) // the last record's marker at end-1
+		if failed {
+			rd := rd
+			rd.index.Name = "absent" // the load cannot read it
+			tr.load(t.Context(), rd.opts, rd.index, rd.link, log)
+		} else {
+			tr.load(t.Context(), rd.opts, rd.index, rd.link, log)
+			if x := tr.parts[tp].idx; !x.Trimmed() || x.Start() <= 0 {
+				t.Fatalf("the loaded index starts at %d (trimmed %v): the test needs more runs than memory keeps", x.Start(), x.Trimmed())
+			}
+		}
+		// Offsets in the first, the 1000th and the 5000th run.
+		asked := map[int64]int64{1: 1, 3*1000 + 2: 4*1000 + 2, 3*5000 + 0: 4 * 5000}
+		for s := range asked {
+			if _, why, ok := tr.translate(tp, s); ok || why != notLoading {
+				t.Fatalf("load failed %v: translate %d, older than memory: %q %v; want index_loading (asked of the index topic)", failed, s, why, ok)
+			}
+		}
+		if err := tr.answerOlder(t.Context(), rd); err != nil {
+			t.Fatal(err)
+		}
+		for s, want := range asked {
+			if pos, why, ok := tr.translate(tp, s); !ok || pos.Target != want || pos.Source != s {
+				t.Errorf("load failed %v: translate %d: %+v %q %v; want target %d", failed, s, pos, why, ok, want)
+			}
+		}
+		if n := len(tr.parts[tp].asked); n != 0 {
+			t.Errorf("%d offsets still asked after the read", n)
+		}
+	}
+}
+
+// As a stream runs it (translator.run): the load once a translation needs
+// it, then reads for older offsets, during the stream and after it, until
+// the shard's next stream or the drain ends it; older offsets then answer
+// before_index.
+func TestOlderOffsetsAreReadUntilRunEnds(t *testing.T) {
+	opts, index, next, end := olderIndex(t, groupIndexRuns+3*offsetindex.MaxRuns)
+	tp := topicPartition{"orders", 0}
+	tr := newTranslator()
+	tr.resumed(tp, next, end-1, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stream, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tr.run(ctx, stream, indexReads{opts: opts, index: index, link: "east"}, slog.New(slog.DiscardHandler))
+	}()
+	translated := func(s, want int64) func() bool {
+		return func() bool {
+			pos, _, ok := tr.translate(tp, s)
+			return ok && pos.Target == want
+		}
+	}
+	waitFor(t, "offset 1 translated during the stream", translated(1, 1))
+	close(stream)
+	waitFor(t, "offset 6000 translated after the stream", translated(3*2000, 4*2000))
+	cancel()
+	<-finished
+	if pos, why, ok := tr.translate(tp, 3*3000); ok || why != notBeforeIndex {
+		t.Errorf("translate 9000 once run ended: %+v %q %v, want before_index", pos, why, ok)
 	}
 }
