@@ -2,15 +2,19 @@ package server
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 )
 
@@ -153,4 +157,58 @@ func (w *testWriter) failNextCommit(err *kerr.Error) {
 		resp.ErrorCode = err.Code
 		return resp, nil, true
 	})
+}
+
+// At-least-once, a round's checkpoints ride with the next round. A stream
+// cut (the source region lost, its fetcher gone) before they are written
+// used to leave the round's records on the target past their checkpoint:
+// the failover counted them lost, and failback --copy-stranded copied
+// them again. The writer now writes those checkpoints as the stream ends.
+func TestCutStreamCheckpointsWhatLanded(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, false))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sctx, cut := context.WithCancel(ctx)
+	defer cut()
+	stream, _ := w.openOrdersFrom(sctx, t, "east", "")
+	// The first checkpoint produce from here on (the batch's, in the
+	// round after its records) is held until the stream is cut, then
+	// dropped with its connection: it never lands.
+	var armed atomic.Bool
+	armed.Store(true)
+	held, dropped := make(chan struct{}), make(chan struct{})
+	w.cluster.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		w.cluster.KeepControl()
+		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+			if rt.Topic == cpTopic && armed.CompareAndSwap(true, false) {
+				close(held)
+				w.cluster.SleepControl(func() { <-dropped })
+				return nil, errors.New("connection lost"), true
+			}
+		}
+		return nil, nil, false
+	})
+	b := wireKafka(t, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0))
+	b.Sequence, b.Epoch, b.Topic, b.Partition = 1, 1, "orders", 0
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the batch's checkpoint was never produced")
+	}
+	cut()
+	waitFor(t, "the writer to see the stream cut", func() bool {
+		w.srv.mu.Lock()
+		defer w.srv.mu.Unlock()
+		st := w.srv.shards[shardKey{"east", 0}]
+		return st.active == nil || st.active.ctx.Err() != nil
+	})
+	close(dropped)
+	waitFor(t, "the cut stream's end", func() bool { return testutil.ToFloat64(w.srv.metrics.Streams) == 0 })
+	_, opened := w.openOrdersFrom(ctx, t, "east", "")
+	if r := opened.GetResume(); len(r) != 1 || !r[0].GetHasCheckpoint() || r[0].GetNextOffset() != 5 {
+		t.Fatalf("resume %+v after the cut, want from 5: the records that landed are checkpointed", r)
+	}
 }

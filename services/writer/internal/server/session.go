@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -239,6 +240,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	go ss.receive(stream, works)
 	c := newCommitter(ss.link.ExactlyOnce, prod, ss.progress, ss.obs, ss.build)
 	err = ss.serve(ss.ctx, stream, c, works)
+	ss.settle(c, cl, log)
 	if err != nil {
 		// A round the failure cut short ends now, not at its transaction
 		// timeout: no new stream of the shard may come to fence it.
@@ -255,6 +257,35 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		log.Info("shard closed by fetcher")
 	}
 	return err
+}
+
+// settle writes, as a stream ends, the checkpoints still waiting for a
+// round (at-least-once: a round's ride with the next, after the target
+// acknowledged its records). A stream cut (its fetcher gone with the
+// source region) left them unwritten: the failover counted records on the
+// target lost, and failback --copy-stranded copied them again. They are
+// written by a producer of their own, the stream's having failed with it
+// maybe. Nothing is acknowledged upstream; a stream replacing this one on
+// the writer waits for it (Server.claim), so it resumes from these
+// checkpoints.
+func (ss *session) settle(c committer, cl *producer.Client, log *slog.Logger) {
+	alo, ok := c.(*atLeastOnce)
+	if !ok || alo.idle() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
+	defer cancel()
+	prod, err := producer.New(ctx, cl, producer.Options{Timeout: ss.s.opts.Producer.Timeout})
+	if err == nil {
+		alo.prod = prod
+		var done committed
+		if done, err = alo.round(ctx, nil); err == nil {
+			ss.progress.committed(done.cps)
+			ss.obs.committed(ctx, done)
+			return
+		}
+	}
+	log.Warn("checkpoints of records on the target not written as the stream ended: they are copied again", "err", err)
 }
 
 // queueSlots bounds how many checked batches wait for a round; their bytes
