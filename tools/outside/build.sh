@@ -33,6 +33,13 @@ if ! command -v kcat >/dev/null; then
 	fi
 fi
 
+# Debian's python3 makes venvs only with its python3-venv package.
+if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+	echo "outside: installing Debian's python3-venv" >&2
+	apt-get update -qq >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >&2
+fi
+
 up_to_date() {
 	[[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$confluent_kafka" ]]
 }
