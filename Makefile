@@ -7,7 +7,7 @@ BIN       := bin
 CODEGEN   := $(GO) tool -modfile=tools/codegen/go.mod
 DEMO_ARGS ?=
 
-.PHONY: all build generate checkgenerate breaking lint test test-short stress demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah chromium promtool dashboard image clean
+.PHONY: all build generate checkgenerate breaking lint test test-short stress demo bench bench-leases scenarios soak fuzz kafka consul jaeger buildah chromium promtool drill-outside dashboard image clean
 
 all: build
 
@@ -79,6 +79,18 @@ chromium:
 # it through loadtest/toolbin, or $$FERRY_PROMTOOL.
 promtool:
 	bash tools/promtool/build.sh
+
+# drill-outside checks the disaster-recovery runbook as a user would, with
+# clients outside Go (docs/disaster-recovery.md, "Checked with clients
+# outside Go"): a Python application (confluent-kafka, pinned, in a venv in
+# the Ferry cache) and kcat (Debian's package), both from
+# tools/outside/build.sh, on two Apache Kafka brokers. It writes its report
+# to OUTSIDE_REPORT. Never part of make test.
+OUTSIDE_REPORT ?= $(CURDIR)/loadtest/results/$(shell date -u +%F)-outside/report.md
+drill-outside: kafka
+	bash tools/outside/build.sh >/dev/null
+	FERRY_OUTSIDE_REPORT=$(OUTSIDE_REPORT) $(GO) test -tags outside -count=1 -timeout 20m -v \
+		-run '^TestOutsideGoRoundTrip$$' ./loadtest/e2e/
 
 IMAGE_PREFIX ?= localhost/ferry
 IMAGE_TAG    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
