@@ -217,6 +217,8 @@ func goals(b *strings.Builder, rep Report) {
 	tracingOverhead(b, results)
 	pair(b, results, FerryBaseline, Ferry, "Before and after: ferry against ferry-baseline (same run)")
 	pair(b, results, FerryBaselineEOS, FerryEOS, "Before and after, exactly-once: ferry-eos against ferry-baseline-eos (same run)")
+	pair(b, results, Ferry, FerryHB100, "Heartbeats every 100 ms: ferry-hb100 against ferry (1 s, the default; same run)")
+	pair(b, results, FerryEOS, FerryEOSHB100, "Heartbeats every 100 ms, exactly-once: ferry-eos-hb100 against ferry-eos (same run)")
 }
 
 // pair compares system after with system before on every workload both

@@ -70,7 +70,7 @@ func Describe(cfg Config) ConfigDesc {
 
 func systemSettings(sys System, partitions int) string {
 	switch sys {
-	case Ferry, FerryEOS, FerryZstd, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryBaselineEOS, FerryWin64K:
+	case Ferry, FerryEOS, FerryZstd, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryBaselineEOS, FerryWin64K, FerryHB100, FerryEOSHB100:
 		v := ferryVariants[sys]
 		tr := "tracing off"
 		if v.sampling >= 0 {
@@ -82,6 +82,9 @@ func systemSettings(sys System, partitions int) string {
 		}
 		if v.window > 0 {
 			codec += fmt.Sprintf(", writer grpc.stream_window and grpc.conn_window %d KiB (fixed, not gRPC's dynamic windows)", v.window>>10)
+		}
+		if v.heartbeat > 0 {
+			codec += ", link.heartbeat.interval " + v.heartbeat.String()
 		}
 		return "one ferry-fetcher, one ferry-writer, at their defaults (the source's batches passed through, link.codec lz4 (for uncompressed source batches), link.batch.max_bytes 1MiB, " +
 			"link.max_inflight_bytes 16MiB, link.fetch_max_bytes 1MiB, link.shards 8, link.max_buffered_bytes 32MiB, writer max_buffered_bytes 64MiB, writer producer.compression lz4) but for delivery " + v.delivery + codec + " and " + tr +

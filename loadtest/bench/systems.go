@@ -44,11 +44,17 @@ const (
 	// gRPC's dynamic ones: over a long round trip it shows the ceiling a
 	// window sets, window ÷ RTT in wire bytes.
 	FerryWin64K System = "ferry-win64k"
+	// FerryHB100 and FerryEOSHB100 are ferry and ferry-eos with
+	// link.heartbeat.interval 100ms (1s by default): what a tighter
+	// failover meter, and a smaller tail after the last heartbeat at a
+	// region loss, cost.
+	FerryHB100    System = "ferry-hb100"
+	FerryEOSHB100 System = "ferry-eos-hb100"
 )
 
 // AllSystems in the order they run. MM2 tuned runs first: its catch-up
 // throughput sets the default live rates.
-var AllSystems = []System{MM2Tuned, Ferry, FerryEOS, FerryZstd, MM2Default, MM2EOS, Floor, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryBaselineEOS, FerryWin64K}
+var AllSystems = []System{MM2Tuned, Ferry, FerryEOS, FerryZstd, MM2Default, MM2EOS, Floor, FerryTrace0, FerryTrace1, FerryTrace100, FerryBaseline, FerryBaselineEOS, FerryWin64K, FerryHB100, FerryEOSHB100}
 
 // TracingSystems are the tracing overhead variants.
 var TracingSystems = []System{FerryTrace0, FerryTrace1, FerryTrace100}
@@ -71,7 +77,7 @@ func (sys System) isFerry() bool { _, ok := ferryVariants[sys]; return ok }
 // transactional reports whether sys writes the target in transactions, so
 // the target's end offsets include commit markers.
 func (sys System) transactional() bool {
-	return sys == MM2EOS || sys == FerryEOS || sys == FerryBaselineEOS
+	return sys == MM2EOS || sys == FerryEOS || sys == FerryBaselineEOS || sys == FerryEOSHB100
 }
 
 // ferryVariant is how a Ferry system differs from Ferry's defaults.
@@ -81,6 +87,8 @@ type ferryVariant struct {
 	sampling float64 // tracing sampling ratio; < 0: tracing off
 	baseline bool    // run the binaries of Config.BaselineBin
 	window   int     // the writer's fixed gRPC windows, bytes; 0: dynamic
+	// heartbeat is link.heartbeat.interval; 0: the fetcher's default
+	heartbeat time.Duration
 }
 
 var ferryVariants = map[System]ferryVariant{
@@ -93,6 +101,8 @@ var ferryVariants = map[System]ferryVariant{
 	FerryBaseline:    {delivery: "at_least_once", sampling: -1, baseline: true},
 	FerryBaselineEOS: {delivery: "exactly_once", sampling: -1, baseline: true},
 	FerryWin64K:      {delivery: "at_least_once", sampling: -1, window: 64 << 10},
+	FerryHB100:       {delivery: "at_least_once", sampling: -1, heartbeat: 100 * time.Millisecond},
+	FerryEOSHB100:    {delivery: "exactly_once", sampling: -1, heartbeat: 100 * time.Millisecond},
 }
 
 // Names used on both clusters.
@@ -214,6 +224,9 @@ func startFerry(ctx context.Context, v ferryVariant, otlp, bin, dir, sourceAddr,
 	fcfg["admin"].(map[string]any)["pprof_listen"] = pprofs[1]
 	if v.codec != "" {
 		fcfg["link"].(map[string]any)["codec"] = v.codec
+	}
+	if v.heartbeat > 0 {
+		fcfg["link"].(map[string]any)["heartbeat"] = map[string]any{"interval": v.heartbeat.String()}
 	}
 	if v.sampling >= 0 {
 		fcfg["tracing"] = tracingConfig(otlp, v.sampling)
