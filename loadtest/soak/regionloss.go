@@ -64,6 +64,19 @@ type DR struct {
 	// LostInReport counts the source records missing on the target inside
 	// the reported ranges [committed, heartbeat high watermark).
 	LostInReport int64 `json:"lost_in_report"`
+	// ReportedLostRecords and ReportedUnread are the sums of what ferryctl
+	// failover printed as lost in records (of what the fetchers had read
+	// at their last heartbeats: lost_records) and as offsets no one read
+	// (unread_offsets). Per partition the records missing inside the
+	// reported range must lie between lost_records (less, at-least-once,
+	// the records copied past the checkpoint) and lost_records plus
+	// unread_offsets: RecordsMisreported counts by how many they do not,
+	// and must be 0; RecordsUncounted counts partitions the report gave
+	// no record count, and must be 0 too.
+	ReportedLostRecords int64 `json:"reported_lost_records"`
+	ReportedUnread      int64 `json:"reported_unread_offsets"`
+	RecordsMisreported  int64 `json:"records_misreported,omitempty"`
+	RecordsUncounted    int64 `json:"records_uncounted,omitempty"`
 	// LostUnobserved counts the source records missing on the target that
 	// the source accepted after its last heartbeat reached the target
 	// (offset at or past the heartbeat's high watermark): no one in the
@@ -148,10 +161,29 @@ type DR struct {
 // exactly-once.
 func (d *DR) OK() bool {
 	return d.Misreported == 0 && d.AppMissing == 0 && d.TranslationErrors == 0 && len(d.Errors) == 0 &&
-		d.BeyondEstimate == 0 && d.EstimateUnknown == 0 &&
+		d.BeyondEstimate == 0 && d.EstimateUnknown == 0 && d.RecordsMisreported == 0 && d.RecordsUncounted == 0 &&
 		d.AppReread == d.RereadKnown+d.RereadAfterSync+d.RereadCopiedTwice+d.RereadUncounted && d.UncountedUnnamed == 0 &&
 		d.RereadKnown <= d.RereadReported &&
 		(d.AtLeastOnce || d.RereadCopiedTwice == 0)
+}
+
+// tallyRecords checks a partition's loss in records: the records missing
+// inside the reported range (missing) lie between lost (less, at-least-
+// once, the records copied past the checkpoint, which lost may count) and
+// lost plus unread.
+func tallyRecords(dr *DR, k tp, lost, unread *int64, missing, copiedPast int64, log *slog.Logger) {
+	if lost == nil || unread == nil {
+		dr.RecordsUncounted++
+		return
+	}
+	dr.ReportedLostRecords += *lost
+	dr.ReportedUnread += *unread
+	lo, hi := *lost-copiedPast, *lost+*unread
+	if missing < lo || missing > hi {
+		dr.RecordsMisreported += max(lo-missing, missing-hi)
+		log.Error("region loss: the records lost are not what the report said", "topic", k.topic, "partition", k.partition,
+			"missing", missing, "lost_records", *lost, "unread_offsets", *unread, "copied_past_checkpoint", copiedPast)
+	}
 }
 
 // tp names a partition.
@@ -315,6 +347,11 @@ type ctlChange struct {
 		// AfterHeartbeat is the tail estimated after the last heartbeat
 		// (offsets; absent: unknown).
 		AfterHeartbeat *int64 `json:"after_heartbeat_estimate_offsets"`
+		// LostRecords and Unread are the loss in records of what the
+		// fetcher had read, and the offsets no one read (absent:
+		// unknown).
+		LostRecords *int64 `json:"lost_records"`
+		Unread      *int64 `json:"unread_offsets"`
 	} `json:"at_risk"`
 	Groups []struct {
 		Group  string `json:"group"`
@@ -709,7 +746,7 @@ func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead,
 				onTarget[so] = true
 			}
 		}
-		var unobserved int64
+		var unobserved, missing, copiedPast int64
 		for _, r := range recs {
 			switch {
 			case onTarget[r.offset]:
@@ -719,6 +756,7 @@ func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead,
 					// Written before its checkpoint: at-least-once
 					// writes records first, so the report overstates.
 					dr.CopiedPastCheckpoint++
+					copiedPast++
 				default:
 					dr.Misreported++
 				}
@@ -726,11 +764,13 @@ func tally(dr *DR, alo bool, ch ctlChange, src, dst map[tp][]logRecord, srcRead,
 				dr.Misreported++
 			case r.offset < rep.HW:
 				dr.LostInReport++
+				missing++
 			default:
 				dr.LostUnobserved++
 				unobserved++
 			}
 		}
+		tallyRecords(dr, k, rep.LostRecords, rep.Unread, missing, copiedPast, log)
 		switch est := rep.AfterHeartbeat; {
 		case est == nil:
 			dr.EstimateUnknown++

@@ -11,13 +11,14 @@ import (
 
 // change is ferryctl's failover report for partition soak.idem/0: the
 // target committed up to committed, the last heartbeat's high watermark
-// hw (and 1 offset estimated after it), and the application's group at
+// hw (and 1 offset estimated after it; of the offsets between, 2 records
+// read and lost and 1 offset unread), and the application's group at
 // source offset source, its target position standing for standsFor.
 func change(t *testing.T, committed, hw, source, standsFor int64) ctlChange {
 	t.Helper()
 	var ch ctlChange
 	js := fmt.Sprintf(`{"state":"failed_over",
-		"at_risk":[{"topic":%q,"partition":0,"committed_next_offset":%d,"source_high_watermark":%d,"after_heartbeat_estimate_offsets":1}],
+		"at_risk":[{"topic":%q,"partition":0,"committed_next_offset":%d,"source_high_watermark":%d,"after_heartbeat_estimate_offsets":1,"lost_records":2,"unread_offsets":1}],
 		"groups":[{"group":%q,"partitions":[{"topic":%q,"partition":0,"source_offset":%d,"target_stands_for_source_offset":%d}]}]}`,
 		topicIdem, committed, hw, appGroup, topicIdem, source, standsFor)
 	if err := json.Unmarshal([]byte(js), &ch); err != nil {
@@ -37,6 +38,13 @@ func elsewhere(t *testing.T, ch ctlChange) ctlChange {
 	if err := json.Unmarshal([]byte(js), &ch.Groups[0].Partitions); err != nil {
 		t.Fatal(err)
 	}
+	return ch
+}
+
+// withRecords is ch with lost records read and lost and unread offsets
+// unread (nil: no count).
+func withRecords(ch ctlChange, lost, unread *int64) ctlChange {
+	ch.AtRisk[0].LostRecords, ch.AtRisk[0].Unread = lost, unread
 	return ch
 }
 
@@ -100,24 +108,24 @@ func TestTallyAccountsForEveryRecord(t *testing.T) {
 		// last sync.
 		name: "exactly-once", target: span(0, 6), ch: change(t, 6, 9, 3, 2),
 		srcRead: span(0, 5), dstRead: span(2, 6), reported: 1,
-		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1},
+		want: DR{ReportedLostRecords: 2, ReportedUnread: 1, EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1},
 		ok:   true,
 	}, {
 		name: "the meter said less than was re-read", target: span(0, 6), ch: change(t, 6, 9, 3, 2),
 		srcRead: span(0, 5), dstRead: span(2, 6), reported: 0,
-		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2},
+		want: DR{ReportedLostRecords: 2, ReportedUnread: 1, EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2},
 	}, {
 		// 3-5 written again after 0-5 (target offsets 6-8); the group at 5
 		// stands for 5 (target offset 5), so the application reads the
 		// second copies of 3 and 4, which no sync explains.
 		name: "at-least-once second copies", alo: true, target: append(span(0, 6), 3, 4, 5), ch: change(t, 6, 9, 5, 5),
 		srcRead: span(0, 5), dstRead: span(5, 9),
-		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 2, RereadCopiedTwice: 2, AtLeastOnce: true},
+		want: DR{ReportedLostRecords: 2, ReportedUnread: 1, EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 2, RereadCopiedTwice: 2, AtLeastOnce: true},
 		ok:   true,
 	}, {
 		name: "second copies in exactly-once", target: append(span(0, 6), 3, 4, 5), ch: change(t, 6, 9, 5, 5),
 		srcRead: span(0, 5), dstRead: span(5, 9),
-		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 2, RereadCopiedTwice: 2},
+		want: DR{ReportedLostRecords: 2, ReportedUnread: 1, EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 2, RereadCopiedTwice: 2},
 	}, {
 		// Record 4 is missing below the committed offset, and 7 is on the
 		// target above it: both misreported. The application skipped 2
@@ -125,7 +133,7 @@ func TestTallyAccountsForEveryRecord(t *testing.T) {
 		// stands for 2.
 		name: "misreported, skipped, mistranslated", target: []int64{0, 1, 2, 3, 5, 7}, ch: change(t, 6, 9, 2, 2),
 		srcRead: span(0, 2), dstRead: []int64{3, 4},
-		want: DR{EstimatedAfterHeartbeat: 1, Misreported: 2, LostInReport: 2, LostUnobserved: 1, AppMissing: 2, TranslationErrors: 1},
+		want: DR{ReportedLostRecords: 2, ReportedUnread: 1, EstimatedAfterHeartbeat: 1, Misreported: 2, LostInReport: 2, LostUnobserved: 1, AppMissing: 2, TranslationErrors: 1},
 	}, {
 		// The group has no target position on the partition (its index
 		// was loading at the failover): the application reads the target
@@ -133,12 +141,12 @@ func TestTallyAccountsForEveryRecord(t *testing.T) {
 		// ferryctl says so.
 		name: "no target position, named uncounted", target: span(0, 6), ch: uncounted(t, change(t, 6, 9, 5, -1), 0),
 		srcRead: span(0, 5), dstRead: span(0, 6),
-		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5},
+		want: DR{ReportedLostRecords: 2, ReportedUnread: 1, EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5},
 		ok:   true,
 	}, {
 		name: "no target position, not named", target: span(0, 6), ch: change(t, 6, 9, 5, -1),
 		srcRead: span(0, 5), dstRead: span(0, 6),
-		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5, UncountedUnnamed: 1},
+		want: DR{ReportedLostRecords: 2, ReportedUnread: 1, EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5, UncountedUnnamed: 1},
 	}, {
 		// The report lists the group on another partition only, read at
 		// T; the application first committed on this one after T, so no
@@ -146,24 +154,48 @@ func TestTallyAccountsForEveryRecord(t *testing.T) {
 		// sync (seed 751's partition it reached last).
 		name: "first committed after the last read", target: span(0, 6), ch: elsewhere(t, change(t, 6, 9, 5, -1)),
 		srcRead: span(0, 5), dstRead: span(0, 6), srcFirst: lastReadAt.Add(time.Second),
-		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadAfterSync: 5},
+		want: DR{ReportedLostRecords: 2, ReportedUnread: 1, EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadAfterSync: 5},
 		ok:   true,
 	}, {
 		// The same, but first committed before that read: a read that
 		// reached the writers should have seen it.
 		name: "first committed before the last read, not listed", target: span(0, 6), ch: elsewhere(t, change(t, 6, 9, 5, -1)),
 		srcRead: span(0, 5), dstRead: span(0, 6), srcFirst: lastReadAt.Add(-time.Second),
-		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5, UncountedUnnamed: 1},
+		want: DR{ReportedLostRecords: 2, ReportedUnread: 1, EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 5, RereadUncounted: 5, UncountedUnnamed: 1},
 	}, {
 		// The source took 8 and 9 after its last heartbeat (at 8), one
 		// more than the report's estimate.
 		name: "lost beyond the estimate", target: span(0, 6), ch: change(t, 6, 8, 3, 2),
 		srcRead: span(0, 5), dstRead: span(2, 6), reported: 1,
-		want: DR{EstimatedAfterHeartbeat: 1, BeyondEstimate: 1, LostInReport: 2, LostUnobserved: 2, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1},
+		want: DR{ReportedLostRecords: 2, ReportedUnread: 1, EstimatedAfterHeartbeat: 1, BeyondEstimate: 1, LostInReport: 2, LostUnobserved: 2, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1},
+	}, {
+		// 6-8 missing: the report said 0 read and lost and 1 unread.
+		name: "records misreported", target: span(0, 6), ch: withRecords(change(t, 6, 9, 3, 2), new(int64(0)), new(int64(1))),
+		srcRead: span(0, 5), dstRead: span(2, 6), reported: 1,
+		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1,
+			ReportedUnread: 1, RecordsMisreported: 2},
+	}, {
+		// Exactly-once, 6 copied: 7 and 8 missing, the report said 3.
+		name: "more records reported lost than missing", target: span(0, 7), ch: withRecords(change(t, 7, 9, 3, 2), new(int64(3)), new(int64(0))),
+		srcRead: span(0, 5), dstRead: span(2, 7), reported: 1,
+		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 2, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1,
+			ReportedLostRecords: 3, RecordsMisreported: 1},
+	}, {
+		// At-least-once, 6 written before its checkpoint: among the 3
+		// records read and lost, one is on the target.
+		name: "at-least-once records copied past the checkpoint", alo: true, target: span(0, 7), ch: withRecords(change(t, 6, 9, 3, 2), new(int64(3)), new(int64(0))),
+		srcRead: span(0, 5), dstRead: span(2, 7), reported: 1,
+		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 2, LostUnobserved: 1, CopiedPastCheckpoint: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1,
+			ReportedLostRecords: 3, AtLeastOnce: true},
+		ok: true,
+	}, {
+		name: "no record count", target: span(0, 6), ch: withRecords(change(t, 6, 9, 3, 2), nil, nil),
+		srcRead: span(0, 5), dstRead: span(2, 6), reported: 1,
+		want: DR{EstimatedAfterHeartbeat: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1, RecordsUncounted: 1},
 	}, {
 		name: "no estimate", target: span(0, 6), ch: withoutEstimate(change(t, 6, 9, 3, 2)),
 		srcRead: span(0, 5), dstRead: span(2, 6), reported: 1,
-		want: DR{EstimateUnknown: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1},
+		want: DR{ReportedLostRecords: 2, ReportedUnread: 1, EstimateUnknown: 1, LostInReport: 3, LostUnobserved: 1, AppReread: 3, RereadKnown: 1, RereadAfterSync: 2, RereadReported: 1},
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

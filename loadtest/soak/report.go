@@ -348,6 +348,8 @@ func (r *Report) Summary() string {
 		if d.CopiedPastCheckpoint > 0 {
 			fmt.Fprintf(&b, "  %d records reported lost were copied (at-least-once writes records before their checkpoint)\n", d.CopiedPastCheckpoint)
 		}
+		fmt.Fprintf(&b, "  in records: %d read and lost, %d offsets unread; %d records misreported, %d partitions uncounted\n",
+			d.ReportedLostRecords, d.ReportedUnread, d.RecordsMisreported, d.RecordsUncounted)
 		fmt.Fprintf(&b, "application: %d records skipped, %d read again: %d the meter knew (it said %d offsets at the failover, %d at the loss), %d committed on the source after the last sync; %d translation errors; RTO %s (failover to first record read on the target)\n",
 			d.AppMissing, d.AppReread, d.RereadKnown, d.RereadReported, d.RereadAtLoss, d.RereadAfterSync, d.TranslationErrors, d.RTO.Round(100*time.Millisecond))
 		if d.RereadUncounted > 0 {

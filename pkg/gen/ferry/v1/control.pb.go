@@ -725,8 +725,20 @@ type LinkPartition struct {
 	SourceAppendRate      float64 `protobuf:"fixed64,11,opt,name=source_append_rate,json=sourceAppendRate,proto3" json:"source_append_rate,omitempty"`
 	AfterHeartbeatOffsets int64   `protobuf:"varint,12,opt,name=after_heartbeat_offsets,json=afterHeartbeatOffsets,proto3" json:"after_heartbeat_offsets,omitempty"`
 	HasSourceAppendRate   bool    `protobuf:"varint,13,opt,name=has_source_append_rate,json=hasSourceAppendRate,proto3" json:"has_source_append_rate,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// LostRecords are the records the fetcher had read below its read
+	// position at the last heartbeat (read_next) that are not committed on
+	// the target: records, exactly (transaction markers and aborted records
+	// are not among them), of lag_records' offsets below that position.
+	// UnreadOffsets are lag_records' offsets at and above it, which no one
+	// read (records, markers, aborted or open transactions: at most that
+	// many records). has_lost_records is false when the writer cannot say
+	// (a fetcher older than the count, or no heartbeat since the writer's
+	// count began); lag_records then stands alone.
+	LostRecords    int64 `protobuf:"varint,14,opt,name=lost_records,json=lostRecords,proto3" json:"lost_records,omitempty"`
+	HasLostRecords bool  `protobuf:"varint,15,opt,name=has_lost_records,json=hasLostRecords,proto3" json:"has_lost_records,omitempty"`
+	UnreadOffsets  int64 `protobuf:"varint,16,opt,name=unread_offsets,json=unreadOffsets,proto3" json:"unread_offsets,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LinkPartition) Reset() {
@@ -848,6 +860,27 @@ func (x *LinkPartition) GetHasSourceAppendRate() bool {
 		return x.HasSourceAppendRate
 	}
 	return false
+}
+
+func (x *LinkPartition) GetLostRecords() int64 {
+	if x != nil {
+		return x.LostRecords
+	}
+	return 0
+}
+
+func (x *LinkPartition) GetHasLostRecords() bool {
+	if x != nil {
+		return x.HasLostRecords
+	}
+	return false
+}
+
+func (x *LinkPartition) GetUnreadOffsets() int64 {
+	if x != nil {
+		return x.UnreadOffsets
+	}
+	return 0
 }
 
 // SetLinkStateRequest changes a link's state.
@@ -2075,7 +2108,7 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06active\x18\x03 \x01(\bR\x06active\x12\x18\n" +
-	"\afetcher\x18\x04 \x01(\tR\afetcher\"\xdd\x04\n" +
+	"\afetcher\x18\x04 \x01(\tR\afetcher\"\xd1\x05\n" +
 	"\rLinkPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x122\n" +
@@ -2092,7 +2125,10 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	" \x01(\x03R\x19heartbeatObservedAtUnixMs\x12,\n" +
 	"\x12source_append_rate\x18\v \x01(\x01R\x10sourceAppendRate\x126\n" +
 	"\x17after_heartbeat_offsets\x18\f \x01(\x03R\x15afterHeartbeatOffsets\x123\n" +
-	"\x16has_source_append_rate\x18\r \x01(\bR\x13hasSourceAppendRate\"\x9d\x01\n" +
+	"\x16has_source_append_rate\x18\r \x01(\bR\x13hasSourceAppendRate\x12!\n" +
+	"\flost_records\x18\x0e \x01(\x03R\vlostRecords\x12(\n" +
+	"\x10has_lost_records\x18\x0f \x01(\bR\x0ehasLostRecords\x12%\n" +
+	"\x0eunread_offsets\x18\x10 \x01(\x03R\runreadOffsets\"\x9d\x01\n" +
 	"\x13SetLinkStateRequest\x12\x12\n" +
 	"\x04link\x18\x01 \x01(\tR\x04link\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.ferry.v1.LinkStateR\x05state\x12\x16\n" +

@@ -1176,7 +1176,18 @@ type PartitionHeartbeat struct {
 	HeadOffset    int64 `protobuf:"varint,6,opt,name=head_offset,json=headOffset,proto3" json:"head_offset,omitempty"`
 	// ObservedAt is when the fetcher read these offsets from the source, in
 	// Unix milliseconds of the fetcher's clock.
-	ObservedAt    int64 `protobuf:"varint,7,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	ObservedAt int64 `protobuf:"varint,7,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	// ReadNext is the offset after what the stream's fetcher has read of
+	// the partition and queued to the stream (its batches and Skips), and
+	// RecordsRead the records of the batches it queued since the stream
+	// opened (their record_count: transaction markers and aborted records
+	// are in no batch). With the records the writer committed of the same
+	// stream, they say exactly how many records lie read but uncommitted
+	// below read_next: a failover's loss in records, not offsets. Valid
+	// only with reads_counted (a fetcher older than them sends neither).
+	ReadNext      int64 `protobuf:"varint,8,opt,name=read_next,json=readNext,proto3" json:"read_next,omitempty"`
+	RecordsRead   int64 `protobuf:"varint,9,opt,name=records_read,json=recordsRead,proto3" json:"records_read,omitempty"`
+	ReadsCounted  bool  `protobuf:"varint,10,opt,name=reads_counted,json=readsCounted,proto3" json:"reads_counted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1258,6 +1269,27 @@ func (x *PartitionHeartbeat) GetObservedAt() int64 {
 		return x.ObservedAt
 	}
 	return 0
+}
+
+func (x *PartitionHeartbeat) GetReadNext() int64 {
+	if x != nil {
+		return x.ReadNext
+	}
+	return 0
+}
+
+func (x *PartitionHeartbeat) GetRecordsRead() int64 {
+	if x != nil {
+		return x.RecordsRead
+	}
+	return 0
+}
+
+func (x *PartitionHeartbeat) GetReadsCounted() bool {
+	if x != nil {
+		return x.ReadsCounted
+	}
+	return false
 }
 
 // GroupOffsets is one read of the source's consumer groups (link.groups):
@@ -1800,7 +1832,7 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12<\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\v2\x1c.ferry.v1.PartitionHeartbeatR\n" +
-	"partitions\"\x82\x02\n" +
+	"partitions\"\xe7\x02\n" +
 	"\x12PartitionHeartbeat\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12%\n" +
@@ -1810,7 +1842,11 @@ const file_ferry_v1_replication_proto_rawDesc = "" +
 	"\vhead_offset\x18\x06 \x01(\x03R\n" +
 	"headOffset\x12\x1f\n" +
 	"\vobserved_at\x18\a \x01(\x03R\n" +
-	"observedAt\"l\n" +
+	"observedAt\x12\x1b\n" +
+	"\tread_next\x18\b \x01(\x03R\breadNext\x12!\n" +
+	"\frecords_read\x18\t \x01(\x03R\vrecordsRead\x12#\n" +
+	"\rreads_counted\x18\n" +
+	" \x01(\bR\freadsCounted\"l\n" +
 	"\fGroupOffsets\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x17\n" +
 	"\aread_at\x18\x02 \x01(\x03R\x06readAt\x12-\n" +

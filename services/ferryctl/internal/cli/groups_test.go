@@ -95,3 +95,38 @@ func TestRereadStopsAtCommittedEnd(t *testing.T) {
 		t.Errorf("ferryctl's text does not name the uncounted partition:\n%s", out.String())
 	}
 }
+
+// Two writers' meters merge per partition: the freshest heartbeat and the
+// highest committed offset. The count of records lost is one writer's (its
+// stream's reads less its commits): it stands only when that writer's
+// committed offset is the merged one, in either order.
+func TestMergeMeterKeepsTheCountOfTheCommittingWriter(t *testing.T) {
+	part := func(committed int64, age float64, lost, unread int64) *ferryv1.LinkPartition {
+		return &ferryv1.LinkPartition{Topic: "orders", CommittedNextOffset: committed, SourceHighWatermark: 100, HeartbeatAgeSeconds: age,
+			LostRecords: lost, UnreadOffsets: unread, HasLostRecords: true}
+	}
+	for _, tc := range []struct {
+		name       string
+		views      []*ferryv1.LinkPartition
+		lag        int64
+		lost, read int64 // -1: unknown
+	}{
+		{"the fresh writer committed most", []*ferryv1.LinkPartition{part(80, 1, 12, 4), part(60, 9, 30, 10)}, 20, 12, 4},
+		{"the same, the other order", []*ferryv1.LinkPartition{part(60, 9, 30, 10), part(80, 1, 12, 4)}, 20, 12, 4},
+		{"another writer committed more", []*ferryv1.LinkPartition{part(60, 1, 30, 10), part(80, 9, 12, 4)}, 20, -1, -1},
+		{"the same, the other order", []*ferryv1.LinkPartition{part(80, 9, 12, 4), part(60, 1, 30, 10)}, 20, -1, -1},
+	} {
+		var l LinkReport
+		for _, v := range tc.views {
+			mergePartition(&l, v)
+		}
+		p := l.Partitions[0]
+		lost, unread := int64(-1), int64(-1)
+		if p.LostRecords != nil {
+			lost, unread = *p.LostRecords, *p.UnreadOffsets
+		}
+		if p.LagRecords != tc.lag || lost != tc.lost || unread != tc.read {
+			t.Errorf("%s: lag %d, lost %d, unread %d; want %d, %d, %d", tc.name, p.LagRecords, lost, unread, tc.lag, tc.lost, tc.read)
+		}
+	}
+}

@@ -117,7 +117,7 @@ func TestResumeRefusesFailedOver(t *testing.T) {
 	l := running()
 	l.control = control(ferryv1.LinkState_LINK_STATE_FAILED_OVER, 3)
 	ft := startFakes(t, l, &fakeWriter{}, &fakeWriter{})
-	const tail = "orders/0 (12 records, source offsets [88, 100))"
+	const tail = "orders/0 (12 offsets, source offsets [88, 100))"
 
 	code, out, errOut := ft.run(t, nil, "resume", "east")
 	if code != exitFailed || !strings.Contains(errOut, tail) || strings.Contains(errOut, "orders/1") ||

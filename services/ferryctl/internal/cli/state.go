@@ -115,8 +115,12 @@ func strandedWarning(l LinkReport) string {
 	var tail []string
 	for _, p := range l.Partitions {
 		if p.LagRecords > 0 {
-			tail = append(tail, fmt.Sprintf("%s/%d (%d records, source offsets [%d, %d))",
-				p.Topic, p.Partition, p.LagRecords, max(p.Committed, p.SourceLogStart), p.SourceHighWatermark))
+			counted := ""
+			if p.LostRecords != nil {
+				counted = fmt.Sprintf(": %d records read, %d offsets unread", *p.LostRecords, *p.UnreadOffsets)
+			}
+			tail = append(tail, fmt.Sprintf("%s/%d (%d offsets%s, source offsets [%d, %d))",
+				p.Topic, p.Partition, p.LagRecords, counted, max(p.Committed, p.SourceLogStart), p.SourceHighWatermark))
 		}
 	}
 	known := "nothing the meter names (no partition whose source held records the target lacks at its last heartbeat)"

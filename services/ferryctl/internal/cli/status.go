@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -110,6 +111,15 @@ type PartitionReport struct {
 	// while the rate is unknown.
 	SourceAppendRate *float64 `json:"source_append_rate,omitempty"`
 	AfterHeartbeat   *int64   `json:"after_heartbeat_estimate_offsets,omitempty"`
+	// LostRecords are LagRecords' records below what the fetcher had read
+	// at the last heartbeat that the target lacks: records, exactly (no
+	// transaction marker or aborted record among them); UnreadOffsets,
+	// LagRecords' offsets at and above it, which no one read (at most
+	// that many records more). Absent while unknown: a fetcher older than
+	// the count, or the committed offset from another writer than the
+	// last heartbeat's.
+	LostRecords   *int64 `json:"lost_records,omitempty"`
+	UnreadOffsets *int64 `json:"unread_offsets,omitempty"`
 }
 
 func runStatus(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
@@ -300,6 +310,10 @@ func mergePartition(l *LinkReport, p *ferryv1.LinkPartition) {
 		r, n := p.GetSourceAppendRate(), p.GetAfterHeartbeatOffsets()
 		next.SourceAppendRate, next.AfterHeartbeat = &r, &n
 	}
+	if p.GetHasLostRecords() {
+		lost, unread := p.GetLostRecords(), p.GetUnreadOffsets()
+		next.LostRecords, next.UnreadOffsets = &lost, &unread
+	}
 	if i < 0 {
 		l.Partitions = append(l.Partitions, next)
 		return
@@ -307,9 +321,15 @@ func mergePartition(l *LinkReport, p *ferryv1.LinkPartition) {
 	cur := &l.Partitions[i]
 	if next.HeartbeatAge < cur.HeartbeatAge {
 		next.Committed = max(next.Committed, cur.Committed)
+		if next.Committed != p.GetCommittedNextOffset() {
+			// Another writer committed more: this one's count of
+			// what its stream read and committed says nothing of it.
+			next.LostRecords, next.UnreadOffsets = nil, nil
+		}
 		*cur = next
-	} else {
-		cur.Committed = max(cur.Committed, next.Committed)
+	} else if next.Committed > cur.Committed {
+		cur.Committed = next.Committed
+		cur.LostRecords, cur.UnreadOffsets = nil, nil
 	}
 	cur.LagRecords = max(0, cur.SourceHighWatermark-max(cur.Committed, cur.SourceLogStart))
 }
@@ -459,17 +479,21 @@ func printMeter(w io.Writer, ps []PartitionReport) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  PARTITION\tCOMMITTED\tSOURCE_HW\tLAG_RECORDS\tLAG_SECONDS\tHEARTBEAT_AGE\tAFTER_HEARTBEAT")
+	fmt.Fprintln(tw, "  PARTITION\tCOMMITTED\tSOURCE_HW\tLAG_RECORDS\tLOST_RECORDS\tUNREAD\tLAG_SECONDS\tHEARTBEAT_AGE\tAFTER_HEARTBEAT")
 	for _, p := range ps {
-		secs, after := "?", "?"
+		secs, after, lost, unread := "?", "?", "?", "?"
 		if p.LagSeconds != nil {
 			secs = fmt.Sprintf("%.1f", *p.LagSeconds)
 		}
 		if p.AfterHeartbeat != nil {
 			after = fmt.Sprintf("~%d (%.1f/s)", *p.AfterHeartbeat, *p.SourceAppendRate)
 		}
-		fmt.Fprintf(tw, "  %s/%d\t%d\t%d\t%d\t%s\t%.1fs\t%s\n", p.Topic, p.Partition, p.Committed, p.SourceHighWatermark, p.LagRecords, secs, p.HeartbeatAge, after)
+		if p.LostRecords != nil {
+			lost, unread = strconv.FormatInt(*p.LostRecords, 10), strconv.FormatInt(*p.UnreadOffsets, 10)
+		}
+		fmt.Fprintf(tw, "  %s/%d\t%d\t%d\t%d\t%s\t%s\t%s\t%.1fs\t%s\n", p.Topic, p.Partition, p.Committed, p.SourceHighWatermark, p.LagRecords, lost, unread, secs, p.HeartbeatAge, after)
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "  LAG_RECORDS counts offsets; LOST_RECORDS, of those the fetcher had read at the last heartbeat, the records the target lacks (transaction markers and aborted records left out); UNREAD, the offsets no one read (at most that many records more); ? while unknown")
 	fmt.Fprintln(w, "  AFTER_HEARTBEAT: offsets the source may have taken since its last heartbeat, which LAG_RECORDS cannot count: its append rate then times the heartbeat's age (? while unknown)")
 }

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/services/fetcher/internal/discovery"
@@ -17,7 +18,7 @@ import (
 func (s *session) heartbeats(ctx context.Context) error {
 	for {
 		read, next := s.r.lastRead()
-		if hb := s.r.heartbeat(read); hb != nil {
+		if hb := s.r.heartbeat(read, s.counts()); hb != nil {
 			if err := s.report(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Heartbeat{Heartbeat: hb}}); err != nil {
 				return fmt.Errorf("send heartbeat: %w", err)
 			}
@@ -30,9 +31,42 @@ func (s *session) heartbeats(ctx context.Context) error {
 	}
 }
 
-// heartbeat is the heartbeat of a read, in the shard's partition order;
-// nil when nothing has been read yet.
-func (r *Runner) heartbeat(read map[discovery.Partition]sourcewatch.Observed) *ferryv1.Heartbeat {
+// readCount is what a session queued of a partition to its stream: the
+// offset after it, and the records of its batches (their record_count:
+// transaction markers and aborted records are in none).
+type readCount struct {
+	next, records int64
+}
+
+// countFrom starts the session's counts at the partitions' first offsets.
+func (s *session) countFrom(start map[discovery.Partition]int64) {
+	s.countMu.Lock()
+	defer s.countMu.Unlock()
+	s.counted = make(map[discovery.Partition]readCount, len(start))
+	for p, off := range start {
+		s.counted[p] = readCount{next: off}
+	}
+}
+
+// countedTo records that the session queued p up to next, records more.
+func (s *session) countedTo(p discovery.Partition, next int64, records uint32) {
+	s.countMu.Lock()
+	defer s.countMu.Unlock()
+	c := s.counted[p]
+	s.counted[p] = readCount{next: next, records: c.records + int64(records)}
+}
+
+// counts is a copy of the session's counts.
+func (s *session) counts() map[discovery.Partition]readCount {
+	s.countMu.Lock()
+	defer s.countMu.Unlock()
+	return maps.Clone(s.counted)
+}
+
+// heartbeat is the heartbeat of a read, in the shard's partition order,
+// with what the session queued of each partition (counted); nil when
+// nothing has been read yet.
+func (r *Runner) heartbeat(read map[discovery.Partition]sourcewatch.Observed, counted map[discovery.Partition]readCount) *ferryv1.Heartbeat {
 	if len(read) == 0 {
 		return nil
 	}
@@ -48,6 +82,10 @@ func (r *Runner) heartbeat(read map[discovery.Partition]sourcewatch.Observed) *f
 			HeadTimestamp: o.HeadTimestamp, HeadOffset: o.HeadOffset,
 			ObservedAt: o.At.UnixMilli(),
 		})
+		if c, ok := counted[p]; ok {
+			ph := hb.Partitions[len(hb.Partitions)-1]
+			ph.ReadNext, ph.RecordsRead, ph.ReadsCounted = c.next, c.records, true
+		}
 	}
 	return hb
 }

@@ -96,6 +96,7 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 			wireBytes: r.deps.Metrics.WireBytes.WithLabelValues(r.set.Link, p.Topic, part),
 		}
 	}
+	s.countFrom(start)
 	tr := newBatchTracer(r.deps.Tracer, r.deps.Recent, r.set.Link, r.shard, r.epoch, r.log)
 	s.fetchStage = r.deps.Metrics.Stages.WithLabelValues(r.set.Link, stages.Fetch)
 	// The session's own rounds: each of its partitions takes its turn at
@@ -247,6 +248,7 @@ func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, r
 		select {
 		case s.out <- queued{b: skipped}:
 			pp.sent, pp.begun = skipped.GetLastOffset()+1, true
+			s.countedTo(pp.p, pp.sent, 0)
 		case <-ctx.Done():
 			return nil, false, nil
 		}
@@ -285,6 +287,7 @@ func (s *session) startGap(ctx context.Context, pp *ptPartition, base, hw int64)
 	select {
 	case s.out <- queued{b: skip}:
 		pp.sent = base
+		s.countedTo(pp.p, pp.sent, 0)
 		return true
 	case <-ctx.Done():
 		return false
@@ -404,6 +407,7 @@ func (s *session) sealRecords(ctx context.Context, tr *batchTracer, pp *ptPartit
 		select {
 		case s.out <- queued{b, span, s.draw(len(b.Payload))}:
 			pp.sent = b.LastOffset + 1
+			s.countedTo(pp.p, pp.sent, b.RecordCount)
 			return true
 		case <-ctx.Done():
 			return false
@@ -486,6 +490,7 @@ func (s *session) sealKafka(ctx context.Context, tr *batchTracer, pp *ptPartitio
 	select {
 	case s.out <- queued{b, span, s.draw(len(raw))}:
 		pp.sent = b.LastOffset + 1
+		s.countedTo(pp.p, pp.sent, b.RecordCount)
 		return true
 	case <-ctx.Done():
 		return false

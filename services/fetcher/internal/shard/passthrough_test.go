@@ -327,6 +327,7 @@ func TestPassThroughLeavesOutAbortedTransactions(t *testing.T) {
 
 	m := metrics.New(prometheus.NewRegistry())
 	writer := writertest.Start(t, "127.0.0.1:0", writertest.NewCheckpoints())
+	writer.TakeHeartbeats()
 	startRunnerOn(t, src, newWriters(t, writer.Addr()), m, defaults, topic)
 	// The checkpoint reaches the partition's end, past the last commit
 	// marker, which a Skip covers: the lag is 0, not the marker's 1.
@@ -345,6 +346,15 @@ func TestPassThroughLeavesOutAbortedTransactions(t *testing.T) {
 		t.Errorf("first record batch starts at %d, want %d: the first committed record, after the aborted ones", f, want[0].Offset)
 	}
 	skipsCarryHighWatermark(t, got, end)
+	// The heartbeats count what was read in records: the 13 committed,
+	// not the 21 offsets (the aborted records and the markers).
+	writertest.WaitFor(t, 10*time.Second, "a heartbeat counting the reads to the end", func() bool {
+		hb := lastHeartbeat(writer, topic)
+		return hb.GetReadsCounted() && hb.GetReadNext() == end
+	})
+	if hb := lastHeartbeat(writer, topic); hb.GetRecordsRead() != int64(len(want)) {
+		t.Errorf("heartbeat counts %d records read to %d, want %d (of %d offsets)", hb.GetRecordsRead(), end, len(want), end)
+	}
 }
 
 // skipsCarryHighWatermark checks that each Skip among bs carries the

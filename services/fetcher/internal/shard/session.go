@@ -71,6 +71,12 @@ type session struct {
 	// the new topic's, and end the runner's mark.
 	startedOver map[discovery.Partition]bool
 
+	// counted is what the session queued of each partition, for its
+	// heartbeats (countedTo): the writer tells from it how many records
+	// it read that a failover would lose; countMu guards it.
+	countMu sync.Mutex
+	counted map[discovery.Partition]readCount
+
 	recvDone chan struct{} // closed when receive returns
 	recvErr  error         // receive's result, set before recvDone closes
 

@@ -8,7 +8,8 @@ import (
 )
 
 func valid() State {
-	return State{HighWatermark: 10, LogStart: 2, HeadOffset: 9, HeadTimestamp: 1700000000000, ObservedAt: 1700000000500, CommittedTimestamp: 1699999999000, CommittedNext: 7, AppendRate: 12.5}
+	return State{HighWatermark: 10, LogStart: 2, HeadOffset: 9, HeadTimestamp: 1700000000000, ObservedAt: 1700000000500, CommittedTimestamp: 1699999999000, CommittedNext: 7, AppendRate: 12.5,
+		ReadNext: 9, PendingRecords: 1}
 }
 
 // A record round-trips, and Decode refuses every record that is not
@@ -24,9 +25,15 @@ func TestDecodeIsStrict(t *testing.T) {
 		t.Fatalf("tombstone: %v %v", tomb, err)
 	}
 	full := string(value)
-	// A record of a writer before the append rate: the rate unknown.
-	old := strings.Replace(full, `,"append_rate":12.5`, ``, 1)
+	// A record of a writer before the read counts: the counts unknown;
+	// and before the append rate: the rate unknown too.
+	uncounted := strings.Replace(full, `,"read_next":9,"pending_records":1`, ``, 1)
 	want := valid()
+	want.ReadNext, want.PendingRecords = -1, -1
+	if _, got, _, err := Decode(key, []byte(uncounted)); err != nil || got != want {
+		t.Errorf("a record without read_next (%s): %+v, %v; want %+v", uncounted, got, err, want)
+	}
+	old := strings.Replace(uncounted, `,"append_rate":12.5`, ``, 1)
 	want.AppendRate = -1
 	if _, got, _, err := Decode(key, []byte(old)); err != nil || got != want {
 		t.Errorf("a record without append_rate (%s): %+v, %v; want %+v", old, got, err, want)
@@ -48,6 +55,10 @@ func TestDecodeIsStrict(t *testing.T) {
 		{"negative rate", string(key), strings.Replace(full, `"append_rate":12.5`, `"append_rate":-2`, 1), "append_rate"},
 		{"rate beyond any partition", string(key), strings.Replace(full, `"append_rate":12.5`, `"append_rate":1e300`, 1), "append_rate"},
 		{"rate and a field missing", string(key), strings.Replace(full, `"committed_next_offset":7,`, ``, 1), "fields"},
+		{"read count without the rate", string(key), strings.Replace(full, `"append_rate":12.5,`, ``, 1), "fields"},
+		{"read count half there", string(key), strings.Replace(full, `,"pending_records":1`, ``, 1), "fields"},
+		{"negative pending records", string(key), strings.Replace(full, `"pending_records":1`, `"pending_records":-2`, 1), "pending_records"},
+		{"pending records without a read position", string(key), strings.Replace(full, `"read_next":9`, `"read_next":-1`, 1), "read_next"},
 	} {
 		if _, _, _, err := Decode([]byte(tc.key), []byte(tc.value)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: Decode = %v, want an invalid-heartbeat error saying %q", tc.name, err, tc.says)
@@ -59,7 +70,7 @@ func TestDecodeIsStrict(t *testing.T) {
 func TestTableWritesChangesOnly(t *testing.T) {
 	tb := NewTable()
 	k := Key{Link: "east", Topic: "orders", Partition: 0}
-	b := Beat{HighWatermark: 5, LogStart: 0, HeadOffset: 4, HeadTimestamp: 1, ObservedAt: 2}
+	b := Beat{HighWatermark: 5, LogStart: 0, HeadOffset: 4, HeadTimestamp: 1, ObservedAt: 2, ReadNext: -1, PendingRecords: -1}
 	tb.Beat(k, b)
 	if d := tb.takeDirty(); len(d) != 1 {
 		t.Fatalf("%d dirty after a first beat, want 1", len(d))
@@ -110,7 +121,7 @@ func TestAppendRate(t *testing.T) {
 	at := int64(1_700_000_000_000)
 	beat := func(hw, ms int64) float64 {
 		t.Helper()
-		tb.Beat(k, Beat{HighWatermark: hw, LogStart: 0, HeadOffset: -1, HeadTimestamp: -1, ObservedAt: at + ms})
+		tb.Beat(k, Beat{HighWatermark: hw, LogStart: 0, HeadOffset: -1, HeadTimestamp: -1, ObservedAt: at + ms, ReadNext: -1, PendingRecords: -1})
 		st, _ := tb.Get(k)
 		if err := st.Check(); err != nil {
 			t.Fatal(err)
@@ -138,5 +149,33 @@ func TestAppendRate(t *testing.T) {
 	}
 	if r := beat(50, 12500); r != -1 {
 		t.Errorf("rate after the high watermark went back: %v, want -1", r)
+	}
+}
+
+// The records pending below a heartbeat's read position fall by what each
+// round commits below it, never below 0; a batch read after the heartbeat
+// (at or past its position) is not among them, and a heartbeat that did
+// not count (an older fetcher) leaves them unknown.
+func TestPendingRecordsFallWithCommitsBelowTheReadPosition(t *testing.T) {
+	tb := NewTable()
+	k := Key{Link: "east", Topic: "orders", Partition: 0}
+	tb.Beat(k, Beat{HighWatermark: 100, HeadOffset: -1, HeadTimestamp: -1, ObservedAt: 1, ReadNext: 80, PendingRecords: 30})
+	pending := func() int64 { st, _ := tb.Get(k); return st.PendingRecords }
+	tb.CommittedRecords(k, 59, 12) // a batch ending below 80
+	if got := pending(); got != 18 {
+		t.Fatalf("pending %d after 12 committed below the read position, want 18", got)
+	}
+	tb.CommittedRecords(k, 85, 9) // read after the heartbeat
+	if got := pending(); got != 18 {
+		t.Fatalf("pending %d after a batch past the read position, want 18 still", got)
+	}
+	tb.CommittedRecords(k, 79, 40)
+	if got := pending(); got != 0 {
+		t.Fatalf("pending %d after more committed than pending, want 0", got)
+	}
+	tb.Beat(k, Beat{HighWatermark: 120, HeadOffset: -1, HeadTimestamp: -1, ObservedAt: 2, ReadNext: -1, PendingRecords: -1})
+	tb.CommittedRecords(k, 90, 5)
+	if st, _ := tb.Get(k); st.ReadNext != -1 || st.PendingRecords != -1 || st.Check() != nil {
+		t.Fatalf("after an uncounted heartbeat: read_next %d pending %d (%v), want both unknown", st.ReadNext, st.PendingRecords, st.Check())
 	}
 }

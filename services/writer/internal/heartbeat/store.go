@@ -54,10 +54,11 @@ func Decode(key, value []byte) (k Key, s State, tombstone bool, err error) {
 		return Key{}, State{}, false, fmt.Errorf("%w: value: %v", ErrInvalid, err)
 	}
 	// A writer before the append rate wrote the other 7: its rate is
-	// unknown.
+	// unknown; one before the read counts, 8: its counts are unknown.
 	_, rated := fields["append_rate"]
-	if want := 7 + btoi(rated); len(fields) != want {
-		return Key{}, State{}, false, fmt.Errorf("%w: value has %d fields, want 8 (7 from a writer before append_rate)", ErrInvalid, len(fields))
+	_, counted := fields["read_next"]
+	if want := 7 + btoi(rated) + 2*btoi(counted); len(fields) != want || (counted && !rated) {
+		return Key{}, State{}, false, fmt.Errorf("%w: value has %d fields, want 10 (8 from a writer before read_next, 7 before append_rate)", ErrInvalid, len(fields))
 	}
 	dec := json.NewDecoder(bytes.NewReader(value))
 	dec.DisallowUnknownFields()
@@ -66,6 +67,9 @@ func Decode(key, value []byte) (k Key, s State, tombstone bool, err error) {
 	}
 	if !rated {
 		s.AppendRate = -1
+	}
+	if !counted {
+		s.ReadNext, s.PendingRecords = -1, -1
 	}
 	if dec.More() {
 		return Key{}, State{}, false, fmt.Errorf("%w: value: data after the object", ErrInvalid)

@@ -53,6 +53,14 @@ type State struct {
 	// estimates what the source took after the last heartbeat, which no
 	// heartbeat reported: the tail a region loss hides from the meter.
 	AppendRate float64 `json:"append_rate"`
+	// ReadNext is the offset after what the fetcher had read and queued
+	// to its stream at the last heartbeat, and PendingRecords the records
+	// of that below it not committed on the target (the heartbeat's
+	// count, less each round of the stream committed since): a failover's
+	// loss in records below ReadNext, exact; both -1 while unknown (a
+	// fetcher older than the count).
+	ReadNext       int64 `json:"read_next"`
+	PendingRecords int64 `json:"pending_records"`
 }
 
 // RateWindow is AppendRate's smoothing: an exponentially weighted mean
@@ -61,7 +69,8 @@ type State struct {
 const RateWindow = 10 * time.Second
 
 // Unknown is the State of a partition nothing is known of yet.
-var Unknown = State{HighWatermark: -1, LogStart: -1, HeadOffset: -1, HeadTimestamp: -1, ObservedAt: -1, CommittedTimestamp: -1, CommittedNext: -1, AppendRate: -1}
+var Unknown = State{HighWatermark: -1, LogStart: -1, HeadOffset: -1, HeadTimestamp: -1, ObservedAt: -1, CommittedTimestamp: -1, CommittedNext: -1, AppendRate: -1,
+	ReadNext: -1, PendingRecords: -1}
 
 // HasHeartbeat reports whether a heartbeat is known.
 func (s State) HasHeartbeat() bool { return s.HighWatermark >= 0 }
@@ -93,6 +102,12 @@ func (s State) Check() error {
 		return bad("committed_timestamp", s.CommittedTimestamp, "is negative")
 	case s.CommittedNext < -1:
 		return bad("committed_next_offset", s.CommittedNext, "is negative")
+	case s.ReadNext < -1:
+		return bad("read_next", s.ReadNext, "is negative")
+	case s.PendingRecords < -1:
+		return bad("pending_records", s.PendingRecords, "is negative")
+	case (s.ReadNext < 0) != (s.PendingRecords < 0):
+		return &FieldError{Field: "read_next", Problem: fmt.Sprintf("%d with pending_records %d: both or neither", s.ReadNext, s.PendingRecords)}
 	case s.AppendRate != -1 && !(s.AppendRate >= 0 && s.AppendRate <= maxRate):
 		return &FieldError{Field: "append_rate", Problem: strconv.FormatFloat(s.AppendRate, 'g', -1, 64) + " is neither -1 (unknown) nor a rate"}
 	case !s.HasHeartbeat():
@@ -118,9 +133,11 @@ func (s State) Check() error {
 	return nil
 }
 
-// Beat is a heartbeat's part of a State.
+// Beat is a heartbeat's part of a State. ReadNext and PendingRecords are
+// -1 when the heartbeat did not count its reads.
 type Beat struct {
 	HighWatermark, LogStart, HeadOffset, HeadTimestamp, ObservedAt int64
+	ReadNext, PendingRecords                                       int64
 }
 
 // MaxEntries bounds the partitions a Table holds: what it loads from the
@@ -170,6 +187,7 @@ func (t *Table) Beat(k Key, b Beat) {
 	t.update(k, func(s *State) {
 		s.AppendRate = nextRate(*s, b)
 		s.HighWatermark, s.LogStart, s.HeadOffset, s.HeadTimestamp, s.ObservedAt = b.HighWatermark, b.LogStart, b.HeadOffset, b.HeadTimestamp, b.ObservedAt
+		s.ReadNext, s.PendingRecords = b.ReadNext, b.PendingRecords
 	})
 }
 
@@ -193,6 +211,18 @@ func nextRate(prev State, b Beat) float64 {
 // largest of their source timestamps ts (Unix ms).
 func (t *Table) Committed(k Key, next, ts int64) {
 	t.update(k, func(s *State) { s.CommittedNext, s.CommittedTimestamp = next, ts })
+}
+
+// CommittedRecords takes n records committed on the target, of a batch of
+// k ending at last (its last source offset), off the records pending
+// below the last heartbeat's ReadNext; a batch at or past it was read
+// after that heartbeat, and is not among them.
+func (t *Table) CommittedRecords(k Key, last, n int64) {
+	t.update(k, func(s *State) {
+		if s.ReadNext >= 0 && last < s.ReadNext {
+			s.PendingRecords = max(0, s.PendingRecords-n)
+		}
+	})
 }
 
 func (t *Table) update(k Key, fn func(*State)) {

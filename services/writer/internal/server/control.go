@@ -180,6 +180,9 @@ func (c *Control) linkStatus(ls LinkState, shards []ShardStatus, meter []Exposur
 		if e.AppendRate != nil {
 			p.SourceAppendRate, p.AfterHeartbeatOffsets, p.HasSourceAppendRate = *e.AppendRate, *e.AfterHeartbeat, true
 		}
+		if e.LostRecords != nil {
+			p.LostRecords, p.UnreadOffsets, p.HasLostRecords = *e.LostRecords, *e.UnreadOffsets, true
+		}
 		out.Partitions = append(out.Partitions, p)
 	}
 	return out

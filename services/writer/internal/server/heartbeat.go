@@ -59,7 +59,17 @@ func (ss *session) heartbeat(hb *ferryv1.Heartbeat) error {
 		}
 		seen[tp] = true
 		b := heartbeat.Beat{HighWatermark: p.GetHighWatermark(), LogStart: p.GetLogStartOffset(),
-			HeadOffset: p.GetHeadOffset(), HeadTimestamp: p.GetHeadTimestamp(), ObservedAt: p.GetObservedAt()}
+			HeadOffset: p.GetHeadOffset(), HeadTimestamp: p.GetHeadTimestamp(), ObservedAt: p.GetObservedAt(),
+			ReadNext: -1, PendingRecords: -1}
+		if p.GetReadsCounted() {
+			switch {
+			case p.GetReadNext() < 0:
+				return fmt.Errorf("%w: %s.read_next %d is negative", errBadHeartbeat, field, p.GetReadNext())
+			case p.GetRecordsRead() < 0:
+				return fmt.Errorf("%w: %s.records_read %d is negative", errBadHeartbeat, field, p.GetRecordsRead())
+			}
+			b.ReadNext = p.GetReadNext()
+		}
 		st := heartbeat.Unknown
 		st.HighWatermark, st.LogStart, st.HeadOffset, st.HeadTimestamp, st.ObservedAt = b.HighWatermark, b.LogStart, b.HeadOffset, b.HeadTimestamp, b.ObservedAt
 		if b.HighWatermark < 0 {
@@ -74,9 +84,35 @@ func (ss *session) heartbeat(hb *ferryv1.Heartbeat) error {
 		beats[i] = b
 	}
 	for i, p := range hb.GetPartitions() {
-		ss.s.beats.Beat(heartbeat.Key{Link: ss.link.Name, Topic: p.GetTopic(), Partition: p.GetPartition()}, beats[i])
+		ss.obs.beat(heartbeat.Key{Link: ss.link.Name, Topic: p.GetTopic(), Partition: p.GetPartition()}, beats[i], p.GetRecordsRead())
 	}
 	return nil
+}
+
+// beat keeps a heartbeat of the stream. Of one that counted its reads, the
+// records read but not committed are what the fetcher read (read, since
+// the stream opened) less what the stream committed: both count each
+// batch's record_count, so markers and aborted records (in no batch) are
+// never among them.
+func (o *observer) beat(k heartbeat.Key, b heartbeat.Beat, read int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if b.ReadNext >= 0 {
+		b.PendingRecords = max(0, read-o.records[k])
+	}
+	o.beats.Beat(k, b)
+}
+
+// committedRecords counts the records of a committed batch of k ending at
+// last, for the stream's next heartbeats and the table's pending records.
+func (o *observer) committedRecords(k heartbeat.Key, last, n int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.records == nil {
+		o.records = map[heartbeat.Key]int64{}
+	}
+	o.records[k] += n
+	o.beats.CommittedRecords(k, last, n)
 }
 
 // commitTimes keeps, per partition of batches whose checkpoints are now
@@ -87,11 +123,14 @@ func (o *observer) commitTimes(done committed) {
 		return
 	}
 	for _, w := range done.batches {
+		k := heartbeat.Key{Link: o.link.Name, Topic: w.b.GetTopic(), Partition: w.b.GetPartition()}
+		if n := w.b.GetRecordCount(); n > 0 {
+			o.committedRecords(k, w.b.GetLastOffset(), int64(n))
+		}
 		ts := maxTimestamp(w)
 		if ts < 0 {
 			continue // a Skip: no records
 		}
-		k := heartbeat.Key{Link: o.link.Name, Topic: w.b.GetTopic(), Partition: w.b.GetPartition()}
 		if st, _ := o.beats.Get(k); st.CommittedNext > w.b.GetLastOffset() && st.CommittedTimestamp >= ts {
 			continue
 		}
@@ -149,6 +188,14 @@ type Exposure struct {
 	// unknown (fewer than two heartbeats).
 	AppendRate     *float64 `json:"source_append_rate,omitempty"`
 	AfterHeartbeat *int64   `json:"after_heartbeat_estimate_offsets,omitempty"`
+	// LostRecords are Records' records below what the fetcher had read at
+	// the last heartbeat (ReadNext) not committed on the target: records,
+	// exactly, not offsets (no transaction marker or aborted record is
+	// among them); nil while unknown (a fetcher older than the count).
+	// UnreadOffsets are Records' offsets at and above ReadNext, which no
+	// one read: at most that many records more.
+	LostRecords   *int64 `json:"lost_records,omitempty"`
+	UnreadOffsets *int64 `json:"unread_offsets,omitempty"`
 }
 
 // afterHeartbeat estimates the offsets a source appending rate a second
@@ -225,6 +272,13 @@ func exposure(k heartbeat.Key, st heartbeat.State, next int64, now time.Time) Ex
 	if st.AppendRate >= 0 {
 		r := st.AppendRate
 		e.AppendRate, e.AfterHeartbeat = &r, afterHeartbeat(r, e.HeartbeatAge)
+	}
+	if st.ReadNext >= 0 {
+		lost, unread := st.PendingRecords, max(0, st.HighWatermark-max(st.ReadNext, next, st.LogStart))
+		if e.Records == 0 {
+			lost = 0 // the heartbeat is older than the checkpoint
+		}
+		e.LostRecords, e.UnreadOffsets = &lost, &unread
 	}
 	return e
 }

@@ -359,3 +359,42 @@ func TestUnknownRequestIsIgnored(t *testing.T) {
 		t.Fatalf("stream ended after an unknown request: %v", err)
 	}
 }
+
+// The meter says the loss in records, not only offsets: of what the
+// fetcher had read at its last heartbeat, the records not committed,
+// exactly (transaction markers and aborted records take offsets, not
+// records), and apart the offsets no one read. Each round the stream
+// commits after the heartbeat takes its records off.
+func TestFailoverMeterCountsRecordsNotOffsets(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, true))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
+	if err := sendKafka(t, stream, 1, 0, sourceBatch(t, 0, 10, nil, recordbatch.None, 0)); err != nil {
+		t.Fatalf("stream ended: %v", err)
+	}
+	// The source: records 0-14, a marker at 15, an aborted transaction
+	// at 16-19, its marker at 20, records 21-25, and 26-29 not read yet.
+	// The fetcher has read to 26: 10 + 5 + 5 records.
+	now := time.Now().UnixMilli()
+	sendHeartbeat(t, stream, 1, &ferryv1.PartitionHeartbeat{Topic: "orders", Partition: 0, HighWatermark: 30, LogStartOffset: 0,
+		HeadOffset: 29, HeadTimestamp: now, ObservedAt: now, ReadNext: 26, RecordsRead: 20, ReadsCounted: true})
+	e := meterOf(t, w, "the heartbeat", func(e Exposure) bool { return e.SourceHighWatermark == 30 })
+	if e.Records != 20 || e.LostRecords == nil || *e.LostRecords != 10 || e.UnreadOffsets == nil || *e.UnreadOffsets != 4 {
+		t.Fatalf("offsets %d, records %v, unread %v; want 20 offsets at risk: 10 records read and not committed, 4 offsets unread", e.Records, e.LostRecords, e.UnreadOffsets)
+	}
+	if err := sendKafka(t, stream, 2, 10, sourceBatch(t, 10, 5, nil, recordbatch.None, 0)); err != nil {
+		t.Fatalf("stream ended: %v", err)
+	}
+	e = meterOf(t, w, "records 10-14 committed", func(e Exposure) bool { return e.Committed == 15 })
+	if e.Records != 15 || e.LostRecords == nil || *e.LostRecords != 5 || *e.UnreadOffsets != 4 {
+		t.Fatalf("offsets %d, records %v, unread %v; want 15 offsets at risk: 5 records (21-25), 4 offsets unread", e.Records, e.LostRecords, e.UnreadOffsets)
+	}
+	// A fetcher that does not count its reads: offsets only.
+	sendHeartbeat(t, stream, 1, &ferryv1.PartitionHeartbeat{Topic: "orders", Partition: 0, HighWatermark: 31, LogStartOffset: 0,
+		HeadOffset: 30, HeadTimestamp: now, ObservedAt: now + 1})
+	e = meterOf(t, w, "an uncounted heartbeat", func(e Exposure) bool { return e.SourceHighWatermark == 31 })
+	if e.LostRecords != nil || e.UnreadOffsets != nil {
+		t.Fatalf("records %v, unread %v after an uncounted heartbeat, want both unknown", e.LostRecords, e.UnreadOffsets)
+	}
+}

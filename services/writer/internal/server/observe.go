@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,11 @@ type observer struct {
 	beats *heartbeat.Table
 	// commitStage observes the commit stage of the link's batches.
 	commitStage prometheus.Observer
+	// records are the records of each partition the stream committed, the
+	// other half of a heartbeat's read count (heartbeat.go, beat); mu
+	// orders a round's count against a heartbeat's.
+	mu      sync.Mutex
+	records map[heartbeat.Key]int64
 }
 
 // written records a round whose records the target acknowledged at
