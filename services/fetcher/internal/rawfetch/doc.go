@@ -49,14 +49,23 @@
 // below v13.
 //
 // Requests are read_committed (isolation level 1) and sessionless (fetch
-// session id 0, epoch -1), with replica id -1 and current leader epoch -1.
-// Without a session every request names all its partitions, which costs a
-// few bytes per partition and spares tracking session state across leader
-// moves and errors. Without leader epochs the broker does not fence a
-// fetch from a stale leader by epoch; NOT_LEADER_OR_FOLLOWER does that
-// work. Truncation after an unclean election shows as OFFSET_OUT_OF_RANGE
-// when the caller is past the new end, and goes unseen otherwise, as for
-// any consumer that does not validate epochs.
+// session id 0, epoch -1), with replica id -1. Without a session every
+// request names all its partitions, which costs a few bytes per partition
+// and spares tracking session state across leader moves and errors.
+//
+// Leader epochs (KIP-320), as Kafka's consumer uses them: each partition
+// is fetched with its leader epoch from metadata (CurrentLeaderEpoch), so
+// a broker leading in another epoch refuses the fetch (FENCED_LEADER_EPOCH,
+// UNKNOWN_LEADER_EPOCH: a Retry, the leader looked up again), and with the
+// leader epoch of the last batch the Reader read of it at the asked offset
+// (LastFetchedEpoch; -1 when the caller asks an offset the Reader did not
+// return as Next). A leader whose log does not continue that epoch up to
+// the offset answers DivergingEpoch (v12+); after a fenced epoch, and for
+// a position given with Resume, the Reader asks OffsetForLeaderEpoch
+// before it fetches (any version). Either answer showing that the log
+// diverged from what was read (an unclean election truncated it) is a
+// Result Err wrapping a *Divergence (ErrDiverged), and nothing of the
+// partition is read that round.
 //
 // Fetch version: topics are sent both by name and by topic id, so
 // whichever version kgo negotiates with the broker (v4 up to v18, the

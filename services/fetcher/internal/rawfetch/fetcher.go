@@ -24,6 +24,50 @@ import (
 // ListOffsets request could not tell.
 var ErrOffsetOutOfRange = errors.New("offset out of range")
 
+// ErrDiverged is wrapped, by a *Divergence, in a Result's Err when the
+// partition's leader says that its log no longer holds what the Reader
+// last read of it: an unclean leader election truncated the log below the
+// position (KIP-320), and whatever the log holds at and past the
+// divergence now is other records.
+var ErrDiverged = errors.New("source log diverged from what was read")
+
+// Divergence is the leader's answer that shows the log diverged: for the
+// epoch of the last batch read (LastEpoch), the largest epoch it knows
+// that is not above it (Epoch) and where its log of that epoch ends
+// (EndOffset), from a Fetch answer's DivergingEpoch (v12+) or an
+// OffsetForLeaderEpoch answer. The log diverged from what was read when
+// EndOffset is below Position, or when Epoch is below LastEpoch (the
+// leader never had the epoch of records that were read): records read
+// from EndOffset on (or from where LastEpoch began, if earlier) are not
+// the source's any more. Where the divergence begins is the caller's to
+// work out when Epoch is below LastEpoch: only it knows where each epoch
+// it read began.
+type Divergence struct {
+	Position  int64
+	LastEpoch int32
+	Epoch     int32
+	EndOffset int64
+}
+
+func (d *Divergence) Error() string {
+	return fmt.Sprintf("%v: read up to offset %d in leader epoch %d, the leader's log of epoch %d ends at %d",
+		ErrDiverged, d.Position, d.LastEpoch, d.Epoch, d.EndOffset)
+}
+
+func (d *Divergence) Unwrap() error { return ErrDiverged }
+
+// diverged reports whether the leader's answer for lastEpoch (epoch, its
+// end) at position shows the log diverged. An answer without an epoch
+// (-1: lastEpoch is older than any the leader keeps, its records gone to
+// retention) cannot tell; offset checks say whether position is still in
+// the log.
+func diverged(position int64, lastEpoch, epoch int32, end int64) *Divergence {
+	if epoch < 0 || end < 0 || (end >= position && epoch >= lastEpoch) {
+		return nil
+	}
+	return &Divergence{Position: position, LastEpoch: lastEpoch, Epoch: epoch, EndOffset: end}
+}
+
 // Defaults for the zero Options.
 const (
 	// DefaultMaxWait bounds both how long an idle leader holds its
@@ -103,6 +147,15 @@ type Result struct {
 	// help; the caller just fetches again, and may back off, log or
 	// count Retry.
 	Retry error
+	// LastEpoch is the partition leader epoch of the last batch the round
+	// read, returned or dropped (a marker, an aborted batch), -1 when it
+	// read none (or only legacy messages, which have none). Epochs are
+	// the leader epochs the round's batches began, each with the base
+	// offset of its first batch in the round, in offset order: the caller
+	// that wants to know, after a Divergence, where the records of an
+	// epoch began keeps them.
+	LastEpoch int32
+	Epochs    []EpochStart
 	// TopicID is the id of the topic the answer came from: the id a
 	// request by topic id (Fetch v13+) named, or, for a request by name
 	// (up to v12) whose answer gives the caller something (batches, a
@@ -114,6 +167,12 @@ type Result struct {
 	// compares TopicID with the id it expects, so that it never takes
 	// the new topic's records for the old one's.
 	TopicID [16]byte
+}
+
+// EpochStart is where a leader epoch's batches began in what a round read.
+type EpochStart struct {
+	Epoch int32
+	Start int64
 }
 
 // Fetcher reads raw batches in rounds, through Readers. It caches
@@ -139,15 +198,85 @@ type Fetcher struct {
 type Reader struct {
 	f      *Fetcher
 	rounds atomic.Uint64
+
+	mu   sync.Mutex
+	last map[Partition]readTo
+}
+
+// readTo is the leader epoch of the last batch a Reader read of a
+// partition, and the offset after it: a round that asks that offset sends
+// the epoch as its LastFetchedEpoch, so the leader can say whether its log
+// still holds what was read (KIP-320). A round that asks another offset
+// (the caller moved the position) sends -1: nothing is known of the batch
+// before it. check: validate with OffsetForLeaderEpoch before the next
+// fetch (Resume, or after the leader fenced the request's epoch).
+type readTo struct {
+	next  int64
+	epoch int32
+	check bool
 }
 
 // Reader returns a new Reader of f.
-func (f *Fetcher) Reader() *Reader { return &Reader{f: f} }
+func (f *Fetcher) Reader() *Reader { return &Reader{f: f, last: make(map[Partition]readTo)} }
+
+// Resume tells r that the record before offset next of p is of leader
+// epoch epoch, as read by an earlier Reader (the position of an earlier
+// session): r's first round that asks next checks with the leader
+// (OffsetForLeaderEpoch) that its log of that epoch still reaches next,
+// and reports a Divergence instead of reading if it does not.
+func (r *Reader) Resume(p Partition, next int64, epoch int32) {
+	if epoch < 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last[p] = readTo{next: next, epoch: epoch, check: true}
+}
+
+// lastEpoch is the epoch to send with a fetch of p at off, -1 if unknown,
+// and whether to validate it first.
+func (r *Reader) lastEpoch(p Partition, off int64) (int32, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l, ok := r.last[p]; ok && l.next == off {
+		return l.epoch, l.check
+	}
+	return -1, false
+}
+
+// learn keeps what a round's Result says of p's last epoch. A leader that
+// fenced the request's epoch (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH)
+// leads in another epoch now, perhaps after an election that truncated
+// the log: the position is validated before the next fetch, as Kafka's
+// consumer does on a leader change.
+func (r *Reader) learn(p Partition, asked int64, res Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch l, ok := r.last[p]; {
+	case res.LastEpoch >= 0:
+		r.last[p] = readTo{next: res.Next, epoch: res.LastEpoch}
+	case !ok || l.next != asked:
+		delete(r.last, p)
+	case errors.Is(res.Retry, kerr.FencedLeaderEpoch) || errors.Is(res.Retry, kerr.UnknownLeaderEpoch):
+		l.check = true
+		r.last[p] = l
+	case res.Err != nil:
+		delete(r.last, p)
+	}
+}
 
 // topicMeta is what the last metadata answer said of a topic.
 type topicMeta struct {
 	id      [16]byte
-	leaders map[int32]int32 // partition to leader; absent until looked up again
+	leaders map[int32]leaderAt // by partition; absent until looked up again
+}
+
+// leaderAt is a partition's leader and its leader epoch, which every
+// request to it carries (CurrentLeaderEpoch): a broker that leads in
+// another epoch refuses it (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH)
+// rather than answer from a log an election has moved past.
+type leaderAt struct {
+	id, epoch int32
 }
 
 // RoundBytes is what a round over n partitions reads at most: each
@@ -215,7 +344,7 @@ func (r *Reader) FetchUpTo(ctx context.Context, positions map[Partition]int64, m
 	ask := make(map[Partition]int64, len(positions))
 	for p, off := range positions {
 		if off < 0 {
-			out[p] = Result{Next: off, HighWatermark: -1, LastStableOffset: -1, LogStartOffset: -1,
+			out[p] = Result{Next: off, HighWatermark: -1, LastStableOffset: -1, LogStartOffset: -1, LastEpoch: -1,
 				Err: fmt.Errorf("fetch %s at offset %d: not a concrete offset", p, off)}
 			continue
 		}
@@ -231,6 +360,38 @@ func (r *Reader) FetchUpTo(ctx context.Context, positions map[Partition]int64, m
 	}
 	for p, a := range unrouted {
 		out[p] = a.res
+	}
+	last := make(map[Partition]int32, len(ask))
+	check := make(map[Partition]int32)
+	for p, off := range ask {
+		epoch, validate := r.lastEpoch(p, off)
+		last[p] = epoch
+		if _, unrouted := unrouted[p]; validate && !unrouted {
+			check[p] = epoch
+		}
+	}
+	if len(check) > 0 {
+		checked, err := f.validate(ctx, ask, check)
+		if err != nil {
+			return nil, err
+		}
+		for p, a := range checked {
+			// Not fetched this round: it diverged, or its leader
+			// could not say (a Retry, validated again next round).
+			out[p] = a.res
+			for leader, parts := range byLeader {
+				if !slices.Contains(parts, p) {
+					continue
+				}
+				if a.stale {
+					f.forget(p, leader)
+				}
+				if byLeader[leader] = slices.DeleteFunc(parts, func(q Partition) bool { return q == p }); len(byLeader[leader]) == 0 {
+					delete(byLeader, leader)
+				}
+			}
+		}
+		r.validated(ask, check, checked)
 	}
 
 	type leaderRound struct {
@@ -252,7 +413,7 @@ func (r *Reader) FetchUpTo(ctx context.Context, positions map[Partition]int64, m
 	var wg sync.WaitGroup
 	for i := range rounds {
 		r := &rounds[i]
-		wg.Go(func() { r.got, r.err = f.fetchFrom(ctx, r.leader, r.parts, ask, limit) })
+		wg.Go(func() { r.got, r.err = f.fetchFrom(ctx, r.leader, r.parts, ask, last, limit) })
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -277,6 +438,78 @@ func (r *Reader) FetchUpTo(ctx context.Context, positions map[Partition]int64, m
 	if len(outOfRange) > 0 {
 		if err := f.describeOutOfRange(ctx, ask, outOfRange, out); err != nil {
 			return nil, err
+		}
+	}
+	for p, off := range ask {
+		r.learn(p, off, out[p])
+	}
+	return out, nil
+}
+
+// validated marks the partitions whose check passed as checked.
+func (r *Reader) validated(ask map[Partition]int64, check map[Partition]int32, failed map[Partition]answer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p := range check {
+		if _, ok := failed[p]; !ok {
+			r.last[p] = readTo{next: ask[p], epoch: check[p]}
+		}
+	}
+}
+
+// validate asks the partitions' leaders where their logs of the given
+// epochs end (OffsetForLeaderEpoch, KIP-320), each with its cached
+// current leader epoch, and returns an answer for each partition that
+// may not be fetched: a Divergence Err, or a Retry when its leader did
+// not answer (stale: looked up again). Its error is only the client
+// closed or ctx ended.
+func (f *Fetcher) validate(ctx context.Context, ask map[Partition]int64, epochs map[Partition]int32) (map[Partition]answer, error) {
+	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	req.ReplicaID = -1
+	f.mu.Lock()
+	for p, epoch := range epochs {
+		i := slices.IndexFunc(req.Topics, func(t kmsg.OffsetForLeaderEpochRequestTopic) bool { return t.Topic == p.Topic })
+		if i < 0 {
+			rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+			rt.Topic = p.Topic
+			req.Topics = append(req.Topics, rt)
+			i = len(req.Topics) - 1
+		}
+		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = p.Partition, f.leaderEpochLocked(p), epoch
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+	}
+	f.mu.Unlock()
+	// Through the client, which sends each partition to its leader.
+	resp, err := req.RequestWith(ctx, f.cl)
+	if ctx.Err() != nil || errors.Is(err, kgo.ErrClientClosed) {
+		return nil, fmt.Errorf("fetch round: offset for leader epoch: %w", cmp.Or(ctx.Err(), err))
+	}
+	out := make(map[Partition]answer)
+	for p := range epochs {
+		out[p] = answer{res: empty(ask[p], fmt.Errorf("validate %s: offset for leader epoch: %w", p, cmp.Or(err, errors.New("missing from the answer")))), stale: true}
+	}
+	if err != nil {
+		return out, nil
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			p := Partition{rt.Topic, rp.Partition}
+			epoch, asked := epochs[p]
+			if !asked {
+				continue
+			}
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				out[p] = classify(p, ask[p], "validate "+p.String()+": offset for leader epoch", codeError(rp.ErrorCode))
+				continue
+			}
+			if d := diverged(ask[p], epoch, rp.LeaderEpoch, rp.EndOffset); d != nil {
+				res := empty(ask[p], nil)
+				res.Err = fmt.Errorf("fetch %s: %w", p, d)
+				out[p] = answer{res: res}
+				continue
+			}
+			delete(out, p) // validated: fetched this round
 		}
 	}
 	return out, nil
@@ -354,7 +587,17 @@ func (f *Fetcher) leaderLocked(p Partition) (int32, bool) {
 		return 0, false
 	}
 	leader, ok := t.leaders[p.Partition]
-	return leader, ok
+	return leader.id, ok
+}
+
+// leaderEpochLocked is p's cached leader epoch, -1 if none. f.mu is held.
+func (f *Fetcher) leaderEpochLocked(p Partition) int32 {
+	if t := f.topics[p.Topic]; t != nil {
+		if l, ok := t.leaders[p.Partition]; ok {
+			return l.epoch
+		}
+	}
+	return -1
 }
 
 // forget drops p's cached leader if it is still the one the round asked: a
@@ -362,7 +605,7 @@ func (f *Fetcher) leaderLocked(p Partition) (int32, bool) {
 func (f *Fetcher) forget(p Partition, leader int32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if t := f.topics[p.Topic]; t != nil && t.leaders[p.Partition] == leader {
+	if t := f.topics[p.Topic]; t != nil && t.leaders[p.Partition].id == leader {
 		delete(t.leaders, p.Partition)
 	}
 }
@@ -405,13 +648,13 @@ func (f *Fetcher) lookUp(ctx context.Context, topics []string) (map[string]error
 			topicErrs[name] = fmt.Errorf("metadata: %w", err)
 			continue
 		}
-		meta := &topicMeta{id: rt.TopicID, leaders: make(map[int32]int32, len(rt.Partitions))}
+		meta := &topicMeta{id: rt.TopicID, leaders: make(map[int32]leaderAt, len(rt.Partitions))}
 		for _, rp := range rt.Partitions {
 			err := kerr.ErrorForCode(rp.ErrorCode)
 			// REPLICA_NOT_AVAILABLE is about a follower; a known
 			// leader still serves fetches.
 			if rp.Leader >= 0 && (err == nil || errors.Is(err, kerr.ReplicaNotAvailable)) {
-				meta.leaders[rp.Partition] = rp.Leader
+				meta.leaders[rp.Partition] = leaderAt{rp.Leader, rp.LeaderEpoch}
 				continue
 			}
 			if err == nil {
@@ -427,7 +670,7 @@ func (f *Fetcher) lookUp(ctx context.Context, topics []string) (map[string]error
 // fetchFrom sends one FetchRequest for parts to leader and returns each
 // part's answer. Its error is only kgo.ErrClientClosed; when ctx ends it
 // returns nothing and Fetch reports ctx.
-func (f *Fetcher) fetchFrom(ctx context.Context, leader int32, parts []Partition, ask map[Partition]int64, maxBytes int32) (map[Partition]answer, error) {
+func (f *Fetcher) fetchFrom(ctx context.Context, leader int32, parts []Partition, ask map[Partition]int64, last map[Partition]int32, maxBytes int32) (map[Partition]answer, error) {
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = int32(min(f.opts.MaxWait.Milliseconds(), math.MaxInt32))
@@ -439,10 +682,12 @@ func (f *Fetcher) fetchFrom(ctx context.Context, leader int32, parts []Partition
 
 	f.mu.Lock()
 	ids := make(map[string][16]byte)
+	current := make(map[Partition]int32, len(parts))
 	for _, p := range parts {
 		if t := f.topics[p.Topic]; t != nil {
 			ids[p.Topic] = t.id
 		}
+		current[p] = f.leaderEpochLocked(p)
 	}
 	f.mu.Unlock()
 	// Topics by name and by id: the version kgo picks encodes one or
@@ -463,8 +708,8 @@ func (f *Fetcher) fetchFrom(ctx context.Context, leader int32, parts []Partition
 		rp := kmsg.NewFetchRequestTopicPartition()
 		rp.Partition = p.Partition
 		rp.FetchOffset = ask[p]
-		rp.CurrentLeaderEpoch = -1
-		rp.LastFetchedEpoch = -1
+		rp.CurrentLeaderEpoch = current[p]
+		rp.LastFetchedEpoch = last[p]
 		rp.LogStartOffset = -1
 		rp.PartitionMaxBytes = f.opts.PartitionMaxBytes
 		rt := &req.Topics[len(req.Topics)-1]
@@ -510,6 +755,12 @@ func (f *Fetcher) fetchFrom(ctx context.Context, leader int32, parts []Partition
 			var a answer
 			if code := rp.ErrorCode; code != 0 {
 				a = classify(p, off, fmt.Sprintf("fetch %s from broker %d", p, leader), codeError(code))
+			} else if d := diverged(off, last[p], rp.DivergingEpoch.Epoch, rp.DivergingEpoch.EndOffset); d != nil && last[p] >= 0 {
+				// The leader found the log diverged from the
+				// LastFetchedEpoch sent (v12+), and sent no records.
+				a.res = empty(off, nil)
+				a.res.HighWatermark, a.res.LastStableOffset, a.res.LogStartOffset = rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset
+				a.res.Err = fmt.Errorf("fetch %s: %w", p, d)
 			} else {
 				a.res = readPartition(off, rp)
 				if a.res.Err != nil {
@@ -658,7 +909,7 @@ func classify(p Partition, off int64, what string, err error) answer {
 
 // empty is the Result of a partition that gave nothing, retry (nil or) why.
 func empty(off int64, retry error) Result {
-	return Result{Next: off, HighWatermark: -1, LastStableOffset: -1, LogStartOffset: -1, Retry: retry}
+	return Result{Next: off, HighWatermark: -1, LastStableOffset: -1, LogStartOffset: -1, LastEpoch: -1, Retry: retry}
 }
 
 // describeOutOfRange sets the Err of the out-of-range partitions, after

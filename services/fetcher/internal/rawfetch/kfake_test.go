@@ -321,8 +321,8 @@ func TestLeaderMove(t *testing.T) {
 		f.f.mu.Lock()
 		leader := f.f.topics[topic].leaders[0]
 		f.f.mu.Unlock()
-		if leader != to {
-			t.Fatalf("phase %d: read with cached leader %d, the leader is %d", phase, leader, to)
+		if leader.id != to {
+			t.Fatalf("phase %d: read with cached leader %d, the leader is %d", phase, leader.id, to)
 		}
 		pos = map[Partition]int64{moving: int64(len(want)), still: int64(len(want))}
 	}

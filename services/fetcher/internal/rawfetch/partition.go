@@ -40,6 +40,7 @@ func readPartition(asked int64, rp *kmsg.FetchResponseTopicPartition) Result {
 		HighWatermark:    rp.HighWatermark,
 		LastStableOffset: rp.LastStableOffset,
 		LogStartOffset:   rp.LogStartOffset,
+		LastEpoch:        -1,
 	}
 	aborted := newAborts(rp.AbortedTransactions)
 	end := int64(-1) // one past the last complete batch seen, to check order
@@ -77,6 +78,7 @@ func readPartition(asked int64, rp *kmsg.FetchResponseTopicPartition) Result {
 		}
 		end = last + 1
 		r.Next = max(r.Next, end)
+		r.noteEpoch(info)
 
 		// Legacy messages have no producer and no transactions, so the
 		// batches made of them are neither control nor transactional.
@@ -103,6 +105,20 @@ func readPartition(asked int64, rp *kmsg.FetchResponseTopicPartition) Result {
 		r.Batches = append(r.Batches, batch)
 	}
 	return r
+}
+
+// noteEpoch keeps the leader epoch of a batch read, dropped or not: the
+// next fetch names the last one (LastFetchedEpoch), and Epochs where each
+// began. A legacy message has none (-1).
+func (r *Result) noteEpoch(info recordbatch.Info) {
+	e := info.PartitionLeaderEpoch
+	if info.Magic < 2 {
+		e = -1
+	}
+	if e >= 0 && e != r.LastEpoch {
+		r.Epochs = append(r.Epochs, EpochStart{Epoch: e, Start: info.BaseOffset})
+	}
+	r.LastEpoch = e
 }
 
 // nextBatch cuts the v2 batch rest starts with, its CRC checked, and

@@ -80,6 +80,22 @@ func (r *Runner) positions(resume map[discovery.Partition]*ferryv1.PartitionPosi
 	return pos, err
 }
 
+// resumeEpochs gives reader the leader epoch of the record before each
+// partition's start, where the runner read it in an earlier session, so
+// that its first round checks that the source's log still reaches the
+// start (OffsetForLeaderEpoch): an unclean election between sessions
+// otherwise goes unseen. A start the runner never read (a fetcher
+// restarted, a shard that moved here) is not checked: the checkpoint
+// carries no epoch. Once the round reads a batch, every fetch after it
+// names that batch's epoch, and the leader checks.
+func (r *Runner) resumeEpochs(reader *rawfetch.Reader, start map[discovery.Partition]int64) {
+	for p, off := range start {
+		if e, ok := r.epochs(p).epochAt(off - 1); ok {
+			reader.Resume(rawfetch.Partition{Topic: p.Topic, Partition: p.Partition}, off, e)
+		}
+	}
+}
+
 // passThrough fetches rounds from the partitions' start offsets until ctx
 // ends (a drain or a lost lease) or every partition has stopped. Its error
 // is the fetcher's own failure (its client closed), which fails the
@@ -102,6 +118,7 @@ func (s *session) passThrough(ctx context.Context, start map[discovery.Partition
 	// The session's own rounds: each of its partitions takes its turn at
 	// the front of their leader's request, whatever other shards fetch.
 	reader := r.deps.RawFetch.Reader()
+	r.resumeEpochs(reader, start)
 	ask := make(map[rawfetch.Partition]int64, len(parts))
 	for len(parts) > 0 {
 		if r.deps.pauseFetch != nil {
@@ -191,6 +208,12 @@ func (s *session) apply(ctx context.Context, tr *batchTracer, pp *ptPartition, r
 		stop, err := s.r.recreatedWhileReading(pp.p, pp.topicID, id[:])
 		return stop, err == nil, err
 	}
+	if stop := s.r.truncated(pp.p, res.Err, pp.sent); stop != nil {
+		// Nothing of the round is taken: what the log holds from the
+		// divergence on is not what the target has.
+		return stop, true, nil
+	}
+	s.r.epochs(pp.p).note(res)
 	if res.HighWatermark >= 0 {
 		s.r.setHighWater(pp.p, res.HighWatermark) // keeps the lag right between the watcher's rounds
 		s.r.noteFetched(pp.p, res.HighWatermark, res.LogStartOffset, s.fetched)

@@ -153,6 +153,8 @@ type Runner struct {
 	// (checkpoint_unverified): every writer would refuse them again, so
 	// the shard's opens leave them out until the fetcher restarts.
 	unopenable map[discovery.Partition]bool
+	// epochLogs are the leader epochs read of each partition (epochs.go).
+	epochLogs map[discovery.Partition]*epochLog
 }
 
 // Status is a shard's line in the fetcher's /status.
