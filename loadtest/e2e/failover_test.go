@@ -224,6 +224,8 @@ type ctlChange struct {
 		HW        int64  `json:"source_high_watermark"`
 		Lag       int64  `json:"lag_records"`
 	} `json:"at_risk"`
+	// Warning is what resume of a failed_over link says it copies over.
+	Warning string `json:"warning"`
 }
 
 // ferryctl runs the ferryctl binary against the env's writer with the

@@ -333,8 +333,9 @@ func TestOutsideGoRoundTrip(t *testing.T) {
 	}
 	rep.logf(t, "group %s read %s records over the trip: each record of A's final log once, nothing else (A holds %s)", outGroup, countRead(read), countDump(final))
 
-	// Step 4: region A's fetcher back and the link resumed (--force: it
-	// is failed_over); A→B copies only what A's producers write now.
+	// Step 4: region A's fetcher back and the link resumed (no --force:
+	// failback moved every checkpoint); A→B copies only what A's
+	// producers write now.
 	if err := fwd.fetcher.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +343,7 @@ func TestOutsideGoRoundTrip(t *testing.T) {
 	for p := range int32(2) {
 		app.produce(t, a[0], outPlain, p, 2000, outPlainB, "A3", 0, 0)
 	}
-	if err := fwd.ferryctl(ctx, &ch, "resume", "test", "--force", "--reason", "A is the source again (outside-Go drill)"); err != nil {
+	if err := fwd.ferryctl(ctx, &ch, "resume", "test", "--reason", "A is the source again (outside-Go drill)"); err != nil {
 		t.Fatalf("the runbook's failback step 4: %v", err)
 	}
 	fromA3 := map[string][]kcatRecord{}

@@ -737,8 +737,16 @@ type LinkPartition struct {
 	LostRecords    int64 `protobuf:"varint,14,opt,name=lost_records,json=lostRecords,proto3" json:"lost_records,omitempty"`
 	HasLostRecords bool  `protobuf:"varint,15,opt,name=has_lost_records,json=hasLostRecords,proto3" json:"has_lost_records,omitempty"`
 	UnreadOffsets  int64 `protobuf:"varint,16,opt,name=unread_offsets,json=unreadOffsets,proto3" json:"unread_offsets,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// CheckpointMoved says an operator moved the partition's checkpoint
+	// past what the copy committed (failback, SetCheckpoints keeping the
+	// copied end: committed_next_offset stays what the target holds), and
+	// ResumeNextOffset is where the link resumes: the moved checkpoint.
+	// A failed-over link whose every partition was moved resumes without
+	// copying a stranded tail over the target's writes (ferryctl resume).
+	CheckpointMoved  bool  `protobuf:"varint,17,opt,name=checkpoint_moved,json=checkpointMoved,proto3" json:"checkpoint_moved,omitempty"`
+	ResumeNextOffset int64 `protobuf:"varint,18,opt,name=resume_next_offset,json=resumeNextOffset,proto3" json:"resume_next_offset,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LinkPartition) Reset() {
@@ -879,6 +887,20 @@ func (x *LinkPartition) GetHasLostRecords() bool {
 func (x *LinkPartition) GetUnreadOffsets() int64 {
 	if x != nil {
 		return x.UnreadOffsets
+	}
+	return 0
+}
+
+func (x *LinkPartition) GetCheckpointMoved() bool {
+	if x != nil {
+		return x.CheckpointMoved
+	}
+	return false
+}
+
+func (x *LinkPartition) GetResumeNextOffset() int64 {
+	if x != nil {
+		return x.ResumeNextOffset
 	}
 	return 0
 }
@@ -2108,7 +2130,7 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06active\x18\x03 \x01(\bR\x06active\x12\x18\n" +
-	"\afetcher\x18\x04 \x01(\tR\afetcher\"\xd1\x05\n" +
+	"\afetcher\x18\x04 \x01(\tR\afetcher\"\xaa\x06\n" +
 	"\rLinkPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x122\n" +
@@ -2128,7 +2150,9 @@ const file_ferry_v1_control_proto_rawDesc = "" +
 	"\x16has_source_append_rate\x18\r \x01(\bR\x13hasSourceAppendRate\x12!\n" +
 	"\flost_records\x18\x0e \x01(\x03R\vlostRecords\x12(\n" +
 	"\x10has_lost_records\x18\x0f \x01(\bR\x0ehasLostRecords\x12%\n" +
-	"\x0eunread_offsets\x18\x10 \x01(\x03R\runreadOffsets\"\x9d\x01\n" +
+	"\x0eunread_offsets\x18\x10 \x01(\x03R\runreadOffsets\x12)\n" +
+	"\x10checkpoint_moved\x18\x11 \x01(\bR\x0fcheckpointMoved\x12,\n" +
+	"\x12resume_next_offset\x18\x12 \x01(\x03R\x10resumeNextOffset\"\x9d\x01\n" +
 	"\x13SetLinkStateRequest\x12\x12\n" +
 	"\x04link\x18\x01 \x01(\tR\x04link\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.ferry.v1.LinkStateR\x05state\x12\x16\n" +

@@ -149,6 +149,36 @@ func TestResumeRefusesFailedOver(t *testing.T) {
 	}
 }
 
+// Once failback moved every partition's checkpoint past the copy, resume
+// of the failed_over link needs no --force and warns of nothing: it copies
+// only what the old source takes from now on. One partition not moved (a
+// failback that did not finish) and it is refused again.
+func TestResumeAfterFailbackNeedsNoForce(t *testing.T) {
+	moved := func(p int32, committed, hw, resume int64) *ferryv1.LinkPartition {
+		m := meter(p, committed, hw)
+		m.CheckpointMoved, m.ResumeNextOffset = true, resume
+		return m
+	}
+	l := &linkState{control: control(ferryv1.LinkState_LINK_STATE_FAILED_OVER, 3),
+		partitions: []*ferryv1.LinkPartition{moved(0, 88, 100, 104), moved(1, 50, 50, 50)}}
+	ft := startFakes(t, l, &fakeWriter{})
+	code, out, errOut := ft.run(t, nil, "resume", "east", "-o", "json")
+	var ch Change
+	if err := json.Unmarshal([]byte(out), &ch); code != exitOK || err != nil || ch.Warning != "" || ch.State != linkstate.Running {
+		t.Fatalf("resume after failback exited %d (%v): %+v %s", code, err, ch, errOut)
+	}
+
+	half := &linkState{control: control(ferryv1.LinkState_LINK_STATE_FAILED_OVER, 3),
+		partitions: []*ferryv1.LinkPartition{moved(0, 88, 100, 104), meter(1, 50, 50)}}
+	ft = startFakes(t, half, &fakeWriter{})
+	if code, out, errOut := ft.run(t, nil, "resume", "east"); code != exitFailed || !strings.Contains(errOut, "--force") {
+		t.Fatalf("resume with a partition failback did not move exited %d: %s%s", code, out, errOut)
+	}
+	if sets := half.taken(); len(sets) != 0 {
+		t.Fatalf("a refused resume changed the link: %v", sets)
+	}
+}
+
 // Partial outcomes exit 4, after the whole report, naming what is
 // missing: a writer that never reads a change back (pending), a meter
 // unread after a failover, a group left without a target position

@@ -86,7 +86,7 @@ func runResume(ctx context.Context, c *client, o *verbOpts, args []string, stdou
 		return err
 	}
 	var warning string
-	if v.link.State == linkstate.FailedOver {
+	if v.link.State == linkstate.FailedOver && !failedBack(v.link) {
 		warning = strandedWarning(v.link)
 		if !o.force {
 			return fmt.Errorf("%w: %s; --force resumes it anyway", errResumeRefused, warning)
@@ -103,14 +103,28 @@ func runResume(ctx context.Context, c *client, o *verbOpts, args []string, stdou
 	return ch.incomplete()
 }
 
+// failedBack says failback moved every metered partition's checkpoint of
+// l past the copy (to the old source's end, where its producers stopped):
+// resuming copies only what the source takes from now on, no stranded
+// tail over the target's writes, so it needs no --force.
+func failedBack(l LinkReport) bool {
+	for _, p := range l.Partitions {
+		if !p.CheckpointMoved {
+			return false
+		}
+	}
+	return len(l.Partitions) > 0
+}
+
 // strandedWarning says what resuming failed_over link l copies over:
 // the partitions whose source held records the target lacks, as the meter
 // reports the copy at the failover (a failed-over link's writers take no
 // stream, hence no heartbeat, and remember where the copy stood when
 // failback moves the checkpoints), and whatever the source accepted
 // after its last heartbeat, which nobody on the target side can see.
-// Whether failback moved the checkpoints past both, the writers' Status
-// does not say: hence the refusal whatever the meter shows.
+// Once failback moved every partition's checkpoint past both (to the old
+// source's end), the writers' Status says so and resume needs no --force
+// (failedBack).
 func strandedWarning(l LinkReport) string {
 	var tail []string
 	for _, p := range l.Partitions {

@@ -120,6 +120,10 @@ type PartitionReport struct {
 	// last heartbeat's.
 	LostRecords   *int64 `json:"lost_records,omitempty"`
 	UnreadOffsets *int64 `json:"unread_offsets,omitempty"`
+	// CheckpointMoved says failback moved the checkpoint past the copy,
+	// and ResumeNext is where the link resumes (-1: no checkpoint).
+	CheckpointMoved bool  `json:"checkpoint_moved,omitempty"`
+	ResumeNext      int64 `json:"resume_next_offset"`
 }
 
 func runStatus(ctx context.Context, c *client, o *verbOpts, args []string, stdout io.Writer) error {
@@ -297,6 +301,7 @@ func mergePartition(l *LinkReport, p *ferryv1.LinkPartition) {
 		Topic: p.GetTopic(), Partition: p.GetPartition(), Committed: p.GetCommittedNextOffset(),
 		SourceHighWatermark: p.GetSourceHighWatermark(), SourceLogStart: p.GetSourceLogStartOffset(),
 		LagRecords: p.GetLagRecords(), HeartbeatAge: p.GetHeartbeatAgeSeconds(),
+		CheckpointMoved: p.GetCheckpointMoved(), ResumeNext: p.GetResumeNextOffset(),
 	}
 	if ms := p.GetHeartbeatObservedAtUnixMs(); ms > 0 {
 		t := time.UnixMilli(ms).UTC()
@@ -319,6 +324,10 @@ func mergePartition(l *LinkReport, p *ferryv1.LinkPartition) {
 		return
 	}
 	cur := &l.Partitions[i]
+	// The checkpoint is the target's, one for every writer: the latest
+	// read of it (the furthest) says where the link resumes.
+	resume, moved := max(cur.ResumeNext, next.ResumeNext), cur.CheckpointMoved || next.CheckpointMoved
+	defer func() { cur.ResumeNext, cur.CheckpointMoved = resume, moved }()
 	if next.HeartbeatAge < cur.HeartbeatAge {
 		next.Committed = max(next.Committed, cur.Committed)
 		if next.Committed != p.GetCommittedNextOffset() {

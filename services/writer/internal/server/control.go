@@ -173,6 +173,7 @@ func (c *Control) linkStatus(ls LinkState, shards []ShardStatus, meter []Exposur
 			Topic: e.Topic, Partition: e.Partition, CommittedNextOffset: e.Committed,
 			SourceHighWatermark: e.SourceHighWatermark, SourceLogStartOffset: e.SourceLogStart,
 			LagRecords: e.Records, HeartbeatAgeSeconds: e.HeartbeatAge, HeartbeatObservedAtUnixMs: e.ObservedAt.UnixMilli(),
+			CheckpointMoved: e.Moved, ResumeNextOffset: e.Resume,
 		}
 		if e.Seconds != nil {
 			p.LagSeconds, p.HasLagSeconds = *e.Seconds, true

@@ -196,6 +196,11 @@ type Exposure struct {
 	// one read: at most that many records more.
 	LostRecords   *int64 `json:"lost_records,omitempty"`
 	UnreadOffsets *int64 `json:"unread_offsets,omitempty"`
+	// Moved says an operator moved the checkpoint past Committed
+	// (failback), and Resume is where the link resumes: the checkpoint's
+	// next source offset, -1 when there is none.
+	Moved  bool  `json:"checkpoint_moved,omitempty"`
+	Resume int64 `json:"resume_next_offset"`
 }
 
 // afterHeartbeat estimates the offsets a source appending rate a second
@@ -219,7 +224,9 @@ func (s *Server) Failover() []Exposure {
 		if _, ok := s.links[k.Link]; !ok || !st.HasHeartbeat() {
 			continue
 		}
-		out = append(out, exposure(k, st, s.committed(k), now))
+		e := exposure(k, st, s.committed(k), now)
+		e.Resume, e.Moved = s.resumeAt(k)
+		out = append(out, e)
 	}
 	slices.SortFunc(out, func(a, b Exposure) int {
 		return strings.Compare(a.Link+"/"+a.Topic, b.Link+"/"+b.Topic)*2 + cmpInt(a.Partition, b.Partition)
@@ -245,6 +252,15 @@ func (s *Server) committed(k heartbeat.Key) int64 {
 		return cp.Copied() // not where failback moved it: what the target holds
 	}
 	return -1
+}
+
+// resumeAt is where k's link resumes (its checkpoint's next source
+// offset, -1 when none) and whether an operator moved it past the copy.
+func (s *Server) resumeAt(k heartbeat.Key) (int64, bool) {
+	if cp, ok, err := s.store.Get(checkpoint.Key{Link: k.Link, Topic: k.Topic, Partition: k.Partition}); ok && err == nil {
+		return cp.NextSourceOffset, cp.CopiedNext != nil
+	}
+	return -1, false
 }
 
 // exposure computes a partition's meter. What is at risk is what the
