@@ -372,7 +372,7 @@ func TestOutsideGoRoundTrip(t *testing.T) {
 	if err := sameCopy(kcat, b[0], "B", fromB); err != nil {
 		t.Errorf("B after the resume: %v", err)
 	}
-	rep.logf(t, "ferryctl resume test --force: exit 0; B holds A's new records byte for byte, and A's first and its own records once each")
+	rep.logf(t, "ferryctl resume test (no --force: failback moved every checkpoint): exit 0; B holds A's new records byte for byte, and A's first and its own records once each")
 }
 
 // outsideTools provides the Python application and kcat

@@ -422,11 +422,14 @@ func (c *client) groupsBack(ctx context.Context, link string, groups []GroupRepo
 
 // moveCheckpoints sets each partition's checkpoint to the old source's
 // end, through the first writer that takes it (each signs with its own
-// key; every writer reads the result from the checkpoint topic).
+// key; every writer reads the result from the checkpoint topic). A
+// partition with nothing stranded is set too, where it stands: the
+// writers then say failback saw every partition (checkpoint_moved), and
+// resume needs no --force.
 func (c *client) moveCheckpoints(ctx context.Context, rep *FailbackReport, reason string) error {
 	req := &ferryv1.SetCheckpointsRequest{Link: rep.Link, Reason: reason}
 	for _, p := range rep.Partitions {
-		if p.SourceEnd > p.Committed && p.Note == "" {
+		if p.SourceEnd >= p.Committed && p.Note == "" {
 			req.Checkpoints = append(req.Checkpoints, &ferryv1.CheckpointPosition{Topic: p.Topic, Partition: p.Partition, NextSourceOffset: p.SourceEnd})
 		}
 	}
