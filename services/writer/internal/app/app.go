@@ -163,7 +163,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 	m.WatchUnsignedCheckpoints(func() float64 { return float64(store.UnsignedLatest()) })
 	var ens *topics.Ensurer
 	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
-		ens, err = topics.New(cfg.Target.BootstrapServers, base, log.With("component", "topics"))
+		ens, err = topics.New(cfg.Target.BootstrapServers, base, m.TopicsRecreated, log.With("component", "topics"))
 		return cfg.Target.Explain(gctx, "target.tls", err)
 	}); err != nil {
 		return notStarted(err)

@@ -43,6 +43,9 @@ type Metrics struct {
 	// from its source's while the source did not change it (package
 	// topics, Syncer): changed on the target by hand.
 	TopicConfigDrift *prometheus.GaugeVec
+	// TopicsRecreated counts target topics found deleted under the
+	// writer and created again (package topics, Ensurer.Forget).
+	TopicsRecreated *prometheus.CounterVec
 
 	reg prometheus.Registerer
 }
@@ -119,6 +122,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		Help: "1 while a target topic config differs from the source's copied value although the source did not change it (set on the target by hand); reported, not overwritten, unless links[].config_sync is overwrite.",
 	}, []string{"link", "topic", "config"})
 	reg.MustRegister(m.TopicConfigDrift)
+	m.TopicsRecreated = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ferry_writer_target_topics_recreated_total",
+		Help: "Target topics deleted while the writer copied to them and created again; the records copied to them before went with the deletion.",
+	}, []string{"topic"})
+	reg.MustRegister(m.TopicsRecreated)
 	reg.MustRegister(m.Records, m.Bytes, m.WireBytes, m.Latency, m.Rejected, m.StaleEpochs, m.Streams, m.ProduceSeconds, m.Checkpoints,
 		m.BufferedBytes, m.CheckpointsRefused, m.CheckpointsAcceptedUnsigned, m.Failover, m.GroupSyncs, m.Groups)
 	m.Stages = stages.Register(reg)

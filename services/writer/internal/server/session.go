@@ -22,6 +22,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
+	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
 
 type topicPartition struct {
@@ -194,6 +195,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	defer cl.Close()
 	prod, targetCluster, err := ss.prepare(log, cl)
 	if err != nil {
+		ss.forgetMissing(err)
 		return err
 	}
 	// Checked again after prepare's checkpoint sync: a writer started
@@ -240,6 +242,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	go ss.receive(stream, works)
 	c := newCommitter(ss.link.ExactlyOnce, prod, ss.progress, ss.obs, ss.build)
 	err = ss.serve(ss.ctx, stream, c, works)
+	ss.forgetMissing(err)
 	ss.settle(c, cl, log)
 	if err != nil {
 		// A round the failure cut short ends now, not at its transaction
@@ -257,6 +260,23 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		log.Info("shard closed by fetcher")
 	}
 	return err
+}
+
+// forgetMissing has the writer's Ensurer forget the shard's target topics
+// when err, which ends the stream, is the target saying a topic does not
+// exist: one was deleted under the writer (or the metadata of a broker
+// lags). The fetcher opens the shard again, and that open's ensure
+// describes the topics and creates the deleted one, instead of every open
+// failing on it until a restart. A metadata answer does not say which
+// topic of a request is gone, so all the shard's are forgotten; one that
+// exists costs the next open a describe.
+func (ss *session) forgetMissing(err error) {
+	if !topics.Missing(err) {
+		return
+	}
+	for _, t := range ss.open.GetTopics() {
+		ss.s.topics.Forget(ss.link.Naming.Target(t.GetName()))
+	}
 }
 
 // settle writes, as a stream ends, the checkpoints still waiting for a

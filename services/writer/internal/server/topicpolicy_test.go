@@ -173,7 +173,9 @@ func startWriterOn(t *testing.T, cluster *kfake.Cluster, links []Link, edit func
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	ens, err := topics.New(addrs, base, log)
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	ens, err := topics.New(addrs, base, m.TopicsRecreated, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,8 +197,6 @@ func startWriterOn(t *testing.T, cluster *kfake.Cluster, links []Link, edit func
 		t.Fatal(err)
 	}
 	t.Cleanup(codecs.Close)
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
 	// The syncer runs as the writer's app runs it, each round short.
 	syncer := topics.NewSyncer(ens, m.TopicConfigDrift, log)
 	syncCtx, stopSync := context.WithCancel(context.Background())

@@ -28,7 +28,7 @@ func TestFirstSyncReportsDifferencesWithoutChangingThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, err := New(c.ListenAddrs(), base, log)
+	e, err := New(c.ListenAddrs(), base, recreatedCounter(), log)
 	if err != nil {
 		t.Fatal(err)
 	}

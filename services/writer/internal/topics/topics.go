@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Spec is what the target topic must look like.
@@ -29,22 +31,53 @@ type Spec struct {
 }
 
 // Ensurer creates or grows target topics. It remembers what it has seen, so
-// an Open for a known topic costs no admin request.
+// an Open for a known topic costs no admin request; a topic the target
+// says is gone (Forget) is looked at again by the next Ensure, which
+// creates it anew if it was deleted.
 type Ensurer struct {
-	admin sarama.ClusterAdmin
-	log   *slog.Logger
+	admin     sarama.ClusterAdmin
+	recreated *prometheus.CounterVec // topic
+	log       *slog.Logger
 
 	mu    sync.Mutex
 	known map[string]int32 // topic -> partitions known to exist
+	// lost are known topics the target has since said do not exist: one
+	// Ensure finds missing was deleted under the writer.
+	lost map[string]bool
 }
 
-// New builds an Ensurer on its own admin client.
-func New(addrs []string, cfg *sarama.Config, log *slog.Logger) (*Ensurer, error) {
+// New builds an Ensurer on its own admin client; recreated is the counter
+// ferry_writer_target_topics_recreated_total{topic}.
+func New(addrs []string, cfg *sarama.Config, recreated *prometheus.CounterVec, log *slog.Logger) (*Ensurer, error) {
 	admin, err := sarama.NewClusterAdmin(addrs, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("target admin: %w", err)
 	}
-	return &Ensurer{admin: admin, log: log, known: map[string]int32{}}, nil
+	return &Ensurer{admin: admin, recreated: recreated, log: log, known: map[string]int32{}, lost: map[string]bool{}}, nil
+}
+
+// Missing reports whether err is the target saying a topic does not exist:
+// UNKNOWN_TOPIC_OR_PARTITION or UNKNOWN_TOPIC_ID from a franz-go request
+// (the shards' producers), UNKNOWN_TOPIC_OR_PARTITION from a sarama one
+// (the admin client, which names topics, never ids).
+func Missing(err error) bool {
+	return errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) ||
+		errors.Is(err, sarama.ErrUnknownTopicOrPartition)
+}
+
+// Forget drops topic from what the Ensurer knows, after the target said
+// it does not exist (Missing): otherwise a topic deleted under a running
+// writer would be known forever, never created again, and every stream
+// writing it would fail until a restart. The next Ensure of it describes
+// it, and creates it if it is gone. Forgetting a topic that still exists
+// costs that one describe.
+func (e *Ensurer) Forget(topic string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.known[topic]; ok {
+		delete(e.known, topic)
+		e.lost[topic] = true
+	}
 }
 
 // Close releases the admin client.
@@ -188,6 +221,15 @@ func (e *Ensurer) Ensure(spec Spec) error {
 		if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
 			return fmt.Errorf("create target topic %s: %w", spec.Name, err)
 		}
+		if e.lost[spec.Name] {
+			// Copying goes on from the checkpoints, which still count the
+			// deleted records as copied: they went with the topic, as
+			// the operator who deleted it asked (docs/operations.md).
+			e.recreated.WithLabelValues(spec.Name).Inc()
+			e.log.Warn("target topic deleted under the writer: created again; the records copied to it before are gone, copying goes on from the checkpoints",
+				"topic", spec.Name, "partitions", spec.Partitions, "configs", len(entries), "configs_not_copied", spec.Dropped)
+			break
+		}
 		e.log.Info("created target topic", "topic", spec.Name, "partitions", spec.Partitions, "configs", len(entries), "configs_not_copied", spec.Dropped)
 	case have < spec.Partitions:
 		// The source grew; grow the target so partition numbers still match,
@@ -199,6 +241,7 @@ func (e *Ensurer) Ensure(spec Spec) error {
 		e.log.Info("grew target topic", "topic", spec.Name, "from", have, "to", spec.Partitions)
 	}
 	e.known[spec.Name] = spec.Partitions
+	delete(e.lost, spec.Name)
 	return nil
 }
 
