@@ -260,6 +260,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 		MaxBatchBytes:     int(cfg.MaxBatchBytes),
 		MaxGroupBytes:     int(cfg.MaxGroupBytes),
 		MaxBufferedBytes:  int64(cfg.MaxBufferedBytes),
+		AckTimeout:        cfg.AckTimeout,
 		MaxPartitions:     cfg.MaxPartitions,
 		MaxStreams:        cfg.MaxStreams,
 		MaxStreamsPerPeer: cfg.MaxStreamsPerPeer,

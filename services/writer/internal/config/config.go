@@ -83,6 +83,10 @@ type Config struct {
 	// the batches the writer holds, queued or in a round, across all its
 	// streams: one limit for the process, whatever the number of shards.
 	MaxBufferedBytes config.ByteSize `yaml:"max_buffered_bytes"`
+	// AckTimeout bounds how long an ack may wait for its peer to read it:
+	// a stream whose peer reads none in time ends, so a peer that stops
+	// reading cannot keep its stream until max_connection_age.
+	AckTimeout time.Duration `yaml:"ack_timeout"`
 	// ShutdownTimeout bounds the drain at SIGTERM.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// GRPC sizes the flow-control windows of the gRPC port, which bound how
@@ -315,6 +319,7 @@ func Defaults() Config {
 		MaxBatchBytes:      4 << 20,
 		MaxGroupBytes:      8 << 20,
 		MaxBufferedBytes:   64 << 20,
+		AckTimeout:         time.Minute,
 		MaxPartitions:      DefaultMaxPartitions,
 		MaxStreams:         1024,
 		MaxStreamsPerPeer:  256,
@@ -478,6 +483,9 @@ func (c *Config) Validate() error {
 	// (alone), so only a floor that keeps streams moving is needed.
 	if c.MaxBufferedBytes < 1<<20 || c.MaxBufferedBytes > 64<<30 {
 		p.Addf("max_buffered_bytes", "%v: must be between 1MiB and 64GiB", c.MaxBufferedBytes)
+	}
+	if c.AckTimeout < time.Second || c.AckTimeout > time.Hour {
+		p.Addf("ack_timeout", "%v: must be between 1s and 1h", c.AckTimeout)
 	}
 	if c.MaxStreams < 1 {
 		p.Addf("max_streams", "%d: must be at least 1", c.MaxStreams)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -47,7 +48,7 @@ type committed struct {
 
 // serve moves the stream's checked batches (in) through c until the
 // fetcher closes the stream, the writer drains or the session fails.
-func (ss *session) serve(ctx context.Context, stream ferryv1.ReplicationService_ReplicateServer, c committer, in <-chan work) error {
+func (ss *session) serve(ctx context.Context, acks *acker, c committer, in <-chan work) error {
 	closed := false
 	for {
 		// A link paused or failed over ends its streams as a drain does
@@ -83,25 +84,94 @@ func (ss *session) serve(ctx context.Context, stream ferryv1.ReplicationService_
 			continue
 		}
 		ss.progress.committed(done.cps)
-		if err := ss.ack(stream, done.batches, done.cps); err != nil {
+		// Released before the ack is sent: a peer slow to read its acks
+		// (or reading none) must not keep the writer's budget from the
+		// other streams while the send waits for it.
+		ss.releaseCommitted(done.batches)
+		if err := ss.ack(ctx, acks, done.batches, done.cps); err != nil {
+			if ctx.Err() != nil {
+				return nil // the session ended meanwhile: run reports why
+			}
 			return err
 		}
-		ss.releaseAcked(done.batches)
 		ss.obs.committed(ctx, done)
 	}
 }
 
-// releaseAcked gives back to the writer's budget what acknowledged batches
-// held: the fetcher will not resend them, so nothing keeps them. Each batch
-// is in one committed only (its round's, or for at-least-once the next
-// round's), so it is released once; batches never acknowledged (dropped on
-// drain, or in a failed round) are released when the stream ends.
-func (ss *session) releaseAcked(acked []work) {
+// releaseCommitted gives back to the writer's budget what batches whose
+// checkpoints are committed held: whatever becomes of their ack, the
+// fetcher will not send them on this stream again (a stream opened after
+// this one resumes from the committed checkpoints, and its batches are
+// charged anew), so nothing keeps them. Each batch is in one committed
+// only (its round's, or for at-least-once the next round's), so it is
+// released once; batches never committed (dropped on drain, or in a
+// failed round) are released when the stream ends.
+func (ss *session) releaseCommitted(batches []work) {
 	var n int64
-	for _, w := range acked {
+	for _, w := range batches {
 		n += w.held
 	}
 	ss.hold.Release(n)
+}
+
+// errAckStalled ends a stream whose peer read no ack within the writer's
+// ack timeout (Options.AckTimeout).
+var errAckStalled = errors.New("acknowledgement not read")
+
+// defaultAckTimeout is Options.AckTimeout's default: a fetcher reads its
+// acks as they come, so a minute is a peer that stopped reading, not a
+// slow one.
+const defaultAckTimeout = time.Minute
+
+// acker sends a stream's acks from a goroutine of its own, so that an ack
+// its peer does not read within timeout ends the stream instead of
+// blocking it: gRPC's Send waits for the peer's flow-control window with
+// no deadline, and a peer that stops reading would keep the stream (its
+// queued batches, its producer, its shard) until its connection's maximum
+// age and grace, an hour.
+type acker struct {
+	stream  ferryv1.ReplicationService_ReplicateServer
+	timeout time.Duration
+	out     chan *ferryv1.ReplicateResponse
+	// sent has room for the one Send in flight, so run never blocks on
+	// it once send stopped waiting.
+	sent chan error
+}
+
+func newAcker(stream ferryv1.ReplicationService_ReplicateServer, timeout time.Duration) *acker {
+	return &acker{stream: stream, timeout: timeout, out: make(chan *ferryv1.ReplicateResponse), sent: make(chan error, 1)}
+}
+
+// run sends what send hands it until stop. A Send the peer blocks returns
+// when gRPC ends the stream, once the handler returned: like the receiver,
+// run outlives the session by at most that.
+func (a *acker) run() {
+	for m := range a.out {
+		a.sent <- a.stream.Send(m)
+	}
+}
+
+// stop ends run once its Send in flight, if any, returns.
+func (a *acker) stop() { close(a.out) }
+
+// send hands m to run and waits until it is sent, at most timeout, or ctx
+// ends. Only serve calls it, so at most one Send is in flight.
+func (a *acker) send(ctx context.Context, m *ferryv1.ReplicateResponse) error {
+	timer := time.NewTimer(a.timeout)
+	defer timer.Stop()
+	select {
+	case a.out <- m:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-a.sent:
+		return err
+	case <-timer.C:
+		return errAckStalled
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // newCommitter builds the committer of a shard's mode from its producer,

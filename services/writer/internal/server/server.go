@@ -86,6 +86,11 @@ type Options struct {
 	// MaxBufferedBytes bounds the wire bytes of the received batches the
 	// server holds, queued or in a round, across all its streams.
 	MaxBufferedBytes int64
+	// AckTimeout bounds how long a stream's acknowledgement may wait for
+	// its peer to read it before the stream ends (session.ack): a peer
+	// that stops reading must not keep its stream's resources until its
+	// connection's maximum age. 0: defaultAckTimeout.
+	AckTimeout time.Duration
 	// Tracer emits batch and sampled-record spans; nil: tracing off.
 	Tracer trace.Tracer
 	// Recent keeps the IDs of the last traced batches the writer wrote,
@@ -213,6 +218,9 @@ func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Stor
 	byName := map[string]Link{}
 	for _, l := range links {
 		byName[l.Name] = l
+	}
+	if opts.AckTimeout <= 0 {
+		opts.AckTimeout = defaultAckTimeout
 	}
 	s := &Server{
 		opts: opts, links: byName, topics: ens, store: store, codecs: codecs,

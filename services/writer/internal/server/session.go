@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
+	"google.golang.org/grpc/peer"
 
 	"github.com/ferry-replicator/ferry/pkg/budget"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -76,8 +77,8 @@ type session struct {
 	queued     *semaphore.Weighted
 	queueBytes int64
 	// hold is the stream's share of the writer's budget (Server.budget):
-	// the wire bytes of its batches from receipt until they are
-	// acknowledged, all released when the stream ends (run).
+	// the wire bytes of its batches from receipt until their checkpoints
+	// are committed, all released when the stream ends (run).
 	hold *budget.Hold
 	// builder rebuilds the round's batches that cannot pass as they are
 	// (build.go): one of the server's, taken for the build only.
@@ -99,8 +100,8 @@ type work struct {
 	// span is the context of the batch's latest writer span, the parent of
 	// its next stage; invalid when the batch is not traced (trace.go).
 	span trace.SpanContext
-	// held is what the batch holds of session.hold, released when it is
-	// acknowledged.
+	// held is what the batch holds of session.hold, released when its
+	// checkpoint is committed (releaseCommitted).
 	held int64
 	// decoded is the bytes its decoded records hold (session.parts),
 	// charged to session.hold with its wire bytes.
@@ -240,8 +241,11 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	// outlives run by at most that. It reports failure by cancelling ss.ctx.
 	works := make(chan work, queueSlots)
 	go ss.receive(stream, works)
+	acks := newAcker(stream, s.opts.AckTimeout)
+	go acks.run()
+	defer acks.stop()
 	c := newCommitter(ss.link.ExactlyOnce, prod, ss.progress, ss.obs, ss.build)
-	err = ss.serve(ss.ctx, stream, c, works)
+	err = ss.serve(ss.ctx, acks, c, works)
 	ss.forgetMissing(err)
 	ss.settle(c, cl, log)
 	if err != nil {
@@ -355,7 +359,7 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 		}
 		// The wire payload, and the records decoded from it (those of
 		// batches the writer rebuilds), are what stay in memory until
-		// the batch is acknowledged. Decoding is bounded before it is
+		// the batch's checkpoint is committed. Decoding is bounded before it is
 		// charged (session.decode: within the whole budget), so a
 		// stream decodes at most one batch beyond what it was granted. Waiting here cannot deadlock: only receivers take
 		// from the budget, never rounds, and every round ends (commits or
@@ -489,15 +493,31 @@ func (ss *session) draining() bool {
 	}
 }
 
-func (ss *session) ack(stream ferryv1.ReplicationService_ReplicateServer, acked []work, cps map[topicPartition]checkpoint.Checkpoint) error {
+func (ss *session) ack(ctx context.Context, acks *acker, acked []work, cps map[topicPartition]checkpoint.Checkpoint) error {
 	ack := &ferryv1.Ack{Sequence: acked[len(acked)-1].b.GetSequence()}
 	for tp, cp := range cps {
 		ack.Committed = append(ack.Committed, &ferryv1.PartitionPosition{
 			Topic: tp.topic, Partition: tp.partition, NextOffset: cp.NextSourceOffset, HasCheckpoint: true,
 		})
 	}
-	if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Ack{Ack: ack}}); err != nil {
+	err := acks.send(ctx, &ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Ack{Ack: ack}})
+	if errors.Is(err, errAckStalled) {
+		return fmt.Errorf("%w: peer %s (fetcher %q) read no ack of shard %d in %v", err, ss.who(), ss.fetcher, ss.shard, acks.timeout)
+	}
+	if err != nil {
 		return fmt.Errorf("send ack: %w", err)
 	}
 	return nil
+}
+
+// who names the stream's peer in errors: its identity, or without TLS its
+// address.
+func (ss *session) who() string {
+	if ss.peer != "" {
+		return fmt.Sprintf("%q", ss.peer)
+	}
+	if p, ok := peer.FromContext(ss.ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return "unknown"
 }
