@@ -88,13 +88,16 @@ func (ss *session) serve(ctx context.Context, acks *acker, c committer, in <-cha
 		// (or reading none) must not keep the writer's budget from the
 		// other streams while the send waits for it.
 		ss.releaseCommitted(done.batches)
+		// Observed before the ack too: the failover meter takes the
+		// round's records off what was read and lost whether or not
+		// the ack reaches the fetcher (a stream cut at the send).
+		ss.obs.committed(ctx, done)
 		if err := ss.ack(ctx, acks, done.batches, done.cps); err != nil {
 			if ctx.Err() != nil {
 				return nil // the session ended meanwhile: run reports why
 			}
 			return err
 		}
-		ss.obs.committed(ctx, done)
 	}
 }
 
