@@ -13,6 +13,7 @@ import (
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/testwait"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
 
@@ -89,25 +90,29 @@ func TestDeletedTargetTopicIsRecreated(t *testing.T) {
 			// the writer resumes it at, opening again after each failed
 			// stream, as it does.
 			const end = 115
-			deadline := time.Now().Add(recreateWithin)
 			seq, from := uint64(1), int64(110)
 			var last error
-			for {
-				if stream != nil {
-					seq++
-					if last = sendKafka(t, stream, seq, from, sourceBatch(t, from, int(end-from), nil, recordbatch.None, 0)); last == nil {
-						break
+			copied := func() bool {
+				if stream == nil {
+					if stream, from, last = w.openDeleted(ctx, t); last != nil {
+						return false
 					}
-					stream = nil
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the shard did not copy again within %v of the target topic's deletion; last: %v", recreateWithin, last)
-				}
-				time.Sleep(100 * time.Millisecond) // the fetcher's backoff between opens
-				if stream, from, last = w.openDeleted(ctx, t); last == nil {
 					seq = 0
 				}
+				seq++
+				if last = sendKafka(t, stream, seq, from, sourceBatch(t, from, int(end-from), nil, recordbatch.None, 0)); last != nil {
+					stream = nil // the fetcher opens again
+					return false
+				}
+				return true
 			}
+			testwait.For(t, recreateWithin, "the shard to copy again after the target topic's deletion (a failed stream is opened again, as the fetcher does)", func() bool {
+				if copied() {
+					return true
+				}
+				t.Logf("not copied yet: %v", last)
+				return false
+			})
 			closeStream(t, stream)
 
 			if from != 110 {
