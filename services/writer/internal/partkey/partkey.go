@@ -19,6 +19,13 @@ type Key struct {
 	Partition int32
 }
 
+// Partition is a source partition within one link: how a shard's
+// stream, its translator and its group sync name the partitions it copies.
+type Partition struct {
+	Topic     string
+	Partition int32
+}
+
 // String is the record key: link/topic/partition. Neither link names nor
 // topic names can hold a slash.
 func (k Key) String() string {

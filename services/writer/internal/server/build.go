@@ -61,7 +61,7 @@ func (ss *session) build(group []work) (*round, error) {
 	byPartition := map[topicPartition][]int{}
 	var order []topicPartition
 	for j, w := range group {
-		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
+		tp := topicPartition{Topic: w.b.GetTopic(), Partition: w.b.GetPartition()}
 		if _, ok := byPartition[tp]; !ok {
 			order = append(order, tp)
 		}
@@ -70,10 +70,10 @@ func (ss *session) build(group []work) (*round, error) {
 	b := ss.builder
 	b.Reset() // nothing of a round that failed to build (the stream ends then anyway)
 	for _, tp := range order {
-		target := ss.link.Naming.Target(tp.topic)
+		target := ss.link.Naming.Target(tp.Topic)
 		var start recordAt // where the builder's first record comes from
 		add := func(raw []byte, from recordAt, n int) {
-			r.batches = append(r.batches, producer.Batch{Topic: target, Partition: tp.partition, Raw: raw})
+			r.batches = append(r.batches, producer.Batch{Topic: target, Partition: tp.Partition, Raw: raw})
 			r.from, r.count = append(r.from, from), append(r.count, n)
 		}
 		flush := func() error {
@@ -82,7 +82,7 @@ func (ss *session) build(group []work) (*round, error) {
 			}
 			raw, err := ss.seal()
 			if err != nil {
-				return fmt.Errorf("build batch for %s/%d: %w", target, tp.partition, err)
+				return fmt.Errorf("build batch for %s/%d: %w", target, tp.Partition, err)
 			}
 			add(raw, start, b.Records())
 			b.Reset()
@@ -126,7 +126,7 @@ func (ss *session) build(group []work) (*round, error) {
 						// oversized refused every record above ss.maxRecord,
 						// so one fits an empty batch.
 						if !b.AddRecord(rec, ss.maxBatch) {
-							return nil, fmt.Errorf("record %d of %s/%d does not fit a batch of %d bytes", i, tp.topic, tp.partition, ss.maxBatch)
+							return nil, fmt.Errorf("record %d of %s/%d does not fit a batch of %d bytes", i, tp.Topic, tp.Partition, ss.maxBatch)
 						}
 					}
 					if b.Records() == 1 {
@@ -201,11 +201,11 @@ func toRecord(r *batch.Record) recordbatch.Record {
 // decoding a passing Kafka batch (on the failure path only).
 func (r *round) eachRecord(group []work, b int, f func(*batch.Record)) error {
 	start := r.from[b]
-	tp := topicPartition{group[start.member].b.GetTopic(), group[start.member].b.GetPartition()}
+	tp := topicPartition{Topic: group[start.member].b.GetTopic(), Partition: group[start.member].b.GetPartition()}
 	left := r.count[b]
 	for j, k, i := start.member, start.part, start.index; j < len(group) && left > 0; j, k = j+1, 0 {
 		w := &group[j]
-		if (topicPartition{w.b.GetTopic(), w.b.GetPartition()}) != tp {
+		if (topicPartition{Topic: w.b.GetTopic(), Partition: w.b.GetPartition()}) != tp {
 			continue
 		}
 		for ; k < len(w.parts) && left > 0; k, i = k+1, 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupstate"
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
+	"github.com/ferry-replicator/ferry/services/writer/internal/translation"
 )
 
 // Group sync, the writer's half (the fetchers read the source's groups,
@@ -84,13 +85,13 @@ func (ss *session) groupOffsets(m *ferryv1.GroupOffsets) error {
 		seenGroup[g.GetGroup()] = true
 		seen := make(map[topicPartition]bool, len(g.GetPartitions()))
 		for j, p := range g.GetPartitions() {
-			tp := topicPartition{p.GetTopic(), p.GetPartition()}
+			tp := topicPartition{Topic: p.GetTopic(), Partition: p.GetPartition()}
 			pf := fmt.Sprintf("%s.partitions[%d]", field, j)
 			if !ss.opened[tp] {
-				return fmt.Errorf("%w: %s: %s/%d is not in shard %d's open", errBadGroupOffsets, pf, clip(tp.topic), tp.partition, ss.shard)
+				return fmt.Errorf("%w: %s: %s/%d is not in shard %d's open", errBadGroupOffsets, pf, clip(tp.Topic), tp.Partition, ss.shard)
 			}
 			if seen[tp] {
-				return fmt.Errorf("%w: %s: %s/%d listed twice", errBadGroupOffsets, pf, tp.topic, tp.partition)
+				return fmt.Errorf("%w: %s: %s/%d listed twice", errBadGroupOffsets, pf, tp.Topic, tp.Partition)
 			}
 			seen[tp] = true
 			if p.GetOffset() < 0 {
@@ -105,10 +106,10 @@ func (ss *session) groupOffsets(m *ferryv1.GroupOffsets) error {
 	for _, g := range m.GetGroups() {
 		parts := make(map[topicPartition]wantPart, len(g.GetPartitions()))
 		for _, p := range g.GetPartitions() {
-			tp := topicPartition{p.GetTopic(), p.GetPartition()}
-			pos, why, ok := ss.progress.tr.translate(tp, p.GetOffset())
+			tp := topicPartition{Topic: p.GetTopic(), Partition: p.GetPartition()}
+			pos, why, ok := ss.progress.tr.Translate(tp, p.GetOffset())
 			parts[tp] = wantPart{reported: p.GetOffset(), readAt: readAt, pos: pos, ok: ok, why: why,
-				target: groupcommit.TopicPartition{Topic: ss.link.Naming.Target(tp.topic), Partition: tp.partition}}
+				target: groupcommit.TopicPartition{Topic: ss.link.Naming.Target(tp.Topic), Partition: tp.Partition}}
 		}
 		ss.s.groups.offer(groupKey{ss.link.Name, g.GetGroup()}, parts, ss.progress.tr)
 	}
@@ -183,7 +184,7 @@ type linkPartition struct {
 }
 
 type following struct {
-	tr     *translator
+	tr     *translation.Translator
 	target groupcommit.TopicPartition
 }
 
@@ -223,7 +224,7 @@ func newGroupSyncer(commit GroupCommitter, m *metrics.Metrics, log *slog.Logger,
 
 // offer queues a group's partitions as tr translated them, replacing what
 // is queued of the same partitions.
-func (g *groupSyncer) offer(k groupKey, parts map[topicPartition]wantPart, tr *translator) {
+func (g *groupSyncer) offer(k groupKey, parts map[topicPartition]wantPart, tr *translation.Translator) {
 	g.mu.Lock()
 	for tp, w := range parts {
 		g.follow[linkPartition{k.link, tp}] = following{tr: tr, target: w.target}
@@ -330,7 +331,7 @@ func (g *groupSyncer) advance() {
 			// again once the load is done, rather than at the fetcher's
 			// next read of the group (link.groups.interval): a failover
 			// in between would find the group without a position there.
-			if gp.note != notLoading && (gp.target < 0 || gp.standsFor >= gp.reported) {
+			if gp.note != translation.NotLoading && (gp.target < 0 || gp.standsFor >= gp.reported) {
 				continue
 			}
 			todo = append(todo, lagging{k, tp, gp.reported, gp.reportedAt, gp.standsFor, f})
@@ -340,7 +341,7 @@ func (g *groupSyncer) advance() {
 	// Translated without g.mu: the translator has a lock of its own.
 	moved := map[groupKey]map[topicPartition]wantPart{}
 	for _, l := range todo {
-		pos, _, ok := l.f.tr.translate(l.tp, l.reported)
+		pos, _, ok := l.f.tr.Translate(l.tp, l.reported)
 		if !ok || pos.Source <= l.stands {
 			continue // nothing new copied up to what the group read
 		}
@@ -380,7 +381,7 @@ func (g *groupSyncer) sync(k groupKey, parts map[topicPartition]wantPart) {
 		if w.ok {
 			want[w.target] = w.pos
 		}
-		beforeIndex = beforeIndex || w.why == notBeforeIndex
+		beforeIndex = beforeIndex || w.why == translation.NotBeforeIndex
 	}
 	var (
 		res groupcommit.Result
@@ -558,7 +559,7 @@ func (s *Server) Groups() []GroupStatus {
 		return nil
 	}
 	return s.groups.status(time.Now(), func(link string, tp topicPartition) int64 {
-		return s.committed(heartbeat.Key{Link: link, Topic: tp.topic, Partition: tp.partition})
+		return s.committed(heartbeat.Key{Link: link, Topic: tp.Topic, Partition: tp.Partition})
 	})
 }
 
@@ -577,7 +578,7 @@ func (g *groupSyncer) status(now time.Time, committed func(link string, tp topic
 		var reread int64
 		known := false
 		for tp, gp := range st.parts {
-			ps := GroupPartitionStatus{Topic: tp.topic, Partition: tp.partition,
+			ps := GroupPartitionStatus{Topic: tp.Topic, Partition: tp.Partition,
 				SourceOffset: gp.reported, TargetOffset: gp.target, StandsFor: gp.standsFor, Note: gp.note}
 			if !gp.syncedAt.IsZero() {
 				at := gp.syncedAt.UTC()

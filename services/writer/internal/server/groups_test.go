@@ -23,6 +23,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/translation"
 )
 
 // startGroupWriter is a writer over a kfake target that syncs groups:
@@ -574,7 +575,7 @@ func sendWhileLoading(t *testing.T, w *testWriter, g *groupSyncer, stream ferryv
 	waitFor(t, "the group's first sync, its index loading", func() bool {
 		syncPending(g)
 		st, ok := groupOf(w, "behind")
-		return ok && len(st.Partitions) == 1 && st.Partitions[0].Note == notLoading
+		return ok && len(st.Partitions) == 1 && st.Partitions[0].Note == translation.NotLoading
 	})
 }
 

@@ -35,7 +35,7 @@ func (g *groupSyncer) markDirty(k groupKey, tp topicPartition) {
 	if g.dirty == nil {
 		g.dirty = map[groupstate.Key]bool{}
 	}
-	g.dirty[groupstate.Key{Link: k.link, Group: k.group, Topic: tp.topic, Partition: tp.partition}] = true
+	g.dirty[groupstate.Key{Link: k.link, Group: k.group, Topic: tp.Topic, Partition: tp.Partition}] = true
 }
 
 // persist writes the group partitions changed since the last write; a
@@ -59,7 +59,7 @@ func (g *groupSyncer) persist(ctx context.Context) error {
 		if st == nil {
 			continue
 		}
-		gp := st.parts[topicPartition{k.Topic, k.Partition}]
+		gp := st.parts[topicPartition{Topic: k.Topic, Partition: k.Partition}]
 		if gp == nil {
 			continue
 		}
@@ -176,7 +176,7 @@ func (g *groupSyncer) restore(parts map[groupstate.Key]groupstate.Part, serves f
 		// Every partition's record carries the group's flag, all
 		// rewritten when it changes.
 		st.handedBack = st.handedBack || p.HandedBack
-		st.parts[topicPartition{k.Topic, k.Partition}] = &groupPart{
+		st.parts[topicPartition{Topic: k.Topic, Partition: k.Partition}] = &groupPart{
 			reported: p.Reported, reportedAt: groupstate.Time(p.ReportedAt),
 			target: p.Target, standsFor: p.StandsFor, syncedAt: groupstate.Time(p.SyncedAt), note: p.Note,
 		}

@@ -49,13 +49,13 @@ func (ss *session) heartbeat(hb *ferryv1.Heartbeat) error {
 	seen := make(map[topicPartition]bool, len(hb.GetPartitions()))
 	beats := make([]heartbeat.Beat, len(hb.GetPartitions()))
 	for i, p := range hb.GetPartitions() {
-		tp := topicPartition{p.GetTopic(), p.GetPartition()}
+		tp := topicPartition{Topic: p.GetTopic(), Partition: p.GetPartition()}
 		field := fmt.Sprintf("heartbeat.partitions[%d]", i)
 		if !ss.opened[tp] {
-			return fmt.Errorf("%w: %s: %s/%d is not in shard %d's open", errBadHeartbeat, field, clip(tp.topic), tp.partition, ss.shard)
+			return fmt.Errorf("%w: %s: %s/%d is not in shard %d's open", errBadHeartbeat, field, clip(tp.Topic), tp.Partition, ss.shard)
 		}
 		if seen[tp] {
-			return fmt.Errorf("%w: %s: %s/%d listed twice", errBadHeartbeat, field, tp.topic, tp.partition)
+			return fmt.Errorf("%w: %s: %s/%d listed twice", errBadHeartbeat, field, tp.Topic, tp.Partition)
 		}
 		seen[tp] = true
 		b := heartbeat.Beat{HighWatermark: p.GetHighWatermark(), LogStart: p.GetLogStartOffset(),

@@ -42,7 +42,7 @@ const unindexedRuns = 256
 const indexBatchBytes = 256 << 10
 
 func (p *progress) indexKey(tp topicPartition) offsetindex.Key {
-	return offsetindex.Key{Link: p.link, Topic: tp.topic, Partition: tp.partition}
+	return offsetindex.Key{Link: p.link, Topic: tp.Topic, Partition: tp.Partition}
 }
 
 // indexed computes the index entry of each partition of group for produced
@@ -51,7 +51,7 @@ func (p *progress) indexKey(tp topicPartition) offsetindex.Key {
 func (p *progress) indexed(group []work, r *round, offsets []int64) map[topicPartition]*offsetindex.Entry {
 	entries := map[topicPartition]*offsetindex.Entry{}
 	for _, w := range group {
-		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
+		tp := topicPartition{Topic: w.b.GetTopic(), Partition: w.b.GetPartition()}
 		e := entries[tp]
 		if e == nil {
 			e = &offsetindex.Entry{From: w.b.GetFirstOffset(), TargetBefore: p.target[tp]}
@@ -61,7 +61,7 @@ func (p *progress) indexed(group []work, r *round, offsets []int64) map[topicPar
 	}
 	for b := range r.data {
 		w := group[r.from[b].member]
-		e := entries[topicPartition{w.b.GetTopic(), w.b.GetPartition()}]
+		e := entries[topicPartition{Topic: w.b.GetTopic(), Partition: w.b.GetPartition()}]
 		target := offsets[b]
 		r.eachRun(group, b, func(source int64, n int) {
 			e.Add(source, target, int64(n))
@@ -83,11 +83,11 @@ func (p *progress) indexed(group []work, r *round, offsets []int64) map[topicPar
 // records are contiguous from its base offset (parts.go passes no other).
 func (r *round) eachRun(group []work, b int, f func(source int64, n int)) {
 	start := r.from[b]
-	tp := topicPartition{group[start.member].b.GetTopic(), group[start.member].b.GetPartition()}
+	tp := topicPartition{Topic: group[start.member].b.GetTopic(), Partition: group[start.member].b.GetPartition()}
 	left := r.count[b]
 	for j, k, i := start.member, start.part, start.index; j < len(group) && left > 0; j, k = j+1, 0 {
 		w := &group[j]
-		if (topicPartition{w.b.GetTopic(), w.b.GetPartition()}) != tp {
+		if (topicPartition{Topic: w.b.GetTopic(), Partition: w.b.GetPartition()}) != tp {
 			continue
 		}
 		for ; k < len(w.parts) && left > 0; k, i = k+1, 0 {

@@ -176,10 +176,10 @@ func openAllowed(link Link, open *ferryv1.Open) error {
 	}
 	seen := map[topicPartition]bool{}
 	for _, p := range open.GetPartitions() {
-		tp := topicPartition{p.GetTopic(), p.GetPartition()}
-		n, ok := counts[tp.topic]
+		tp := topicPartition{Topic: p.GetTopic(), Partition: p.GetPartition()}
+		n, ok := counts[tp.Topic]
 		switch {
-		case !ok || tp.partition < 0 || tp.partition >= n:
+		case !ok || tp.Partition < 0 || tp.Partition >= n:
 			return errors.New("a partition outside the Open's topics")
 		case seen[tp]:
 			return errors.New("a partition listed twice")

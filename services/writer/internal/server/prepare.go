@@ -127,7 +127,7 @@ func (ss *session) resume(log *slog.Logger, targetCluster string) (*ferryv1.Open
 	s := ss.s
 	opened := &ferryv1.Opened{Writer: s.opts.ID, TargetClusterId: targetCluster}
 	for tp := range ss.next {
-		pos := &ferryv1.PartitionPosition{Topic: tp.topic, Partition: tp.partition}
+		pos := &ferryv1.PartitionPosition{Topic: tp.Topic, Partition: tp.Partition}
 		cp, ok, err := ss.progress.resume(tp)
 		if err != nil {
 			return nil, unverified(log, ss.link.Name, tp, err)
@@ -140,9 +140,9 @@ func (ss *session) resume(log *slog.Logger, targetCluster string) (*ferryv1.Open
 			// start anew: the fetcher, told the old id, stops the
 			// partition, or under on_data_loss: skip copies the new topic
 			// from its start.
-			if id := ss.topicIDs[tp.topic]; len(id) > 0 && len(cp.SourceTopicID) > 0 && !bytes.Equal(id, cp.SourceTopicID) {
+			if id := ss.topicIDs[tp.Topic]; len(id) > 0 && len(cp.SourceTopicID) > 0 && !bytes.Equal(id, cp.SourceTopicID) {
 				ss.next[tp] = 0
-				ss.progress.tr.resumed(tp, -1, -1, nil) // the old topic's copy is no group's position
+				ss.progress.tr.Resumed(tp, -1, -1, nil) // the old topic's copy is no group's position
 			}
 		}
 		opened.Resume = append(opened.Resume, pos)
@@ -157,13 +157,13 @@ func (ss *session) resume(log *slog.Logger, targetCluster string) (*ferryv1.Open
 func unverified(log *slog.Logger, link string, tp topicPartition, err error) error {
 	var ue *checkpoint.UnverifiedError
 	if !errors.As(err, &ue) {
-		return fmt.Errorf("checkpoint of %s/%d: %w", tp.topic, tp.partition, err)
+		return fmt.Errorf("checkpoint of %s/%d: %w", tp.Topic, tp.Partition, err)
 	}
 	log.Error("partition stopped: its checkpoint does not verify (forged, replayed or signed by a writer checkpoints.signers does not admit)",
-		"link", link, "topic", tp.topic, "partition", tp.partition, "reason", "checkpoint_unverified",
+		"link", link, "topic", tp.Topic, "partition", tp.Partition, "reason", "checkpoint_unverified",
 		"checkpoint_topic", ue.Topic, "checkpoint_partition", ue.Partition, "checkpoint_offset", ue.Offset, "err", ue.Err)
 	return refusal.Refusal{
-		Reason: refusal.CheckpointUnverified, Topic: tp.topic, Partition: tp.partition, Offset: ue.Offset,
+		Reason: refusal.CheckpointUnverified, Topic: tp.Topic, Partition: tp.Partition, Offset: ue.Offset,
 		Setting: ue.Topic + " partition " + strconv.Itoa(int(ue.Partition)), Cause: ue.Err.Error(),
 	}
 }
@@ -172,8 +172,8 @@ func unverified(log *slog.Logger, link string, tp topicPartition, err error) err
 func (ss *session) dataPartitions() fence.Partitions {
 	parts := fence.Partitions{}
 	for tp := range ss.next {
-		t := ss.link.Naming.Target(tp.topic)
-		parts[t] = append(parts[t], tp.partition)
+		t := ss.link.Naming.Target(tp.Topic)
+		parts[t] = append(parts[t], tp.Partition)
 	}
 	return parts
 }

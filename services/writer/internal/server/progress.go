@@ -8,6 +8,7 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
+	"github.com/ferry-replicator/ferry/services/writer/internal/translation"
 )
 
 // progress owns what a shard's rounds commit beside their records: today
@@ -46,7 +47,7 @@ type progress struct {
 	// are not committed yet; committed hands them to tr, the in-memory
 	// index group sync translates with (translate.go).
 	written map[topicPartition][]offsetindex.Entry
-	tr      *translator
+	tr      *translation.Translator
 }
 
 // checkpoints are the checkpoints a round's partitions reach.
@@ -54,12 +55,12 @@ type checkpoints = map[topicPartition]checkpoint.Checkpoint
 
 func newProgress(link, writer string, epoch uint64, store *checkpoint.Store, topicIDs map[string][]byte) *progress {
 	return &progress{link: link, writer: writer, epoch: epoch, store: store, topicIDs: topicIDs, target: map[topicPartition]int64{},
-		written: map[topicPartition][]offsetindex.Entry{}, tr: newTranslator(),
+		written: map[topicPartition][]offsetindex.Entry{}, tr: translation.New(),
 		unindexed: map[topicPartition][]offsetindex.Entry{}, flushing: map[topicPartition]int{}}
 }
 
 func (p *progress) key(tp topicPartition) checkpoint.Key {
-	return checkpoint.Key{Link: p.link, Topic: tp.topic, Partition: tp.partition}
+	return checkpoint.Key{Link: p.link, Topic: tp.Topic, Partition: tp.Partition}
 }
 
 // resume starts tp at its committed checkpoint, or with nothing copied
@@ -70,7 +71,7 @@ func (p *progress) key(tp topicPartition) checkpoint.Key {
 func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool, error) {
 	cp, ok, err := p.store.Get(p.key(tp))
 	p.target[tp] = -1
-	p.tr.resumed(tp, -1, -1, nil)
+	p.tr.Resumed(tp, -1, -1, nil)
 	delete(p.unindexed, tp)
 	if !ok || err != nil {
 		return cp, ok, err
@@ -81,7 +82,7 @@ func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool, error
 	}
 	p.target[tp] = cp.TargetOffset
 	p.unindexed[tp] = entries
-	p.tr.resumed(tp, cp.NextSourceOffset, cp.TargetOffset, entries)
+	p.tr.Resumed(tp, cp.NextSourceOffset, cp.TargetOffset, entries)
 	return cp, ok, nil
 }
 
@@ -89,7 +90,7 @@ func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool, error
 // entries written with them join the in-memory index.
 func (p *progress) committed(cps checkpoints) {
 	for tp, cp := range cps {
-		p.tr.confirm(tp, cp.NextSourceOffset, cp.TargetOffset, p.written[tp])
+		p.tr.Confirm(tp, cp.NextSourceOffset, cp.TargetOffset, p.written[tp])
 		delete(p.written, tp)
 	}
 }
@@ -101,7 +102,7 @@ func (p *progress) committed(cps checkpoints) {
 func (p *progress) reached(group []work, r *round, offsets []int64, now time.Time, cps checkpoints) {
 	p.pending = p.indexed(group, r, offsets)
 	for j, w := range group {
-		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
+		tp := topicPartition{Topic: w.b.GetTopic(), Partition: w.b.GetPartition()}
 		if last := r.last[j]; last.batch >= 0 {
 			p.target[tp] = offsets[last.batch] + int64(last.index) + 1
 		}
@@ -168,7 +169,7 @@ func (p *progress) partitions(group []work, r *round, flush bool) []producer.Top
 		add(producer.TopicPartition{Topic: b.Topic, Partition: b.Partition})
 	}
 	for _, w := range group {
-		tp := topicPartition{w.b.GetTopic(), w.b.GetPartition()}
+		tp := topicPartition{Topic: w.b.GetTopic(), Partition: w.b.GetPartition()}
 		add(producer.TopicPartition{Topic: p.store.Topic(), Partition: p.store.PartitionOf(p.key(tp))})
 		if flush {
 			add(producer.TopicPartition{Topic: p.index.Name, Partition: p.index.PartitionOf(p.indexKey(tp))})

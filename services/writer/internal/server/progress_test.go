@@ -13,11 +13,11 @@ import (
 // yet records -1. progress alone keeps that position: committers only
 // order the writes.
 func TestProgressKeepsTargetPosition(t *testing.T) {
-	a, b := topicPartition{"t", 0}, topicPartition{"t", 1}
+	a, b := topicPartition{Topic: "t", Partition: 0}, topicPartition{Topic: "t", Partition: 1}
 	p := newProgress("east", "w1", 7, nil, map[string][]byte{"t": []byte("id")})
 	p.target[a], p.target[b] = -1, -1
 	batchOf := func(tp topicPartition, first, last int64) work {
-		return work{b: &ferryv1.Batch{Topic: tp.topic, Partition: tp.partition, FirstOffset: first, LastOffset: last}}
+		return work{b: &ferryv1.Batch{Topic: tp.Topic, Partition: tp.Partition, FirstOffset: first, LastOffset: last}}
 	}
 	now := time.Unix(1000, 0)
 

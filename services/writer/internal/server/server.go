@@ -426,12 +426,6 @@ func (s *Server) claim(ctx context.Context, sess *session) error {
 	return nil
 }
 
-// indexLoadTimeout bounds each read of a shard's offset index (a few
-// hundred milliseconds on a healthy target): beyond it the read gives up,
-// and its groups translate from what the stream committed only. It is
-// also how long the reads go on after the stream (translator.run).
-const indexLoadTimeout = 2 * time.Minute
-
 // startLoad returns the context of sess's offset index reads, ended by
 // the next stream of its shard (which reads its own) or by Drain; not by
 // sess's end, so a region loss that ends every stream while a load runs

@@ -22,14 +22,14 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 	"github.com/ferry-replicator/ferry/services/writer/internal/producer"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
+	"github.com/ferry-replicator/ferry/services/writer/internal/translation"
 )
 
-type topicPartition struct {
-	topic     string
-	partition int32
-}
+// topicPartition is a source partition of the stream's link.
+type topicPartition = partkey.Partition
 
 // session serves one stream: one shard, one epoch, one target producer.
 type session struct {
@@ -147,21 +147,21 @@ func newSession(ctx context.Context, s *Server, link Link, open *ferryv1.Open) (
 	sess.queued = semaphore.NewWeighted(sess.queueBytes)
 	sess.ctx, sess.cancel = context.WithCancelCause(ctx)
 	for _, p := range open.GetPartitions() {
-		tp := topicPartition{p.GetTopic(), p.GetPartition()}
-		n, ok := counts[tp.topic]
-		if !ok || tp.partition < 0 || tp.partition >= n {
-			return nil, fmt.Errorf("%w: partition %s/%d is not described by the open's topics", errBadOpen, tp.topic, tp.partition)
+		tp := topicPartition{Topic: p.GetTopic(), Partition: p.GetPartition()}
+		n, ok := counts[tp.Topic]
+		if !ok || tp.Partition < 0 || tp.Partition >= n {
+			return nil, fmt.Errorf("%w: partition %s/%d is not described by the open's topics", errBadOpen, tp.Topic, tp.Partition)
 		}
 		if _, dup := sess.next[tp]; dup {
-			return nil, fmt.Errorf("%w: partition %s/%d listed twice", errBadOpen, tp.topic, tp.partition)
+			return nil, fmt.Errorf("%w: partition %s/%d listed twice", errBadOpen, tp.Topic, tp.Partition)
 		}
 		// A partition belongs to one shard, and each shard copies under
 		// its own transactional id: a stream of another shard number (a
 		// fetcher whose link.shards differs, during a change) would copy
 		// it beside its own shard's stream, and neither fences the other.
-		if in := shards.Of(tp.topic, tp.partition, int(link.Shards)); in != int(open.GetShard()) {
+		if in := shards.Of(tp.Topic, tp.Partition, int(link.Shards)); in != int(open.GetShard()) {
 			return nil, fmt.Errorf("%w: %s/%d is in shard %d of the link's %d (links[].shards), not %d: the fetchers' link.shards must be the writers'",
-				errNotInShard, tp.topic, tp.partition, in, link.Shards, open.GetShard())
+				errNotInShard, tp.Topic, tp.Partition, in, link.Shards, open.GetShard())
 		}
 		sess.next[tp] = 0
 		sess.opened[tp] = true
@@ -221,12 +221,12 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		// read again for offsets older than memory holds (translate.go,
 		// translator.run, which runs on a while after the stream).
 		ctx, stop := s.startLoad(ss)
-		rd := indexReads{opts: s.opts.Target, index: s.opts.Index, link: ss.link.Name}
+		rd := translation.Reads{Opts: s.opts.Target, Index: s.opts.Index, Link: ss.link.Name}
 		s.loads.Add(1)
 		go func() {
 			defer s.loads.Done()
 			defer stop()
-			ss.progress.tr.run(ctx, ss.ctx.Done(), rd, log)
+			ss.progress.tr.Run(ctx, ss.ctx.Done(), rd, log)
 		}()
 	}
 	if err := stream.Send(&ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Opened{Opened: opened}}); err != nil {
@@ -401,20 +401,20 @@ func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
 		ss.s.metrics.StaleEpochs.WithLabelValues(ss.link.Name).Inc()
 		return work{}, fmt.Errorf("%w: batch epoch %d on a stream of epoch %d, shard at %d", errStaleEpoch, b.GetEpoch(), ss.epoch, cur)
 	}
-	tp := topicPartition{b.GetTopic(), b.GetPartition()}
+	tp := topicPartition{Topic: b.GetTopic(), Partition: b.GetPartition()}
 	next, ok := ss.next[tp]
 	if !ok {
-		return work{}, fmt.Errorf("%w: %s/%d is not in shard %d", errNotInShard, tp.topic, tp.partition, ss.shard)
+		return work{}, fmt.Errorf("%w: %s/%d is not in shard %d", errNotInShard, tp.Topic, tp.Partition, ss.shard)
 	}
 	if b.GetFirstOffset() < next {
-		return work{}, fmt.Errorf("%w: %s/%d batch starts at %d, below %d", errOutOfOrder, tp.topic, tp.partition, b.GetFirstOffset(), next)
+		return work{}, fmt.Errorf("%w: %s/%d batch starts at %d, below %d", errOutOfOrder, tp.Topic, tp.Partition, b.GetFirstOffset(), next)
 	}
 	if err := withinSource(b); err != nil {
 		return work{}, err
 	}
 	parts, decoded, err := ss.parts(b)
 	if err != nil {
-		return work{}, fmt.Errorf("batch %d of %s/%d: %w", b.GetSequence(), tp.topic, tp.partition, err)
+		return work{}, fmt.Errorf("batch %d of %s/%d: %w", b.GetSequence(), tp.Topic, tp.Partition, err)
 	}
 	w := work{b: b, parts: parts, decoded: decoded}
 	if err := ss.oversized(w); err != nil {
@@ -497,7 +497,7 @@ func (ss *session) ack(ctx context.Context, acks *acker, acked []work, cps map[t
 	ack := &ferryv1.Ack{Sequence: acked[len(acked)-1].b.GetSequence()}
 	for tp, cp := range cps {
 		ack.Committed = append(ack.Committed, &ferryv1.PartitionPosition{
-			Topic: tp.topic, Partition: tp.partition, NextOffset: cp.NextSourceOffset, HasCheckpoint: true,
+			Topic: tp.Topic, Partition: tp.Partition, NextOffset: cp.NextSourceOffset, HasCheckpoint: true,
 		})
 	}
 	err := acks.send(ctx, &ferryv1.ReplicateResponse{Msg: &ferryv1.ReplicateResponse_Ack{Ack: ack}})

@@ -1,4 +1,10 @@
-package server
+// Package translation answers, for the group sync, where a source offset
+// of a shard's partitions lands on the target: an offset index per
+// partition in memory, read from the index topic when a group first needs
+// it and extended by every round that commits. It is the control plane's
+// view of the copy; the replication stream only feeds it (Resumed,
+// Confirm) and never waits on it.
+package translation
 
 import (
 	"context"
@@ -13,12 +19,12 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/groupcommit"
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
+	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 )
 
-// The translator part of progress: where a source offset of one of the
-// shard's partitions lands on the target, for group sync. Each partition
-// has an offset index in memory, read from the index topic once (load)
-// and extended by each round whose checkpoints commit (confirm): a
+// Each partition has an offset index in memory, read from the index topic
+// once (load) and extended by each round whose checkpoints commit
+// (Confirm): a
 // translation is a search in memory, so the stream's receiver answers it
 // as a message arrives, and only committed data is ever pointed at.
 //
@@ -33,7 +39,8 @@ import (
 // index_loading, as one arriving while the read runs does; the group
 // syncer translates it again every second (advance) until the read is
 // done, and the fetcher sends the group again at its next read anyway.
-// A load under way when its stream ends runs on (Server.startLoad): the
+// A load under way when its stream ends runs on (the writer's server hands Run a context
+// that outlives the stream): the
 // syncer still translates through this translator, and after a region
 // loss no stream comes back to load it again.
 
@@ -49,6 +56,12 @@ import (
 // topic each time, not answered before_index for the stream's life.
 const groupIndexRuns = 1 << 16
 
+// LoadTimeout bounds each read of a shard's offset index (a few hundred
+// milliseconds on a healthy target): beyond it the read gives up, and its
+// groups translate from what the stream committed only. It is also how
+// long the reads go on after the stream (Run).
+const LoadTimeout = 2 * time.Minute
+
 // maxOlderAnswers bounds the answers from the index topic a partition
 // keeps (one per group offset older than memory; dropped all at once
 // past it, to be asked again).
@@ -60,22 +73,22 @@ const olderRetry = 5 * time.Second
 
 // Why a partition of a group was not translated.
 const (
-	// notBeforeIndex: the offset is older than what the index holds (its
+	// NotBeforeIndex: the offset is older than what the index holds (its
 	// retention, groupIndexRuns, or data copied before the index).
-	notBeforeIndex = "before_index"
-	// notLoading: the shard's index is still being read; the next read of
+	NotBeforeIndex = "before_index"
+	// NotLoading: the shard's index is still being read; the next read of
 	// the group translates it.
-	notLoading = "index_loading"
-	// notCopied: nothing of the partition is committed on the target yet.
-	notCopied = "not_copied"
+	NotLoading = "index_loading"
+	// NotCopied: nothing of the partition is committed on the target yet.
+	NotCopied = "not_copied"
 )
 
-// translator is the in-memory index of a shard's partitions, shared by
+// Translator is the in-memory index of a shard's partitions, shared by
 // the stream's receiver (translate), its committer (confirm) and the
 // shard's index load (load).
-type translator struct {
+type Translator struct {
 	mu    sync.Mutex
-	parts map[topicPartition]*partIndex
+	parts map[partkey.Partition]*partIndex
 	// loaded is set once load has read the index topic (or given up).
 	loaded bool
 	// needed is closed by the first translation that needs the index:
@@ -118,8 +131,8 @@ type partIndex struct {
 	gen     int
 }
 
-func newTranslator() *translator {
-	return &translator{parts: map[topicPartition]*partIndex{}, needed: make(chan struct{}), older: make(chan struct{}, 1)}
+func New() *Translator {
+	return &Translator{parts: map[partkey.Partition]*partIndex{}, needed: make(chan struct{}), older: make(chan struct{}, 1)}
 }
 
 // addTail keeps e, committed before the index is loaded, for the load to
@@ -161,7 +174,7 @@ func (p *partIndex) loadedFrom(x *offsetindex.Index) {
 // resumed sets tp's committed position from its checkpoint at open (next
 // -1: none) and the index entries it carries, which the load adds after
 // what it reads of the index topic.
-func (t *translator) resumed(tp topicPartition, next, target int64, carried []offsetindex.Entry) {
+func (t *Translator) Resumed(tp partkey.Partition, next, target int64, carried []offsetindex.Entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := &partIndex{next: next, target: target}
@@ -173,7 +186,7 @@ func (t *translator) resumed(tp topicPartition, next, target int64, carried []of
 
 // confirm adds the index entries of a committed round of tp and its new
 // checkpoint.
-func (t *translator) confirm(tp topicPartition, next, target int64, entries []offsetindex.Entry) {
+func (t *Translator) Confirm(tp partkey.Partition, next, target int64, entries []offsetindex.Entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.parts[tp]
@@ -203,7 +216,7 @@ func (t *translator) confirm(tp topicPartition, next, target int64, entries []of
 // rounds committed meanwhile. When the read fails they keep only those
 // (older offsets answer before_index), logged: the shard copies on
 // whatever happens here.
-func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex.Topic, link string, log *slog.Logger) {
+func (t *Translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex.Topic, link string, log *slog.Logger) {
 	partial := index.Name != "" // until read
 	defer func() {
 		t.mu.Lock()
@@ -228,7 +241,7 @@ func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex
 	t.mu.Lock()
 	keys := make([]offsetindex.Key, 0, len(t.parts))
 	for tp := range t.parts {
-		keys = append(keys, offsetindex.Key{Link: link, Topic: tp.topic, Partition: tp.partition})
+		keys = append(keys, offsetindex.Key{Link: link, Topic: tp.Topic, Partition: tp.Partition})
 	}
 	t.mu.Unlock()
 	// One pass over the index partitions for all the shard's partitions,
@@ -248,7 +261,7 @@ func (t *translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, k := range keys {
-		p := t.parts[topicPartition{k.Topic, k.Partition}]
+		p := t.parts[partkey.Partition{Topic: k.Topic, Partition: k.Partition}]
 		p.loadedFrom(xs[k])
 		runs += p.idx.Runs()
 	}
@@ -278,13 +291,13 @@ func fromTail(x *offsetindex.Index, tail []offsetindex.Entry) *offsetindex.Index
 // translation: the first copied record at or after s, standing for s
 // itself (the source records between were not copied). Never a position
 // ahead of committed data.
-func (t *translator) translate(tp topicPartition, s int64) (pos groupcommit.Position, why string, ok bool) {
+func (t *Translator) Translate(tp partkey.Partition, s int64) (pos groupcommit.Position, why string, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.parts[tp]
 	switch {
 	case p == nil || p.next < 0 || p.target < 0:
-		return pos, notCopied, false
+		return pos, NotCopied, false
 	case s >= p.next:
 		return groupcommit.Position{Target: p.target, Source: p.next}, "", true
 	}
@@ -305,7 +318,7 @@ func (t *translator) translate(tp topicPartition, s int64) (pos groupcommit.Posi
 			got, err = a.Position, a.Err
 		case !t.olderClosed:
 			t.ask(p, s)
-			return pos, notLoading, false
+			return pos, NotLoading, false
 		}
 	}
 	switch {
@@ -314,20 +327,20 @@ func (t *translator) translate(tp topicPartition, s int64) (pos groupcommit.Posi
 			t.isNeeded = true
 			close(t.needed)
 		}
-		return pos, notLoading, false
+		return pos, NotLoading, false
 	case errors.Is(err, offsetindex.ErrBeforeIndex), errors.Is(err, offsetindex.ErrNotIndexed):
-		return pos, notBeforeIndex, false
+		return pos, NotBeforeIndex, false
 	case err != nil:
 		return pos, fmt.Sprintf("translate: %v", err), false
 	case got.Offset < 0:
-		return pos, notCopied, false
+		return pos, NotCopied, false
 	}
 	return groupcommit.Position{Target: min(got.Offset, p.target), Source: s}, "", true
 }
 
 // ask adds s to p's offsets for the next read of the index topic
 // (answerOlder) and wakes run for it.
-func (t *translator) ask(p *partIndex, s int64) {
+func (t *Translator) ask(p *partIndex, s int64) {
 	if !slices.Contains(p.asked, s) && len(p.asked) < maxOlderAnswers {
 		p.asked = append(p.asked, s)
 	}
@@ -335,30 +348,30 @@ func (t *translator) ask(p *partIndex, s int64) {
 }
 
 // wake asks run for a read of the index topic for the offsets asked.
-func (t *translator) wake() {
+func (t *Translator) wake() {
 	select {
 	case t.older <- struct{}{}:
 	default: // a read is asked for already
 	}
 }
 
-// indexReads is what reading a link's offset index takes: the target's
+// Reads is what reading a link's offset index takes: the target's
 // client options, the topic, the link.
-type indexReads struct {
-	opts  []kgo.Opt
-	index offsetindex.Topic
-	link  string
+type Reads struct {
+	Opts  []kgo.Opt
+	Index offsetindex.Topic
+	Link  string
 }
 
 // run reads the index topic for the shard's translations: the load,
 // once a translation first needs it (none before the stream, done,
 // ends), then a pass for the offsets older than memory holds each time
 // some are asked. It ends with ctx (the shard's next stream, the
-// writer's drain), or indexLoadTimeout after the stream: the group
+// writer's drain), or LoadTimeout after the stream: the group
 // syncer still translates through the translator for a while after it
 // (a region loss ends every stream; no stream comes back to load).
 // From then on older offsets answer before_index.
-func (t *translator) run(ctx context.Context, done <-chan struct{}, rd indexReads, log *slog.Logger) {
+func (t *Translator) Run(ctx context.Context, done <-chan struct{}, rd Reads, log *slog.Logger) {
 	defer func() {
 		t.mu.Lock()
 		t.olderClosed = true
@@ -371,15 +384,15 @@ func (t *translator) run(ctx context.Context, done <-chan struct{}, rd indexRead
 	case <-ctx.Done():
 		return
 	}
-	lctx, cancel := context.WithTimeout(ctx, indexLoadTimeout)
-	t.load(lctx, rd.opts, rd.index, rd.link, log)
+	lctx, cancel := context.WithTimeout(ctx, LoadTimeout)
+	t.load(lctx, rd.Opts, rd.Index, rd.Link, log)
 	cancel()
 	var grace <-chan time.Time
 	for {
 		select {
 		case <-t.older:
 		case <-done:
-			done, grace = nil, time.After(indexLoadTimeout)
+			done, grace = nil, time.After(LoadTimeout)
 			continue
 		case <-grace:
 			return
@@ -400,13 +413,13 @@ func (t *translator) run(ctx context.Context, done <-chan struct{}, rd indexRead
 
 // answerOlder asks the index topic, in one pass, for every offset asked
 // older than memory holds, and keeps the answers.
-func (t *translator) answerOlder(ctx context.Context, rd indexReads) error {
+func (t *Translator) answerOlder(ctx context.Context, rd Reads) error {
 	t.mu.Lock()
 	asks := map[offsetindex.Key][]int64{}
-	gens := map[topicPartition]int{}
+	gens := map[partkey.Partition]int{}
 	for tp, p := range t.parts {
 		if len(p.asked) > 0 {
-			asks[offsetindex.Key{Link: rd.link, Topic: tp.topic, Partition: tp.partition}] = slices.Clone(p.asked)
+			asks[offsetindex.Key{Link: rd.Link, Topic: tp.Topic, Partition: tp.Partition}] = slices.Clone(p.asked)
 			gens[tp] = p.gen
 		}
 	}
@@ -414,12 +427,12 @@ func (t *translator) answerOlder(ctx context.Context, rd indexReads) error {
 	if len(asks) == 0 {
 		return nil
 	}
-	r, err := offsetindex.NewReader(rd.opts, rd.index.Name)
+	r, err := offsetindex.NewReader(rd.Opts, rd.Index.Name)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	rctx, cancel := context.WithTimeout(ctx, indexLoadTimeout)
+	rctx, cancel := context.WithTimeout(ctx, LoadTimeout)
 	defer cancel()
 	answers, err := r.TranslateAll(rctx, asks)
 	if err != nil {
@@ -428,7 +441,7 @@ func (t *translator) answerOlder(ctx context.Context, rd indexReads) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for k, as := range answers {
-		tp := topicPartition{k.Topic, k.Partition}
+		tp := partkey.Partition{Topic: k.Topic, Partition: k.Partition}
 		p := t.parts[tp]
 		if p == nil || p.gen != gens[tp] {
 			continue // started anew meanwhile: asked again if still needed

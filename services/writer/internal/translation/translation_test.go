@@ -1,15 +1,18 @@
-package server
+package translation
 
 import (
 	"context"
 	"log/slog"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-replicator/ferry/pkg/testwait"
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
+	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 )
 
 // The entries a resumed checkpoint carries are held twice: by the progress,
@@ -17,10 +20,10 @@ import (
 // translator, whose index load reads them meanwhile. The translator's must
 // not change under it (a data race, and a tail it did not confirm).
 func TestTranslatorTailIsItsOwn(t *testing.T) {
-	tp := topicPartition{"orders", 0}
+	tp := partkey.Partition{Topic: "orders", Partition: 0}
 	carried := []offsetindex.Entry{{From: 10, Next: 15, TargetBefore: 11, Runs: []offsetindex.Run{{Source: 10, Target: 11, Count: 5}}}}
-	tr := newTranslator()
-	tr.resumed(tp, 15, 16, carried)
+	tr := New()
+	tr.Resumed(tp, 15, 16, carried)
 
 	next := offsetindex.Entry{From: 15, Next: 19, TargetBefore: 16, Runs: []offsetindex.Run{{Source: 15, Target: 16, Count: 4}}}
 	if !carried[0].Extend(next) {
@@ -37,9 +40,9 @@ func TestTranslatorTailIsItsOwn(t *testing.T) {
 // than an index holds (and one entry) however long the shard copies
 // without a group needing its index.
 func TestTranslatorTailIsBounded(t *testing.T) {
-	tp := topicPartition{"orders", 0}
-	tr := newTranslator()
-	tr.resumed(tp, 0, 0, nil)
+	tp := partkey.Partition{Topic: "orders", Partition: 0}
+	tr := New()
+	tr.Resumed(tp, 0, 0, nil)
 	// Rounds of 3 records each, a transaction marker after each on the
 	// target: one run a round, each round continuing the last.
 	source, target, end := int64(0), int64(0), int64(0) // end: after the last copied record
@@ -50,7 +53,7 @@ func TestTranslatorTailIsBounded(t *testing.T) {
 	}
 	commit := func() {
 		e := round()
-		tr.confirm(tp, e.Next, e.TargetEnd(), []offsetindex.Entry{e})
+		tr.Confirm(tp, e.Next, e.TargetEnd(), []offsetindex.Entry{e})
 	}
 	for range 3 {
 		commit()
@@ -75,7 +78,7 @@ func TestTranslatorTailIsBounded(t *testing.T) {
 	// Loaded (nothing in the index topic: no reader), the index answers
 	// from the tail: the last round's first record.
 	tr.load(t.Context(), nil, offsetindex.Topic{}, "east", nil)
-	if pos, why, ok := tr.translate(tp, source-3); !ok || pos.Target != target-4 {
+	if pos, why, ok := tr.Translate(tp, source-3); !ok || pos.Target != target-4 {
 		t.Fatalf("translate %d after the load: %+v %q %v, want target %d", source-3, pos, why, ok, target-4)
 	}
 }
@@ -85,28 +88,28 @@ func TestTranslatorTailIsBounded(t *testing.T) {
 // offset before it needs the index topic (index_loading, the load asked
 // for).
 func TestTranslatorAnswersFromTheTailBeforeTheLoad(t *testing.T) {
-	tp := topicPartition{"orders", 0}
-	tr := newTranslator()
-	tr.resumed(tp, 100, 120, nil) // an earlier stream copied up to 100
+	tp := partkey.Partition{Topic: "orders", Partition: 0}
+	tr := New()
+	tr.Resumed(tp, 100, 120, nil) // an earlier stream copied up to 100
 	source, target := int64(100), int64(120)
 	commit := func() { // a round of 3 records and a marker after them
 		e := offsetindex.Entry{From: source, Next: source + 3, TargetBefore: target, Runs: []offsetindex.Run{{Source: source, Target: target, Count: 3}}}
-		tr.confirm(tp, e.Next, e.TargetEnd(), []offsetindex.Entry{e})
+		tr.Confirm(tp, e.Next, e.TargetEnd(), []offsetindex.Entry{e})
 		source, target = source+3, target+4
 	}
 	commit()
 	commit()
-	if pos, why, ok := tr.translate(tp, 104); !ok || pos.Target != 125 || pos.Source != 104 {
+	if pos, why, ok := tr.Translate(tp, 104); !ok || pos.Target != 125 || pos.Source != 104 {
 		t.Fatalf("translate 104 from the tail: %+v %q %v, want target 125", pos, why, ok)
 	}
 	commit() // after the tail became an index: it follows
-	if pos, why, ok := tr.translate(tp, 107); !ok || pos.Target != 129 {
+	if pos, why, ok := tr.Translate(tp, 107); !ok || pos.Target != 129 {
 		t.Fatalf("translate 107 from the tail a round later: %+v %q %v, want target 129", pos, why, ok)
 	}
 	if tr.isNeeded {
 		t.Fatal("the load was asked for offsets the tail covers")
 	}
-	if _, why, ok := tr.translate(tp, 99); ok || why != notLoading || !tr.isNeeded {
+	if _, why, ok := tr.Translate(tp, 99); ok || why != NotLoading || !tr.isNeeded {
 		t.Fatalf("translate 99, before the tail: %q %v, asked for the load %v; want index_loading and the load asked for", why, ok, tr.isNeeded)
 	}
 }
@@ -117,9 +120,9 @@ func TestTranslatorAnswersFromTheTailBeforeTheLoad(t *testing.T) {
 // which hours of exactly-once copying reach), and the index stays within
 // the bound and a quarter of it.
 func TestTranslatorTrimIsAmortized(t *testing.T) {
-	tp := topicPartition{"orders", 0}
-	tr := newTranslator()
-	tr.resumed(tp, 0, 0, nil)
+	tp := partkey.Partition{Topic: "orders", Partition: 0}
+	tr := New()
+	tr.Resumed(tp, 0, 0, nil)
 	tr.load(t.Context(), nil, offsetindex.Topic{}, "east", nil) // nothing to read: the index is the rounds'
 	source, target, end := int64(0), int64(0), int64(0)         // end: after the last copied record
 	commit := func() {
@@ -127,7 +130,7 @@ func TestTranslatorTrimIsAmortized(t *testing.T) {
 		// so each round adds a run.
 		e := offsetindex.Entry{From: source, Next: source + 3, TargetBefore: end, Runs: []offsetindex.Run{{Source: source, Target: target, Count: 3}}}
 		source, end, target = source+3, target+3, target+4
-		tr.confirm(tp, e.Next, e.TargetEnd(), []offsetindex.Entry{e})
+		tr.Confirm(tp, e.Next, e.TargetEnd(), []offsetindex.Entry{e})
 	}
 	for range groupIndexRuns + 1 {
 		commit()
@@ -146,7 +149,7 @@ func TestTranslatorTrimIsAmortized(t *testing.T) {
 	if n := tr.parts[tp].idx.Runs(); n < groupIndexRuns || n > groupIndexRuns+groupIndexRuns/4 {
 		t.Errorf("index of %d runs, want between %d and %d", n, groupIndexRuns, groupIndexRuns+groupIndexRuns/4)
 	}
-	if pos, why, ok := tr.translate(tp, source-3); !ok || pos.Target != target-4 {
+	if pos, why, ok := tr.Translate(tp, source-3); !ok || pos.Target != target-4 {
 		t.Fatalf("translate %d: %+v %q %v, want target %d", source-3, pos, why, ok, target-4)
 	}
 }
@@ -197,18 +200,18 @@ func olderIndex(t *testing.T, runs int) ([]kgo.Opt, offsetindex.Topic, int64, in
 // before_index for good. So is an offset the failed load never read.
 func TestOffsetOlderThanMemoryTranslates(t *testing.T) {
 	opts, index, next, end := olderIndex(t, groupIndexRuns+3*offsetindex.MaxRuns)
-	rd := indexReads{opts: opts, index: index, link: "east"}
-	tp := topicPartition{"orders", 0}
+	rd := Reads{Opts: opts, Index: index, Link: "east"}
+	tp := partkey.Partition{Topic: "orders", Partition: 0}
 	log := slog.New(slog.DiscardHandler)
 	for _, failed := range []bool{false, true} {
-		tr := newTranslator()
-		tr.resumed(tp, next, end-1, nil) // the last record's marker at end-1
+		tr := New()
+		tr.Resumed(tp, next, end-1, nil) // the last record's marker at end-1
 		if failed {
 			rd := rd
-			rd.index.Name = "absent" // the load cannot read it
-			tr.load(t.Context(), rd.opts, rd.index, rd.link, log)
+			rd.Index.Name = "absent" // the load cannot read it
+			tr.load(t.Context(), rd.Opts, rd.Index, rd.Link, log)
 		} else {
-			tr.load(t.Context(), rd.opts, rd.index, rd.link, log)
+			tr.load(t.Context(), rd.Opts, rd.Index, rd.Link, log)
 			if x := tr.parts[tp].idx; !x.Trimmed() || x.Start() <= 0 {
 				t.Fatalf("the loaded index starts at %d (trimmed %v): the test needs more runs than memory keeps", x.Start(), x.Trimmed())
 			}
@@ -216,7 +219,7 @@ func TestOffsetOlderThanMemoryTranslates(t *testing.T) {
 		// Offsets in the first, the 1000th and the 5000th run.
 		asked := map[int64]int64{1: 1, 3*1000 + 2: 4*1000 + 2, 3*5000 + 0: 4 * 5000}
 		for s := range asked {
-			if _, why, ok := tr.translate(tp, s); ok || why != notLoading {
+			if _, why, ok := tr.Translate(tp, s); ok || why != NotLoading {
 				t.Fatalf("load failed %v: translate %d, older than memory: %q %v; want index_loading (asked of the index topic)", failed, s, why, ok)
 			}
 		}
@@ -224,7 +227,7 @@ func TestOffsetOlderThanMemoryTranslates(t *testing.T) {
 			t.Fatal(err)
 		}
 		for s, want := range asked {
-			if pos, why, ok := tr.translate(tp, s); !ok || pos.Target != want || pos.Source != s {
+			if pos, why, ok := tr.Translate(tp, s); !ok || pos.Target != want || pos.Source != s {
 				t.Errorf("load failed %v: translate %d: %+v %q %v; want target %d", failed, s, pos, why, ok, want)
 			}
 		}
@@ -240,28 +243,28 @@ func TestOffsetOlderThanMemoryTranslates(t *testing.T) {
 // before_index.
 func TestOlderOffsetsAreReadUntilRunEnds(t *testing.T) {
 	opts, index, next, end := olderIndex(t, groupIndexRuns+3*offsetindex.MaxRuns)
-	tp := topicPartition{"orders", 0}
-	tr := newTranslator()
-	tr.resumed(tp, next, end-1, nil)
+	tp := partkey.Partition{Topic: "orders", Partition: 0}
+	tr := New()
+	tr.Resumed(tp, next, end-1, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stream, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
-		tr.run(ctx, stream, indexReads{opts: opts, index: index, link: "east"}, slog.New(slog.DiscardHandler))
+		tr.Run(ctx, stream, Reads{Opts: opts, Index: index, Link: "east"}, slog.New(slog.DiscardHandler))
 	}()
 	translated := func(s, want int64) func() bool {
 		return func() bool {
-			pos, _, ok := tr.translate(tp, s)
+			pos, _, ok := tr.Translate(tp, s)
 			return ok && pos.Target == want
 		}
 	}
-	waitFor(t, "offset 1 translated during the stream", translated(1, 1))
+	testwait.For(t, 30*time.Second, "offset 1 translated during the stream", translated(1, 1))
 	close(stream)
-	waitFor(t, "offset 6000 translated after the stream", translated(3*2000, 4*2000))
+	testwait.For(t, 30*time.Second, "offset 6000 translated after the stream", translated(3*2000, 4*2000))
 	cancel()
 	<-finished
-	if pos, why, ok := tr.translate(tp, 3*3000); ok || why != notBeforeIndex {
+	if pos, why, ok := tr.Translate(tp, 3*3000); ok || why != NotBeforeIndex {
 		t.Errorf("translate 9000 once run ended: %+v %q %v, want before_index", pos, why, ok)
 	}
 }
