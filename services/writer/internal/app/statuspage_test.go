@@ -26,6 +26,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/pkg/tracing/otlptest"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupsyncer"
 	"github.com/ferry-replicator/ferry/services/writer/internal/server"
 )
 
@@ -217,7 +218,7 @@ func waitAck(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, se
 type pageStatus struct {
 	Shards   []server.ShardStatus      `json:"shards"`
 	Failover []server.Exposure         `json:"failover"`
-	Groups   []server.GroupStatus      `json:"groups"`
+	Groups   []groupsyncer.Status      `json:"groups"`
 	Stopped  []server.StoppedPartition `json:"stopped"`
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupsyncer"
 )
 
 // The link control plane (docs/architecture.md, "Control"). A link's state
@@ -203,7 +204,7 @@ func stoppedProto(link string, all []StoppedPartition) []*ferryv1.LinkStoppedPar
 }
 
 // groupsProto is link's part of the group sync's state.
-func groupsProto(link string, all []GroupStatus) []*ferryv1.LinkGroup {
+func groupsProto(link string, all []groupsyncer.Status) []*ferryv1.LinkGroup {
 	var out []*ferryv1.LinkGroup
 	for _, g := range all {
 		if g.Link != link {

@@ -23,6 +23,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupsyncer"
 	"github.com/ferry-replicator/ferry/services/writer/internal/translation"
 )
 
@@ -81,17 +82,6 @@ func groupCommitterOn(t *testing.T, cluster *kfake.Cluster) *groupcommit.Committ
 	return gc
 }
 
-// syncPending syncs what the idle syncer has queued, as its run does.
-func syncPending(g *groupSyncer) {
-	for {
-		k, parts, ok := g.next()
-		if !ok {
-			return
-		}
-		g.sync(k, parts)
-	}
-}
-
 // groupOffsets is a GroupOffsets of orders/0, epoch 1: offset per group.
 func groupOffsets(offsets map[string]int64) *ferryv1.ReplicateRequest {
 	m := &ferryv1.GroupOffsets{Epoch: 1, ReadAt: time.Now().UnixMilli()}
@@ -102,19 +92,19 @@ func groupOffsets(offsets map[string]int64) *ferryv1.ReplicateRequest {
 }
 
 // groupOf is the group's line in the writer's /status, if any.
-func groupOf(w *testWriter, group string) (GroupStatus, bool) {
+func groupOf(w *testWriter, group string) (groupsyncer.Status, bool) {
 	for _, g := range w.srv.Groups() {
 		if g.Link == "east" && g.Group == group {
 			return g, true
 		}
 	}
-	return GroupStatus{}, false
+	return groupsyncer.Status{}, false
 }
 
 // syncUntil sends offsets, as a fetcher does each interval, until every
 // group's status satisfies ok (a first read can find the shard's index
 // still loading).
-func syncUntil(t *testing.T, w *testWriter, stream ferryv1.ReplicationService_ReplicateClient, offsets map[string]int64, what string, ok func(GroupStatus) bool) {
+func syncUntil(t *testing.T, w *testWriter, stream ferryv1.ReplicationService_ReplicateClient, offsets map[string]int64, what string, ok func(groupsyncer.Status) bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -140,7 +130,7 @@ func syncUntil(t *testing.T, w *testWriter, stream ferryv1.ReplicationService_Re
 // as Ferry's marker says: moved there by this sync or, when a later sync
 // found it there already, unchanged (a poll can miss the sync that moved
 // it). Where exactly it stands on the target each test checks after.
-func standsFor(g GroupStatus, s int64) bool {
+func standsFor(g groupsyncer.Status, s int64) bool {
 	return (g.Outcome == "moved" || g.Outcome == "unchanged") && len(g.Partitions) == 1 && g.Partitions[0].StandsFor == s
 }
 
@@ -202,7 +192,7 @@ func TestGroupOffsetsTranslateExactly(t *testing.T) {
 		for _, s := range []int64{0, 3, 5, 7, 10, 12, 16, 17, 20, 23, 24, 29} {
 			offsets[fmt.Sprintf("g%d", s)] = s
 		}
-		syncUntil(t, w, stream, offsets, "every group moved", func(g GroupStatus) bool { return standsFor(g, offsets[g.Group]) })
+		syncUntil(t, w, stream, offsets, "every group moved", func(g groupsyncer.Status) bool { return standsFor(g, offsets[g.Group]) })
 		copied := copiedRecords(ctx, t, w, 0)
 		for g, s := range offsets {
 			var want copiedRecord
@@ -243,7 +233,7 @@ func TestGroupAheadOfTheCopyLandsAtTheEnd(t *testing.T) {
 		stream, _ := w.openOrdersFrom(ctx, t, "east", "")
 		copyWithGaps(t, stream) // committed up to source 30
 		ahead := map[string]int64{"ahead": 35}
-		syncUntil(t, w, stream, ahead, "moved to the copied end", func(g GroupStatus) bool { return standsFor(g, 30) })
+		syncUntil(t, w, stream, ahead, "moved to the copied end", func(g groupsyncer.Status) bool { return standsFor(g, 30) })
 		copied := copiedRecords(ctx, t, w, 0)
 		end := copied[len(copied)-1].target + 1
 		if at, md := w.targetGroup(t, "ahead"); at != end || md != groupsync.Marker(30) {
@@ -290,7 +280,7 @@ func TestFailedOverLinkGroupsAreNotFollowed(t *testing.T) {
 		if err := stream.Send(groupOffsets(map[string]int64{"ahead": 35, "behind": 17})); err != nil {
 			t.Fatalf("send group offsets: %v", err)
 		}
-		syncPending(g)
+		g.SyncQueued()
 		ahead, _ := groupOf(w, "ahead")
 		behind, _ := groupOf(w, "behind")
 		return standsFor(ahead, 30) && standsFor(behind, 17)
@@ -299,8 +289,8 @@ func TestFailedOverLinkGroupsAreNotFollowed(t *testing.T) {
 	if _, err := w.srv.store.SetControl(ctx, "east", checkpoint.Control{State: linkstate.FailedOver, Reason: "test", Time: time.Now()}, 0); err != nil {
 		t.Fatal(err)
 	}
-	g.advance()
-	syncPending(g)
+	g.Advance()
+	g.SyncQueued()
 	if _, md := w.targetGroup(t, "ahead"); md != groupsync.Marker(30) {
 		t.Fatalf("group of a failed-over link moved (%q), want it left standing for 30", md)
 	}
@@ -308,8 +298,8 @@ func TestFailedOverLinkGroupsAreNotFollowed(t *testing.T) {
 	if _, err := w.srv.store.SetControl(ctx, "east", checkpoint.Control{State: linkstate.Running, Time: time.Now()}, 0); err != nil {
 		t.Fatal(err)
 	}
-	g.advance()
-	syncPending(g)
+	g.Advance()
+	g.SyncQueued()
 	if _, md := w.targetGroup(t, "ahead"); md != groupsync.Marker(35) {
 		t.Fatalf("group of a running link at %q after the copy passed it, want it moved on to stand for 35", md)
 	}
@@ -335,7 +325,7 @@ func TestActiveGroupIsNotMoved(t *testing.T) {
 			t.Fatal("the member read nothing")
 		}
 	}
-	syncUntil(t, w, stream, map[string]int64{"live": 12}, "active", func(g GroupStatus) bool { return g.Outcome == "active" })
+	syncUntil(t, w, stream, map[string]int64{"live": 12}, "active", func(g groupsyncer.Status) bool { return g.Outcome == "active" })
 	if at, _ := w.targetGroup(t, "live"); at != -1 {
 		t.Fatalf("active group moved to %d", at)
 	}
@@ -358,7 +348,7 @@ func TestGroupCommittedOnTheTargetIsOwned(t *testing.T) {
 	if _, err := kadm.NewClient(cl).CommitOffsets(ctx, "theirs", os); err != nil {
 		t.Fatal(err)
 	}
-	syncUntil(t, w, stream, map[string]int64{"theirs": 24}, "owned", func(g GroupStatus) bool { return g.Outcome == "owned" })
+	syncUntil(t, w, stream, map[string]int64{"theirs": 24}, "owned", func(g groupsyncer.Status) bool { return g.Outcome == "owned" })
 	if at, md := w.targetGroup(t, "theirs"); at != 2 || md != "mine" {
 		t.Fatalf("group committed by another client moved to %d %q", at, md)
 	}
@@ -372,10 +362,10 @@ func TestRewoundGroupStays(t *testing.T) {
 	defer cancel()
 	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
 	copyWithGaps(t, stream)
-	syncUntil(t, w, stream, map[string]int64{"app": 24}, "moved", func(g GroupStatus) bool { return standsFor(g, 24) })
+	syncUntil(t, w, stream, map[string]int64{"app": 24}, "moved", func(g groupsyncer.Status) bool { return standsFor(g, 24) })
 	at, md := w.targetGroup(t, "app")
-	syncUntil(t, w, stream, map[string]int64{"app": 12}, "left behind", func(g GroupStatus) bool {
-		return g.Outcome == "unchanged" && g.Partitions[0].Note == noteBehind && g.Partitions[0].SourceOffset == 12 && g.Partitions[0].StandsFor == 24
+	syncUntil(t, w, stream, map[string]int64{"app": 12}, "left behind", func(g groupsyncer.Status) bool {
+		return g.Outcome == "unchanged" && g.Partitions[0].Note == groupsyncer.NoteBehind && g.Partitions[0].SourceOffset == 12 && g.Partitions[0].StandsFor == 24
 	})
 	if at2, md2 := w.targetGroup(t, "app"); at2 != at || md2 != md {
 		t.Fatalf("rewound group moved from %d %q to %d %q", at, md, at2, md2)
@@ -397,7 +387,7 @@ func TestIndexReadByANewStreamTranslates(t *testing.T) {
 			copyWithGaps(t, stream)
 			closeStream(t, stream)
 			stream, _ = w.openOrdersFrom(ctx, t, "east", "")
-			syncUntil(t, w, stream, map[string]int64{"old": 17}, "moved", func(g GroupStatus) bool { return standsFor(g, 17) })
+			syncUntil(t, w, stream, map[string]int64{"old": 17}, "moved", func(g groupsyncer.Status) bool { return standsFor(g, 17) })
 			expectAtCopyOf18(ctx, t, w, "old")
 		})
 	}
@@ -433,8 +423,8 @@ func TestIndexReadOnlyForAGroupBehindTheEnd(t *testing.T) {
 	}
 	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
 	copyWithGaps(t, stream) // committed up to source 30
-	syncUntil(t, w, stream, map[string]int64{"caught-up": 30, "ahead": 35}, "both at the copied end", func(g GroupStatus) bool { return standsFor(g, 30) })
-	syncUntil(t, w, stream, map[string]int64{"recent": 17}, "moved", func(g GroupStatus) bool { return standsFor(g, 17) })
+	syncUntil(t, w, stream, map[string]int64{"caught-up": 30, "ahead": 35}, "both at the copied end", func(g groupsyncer.Status) bool { return standsFor(g, 30) })
+	syncUntil(t, w, stream, map[string]int64{"recent": 17}, "moved", func(g groupsyncer.Status) bool { return standsFor(g, 17) })
 	if n := read(); n != 0 {
 		t.Fatalf("the index topic was read %d times for groups at the end or on what the stream copied, want never", n)
 	}
@@ -442,7 +432,7 @@ func TestIndexReadOnlyForAGroupBehindTheEnd(t *testing.T) {
 
 	closeStream(t, stream)
 	stream, _ = w.openOrdersFrom(ctx, t, "east", "")
-	syncUntil(t, w, stream, map[string]int64{"behind": 17}, "moved", func(g GroupStatus) bool { return standsFor(g, 17) })
+	syncUntil(t, w, stream, map[string]int64{"behind": 17}, "moved", func(g groupsyncer.Status) bool { return standsFor(g, 17) })
 	if n := read(); n == 0 {
 		t.Fatal("a group behind what the new stream holds translated without the index topic read")
 	}
@@ -567,13 +557,13 @@ func TestLoadingIndexIsTranslatedOnceLoaded(t *testing.T) {
 // sendWhileLoading sends group "behind" at 17 on stream, a new stream of
 // a shard whose copy reached source 30, and waits for its first sync to
 // find the shard's index loading.
-func sendWhileLoading(t *testing.T, w *testWriter, g *groupSyncer, stream ferryv1.ReplicationService_ReplicateClient) {
+func sendWhileLoading(t *testing.T, w *testWriter, g *groupsyncer.Syncer, stream ferryv1.ReplicationService_ReplicateClient) {
 	t.Helper()
 	if err := stream.Send(groupOffsets(map[string]int64{"behind": 17})); err != nil {
 		t.Fatalf("send group offsets: %v", err)
 	}
 	waitFor(t, "the group's first sync, its index loading", func() bool {
-		syncPending(g)
+		g.SyncQueued()
 		st, ok := groupOf(w, "behind")
 		return ok && len(st.Partitions) == 1 && st.Partitions[0].Note == translation.NotLoading
 	})
@@ -582,11 +572,11 @@ func sendWhileLoading(t *testing.T, w *testWriter, g *groupSyncer, stream ferryv
 // positionedByAdvance waits, the syncer advancing with no new read of
 // the group, until "behind" stands for 17, and checks it lands at the
 // copy of 18.
-func positionedByAdvance(ctx context.Context, t *testing.T, w *testWriter, g *groupSyncer, what string) {
+func positionedByAdvance(ctx context.Context, t *testing.T, w *testWriter, g *groupsyncer.Syncer, what string) {
 	t.Helper()
 	waitFor(t, what, func() bool {
-		g.advance()
-		syncPending(g)
+		g.Advance()
+		g.SyncQueued()
 		st, _ := groupOf(w, "behind")
 		return standsFor(st, 17)
 	})
@@ -596,7 +586,7 @@ func positionedByAdvance(ctx context.Context, t *testing.T, w *testWriter, g *gr
 // idleSyncerOverCopy is a writer (edits edit its options) whose group
 // syncer the test drives, and a stream of link east that copied orders/0
 // up to source 30 (copyWithGaps); ctx ends with the test.
-func idleSyncerOverCopy(t *testing.T, edits ...func(*Options)) (*testWriter, *groupSyncer, ferryv1.ReplicationService_ReplicateClient, context.Context) {
+func idleSyncerOverCopy(t *testing.T, edits ...func(*Options)) (*testWriter, *groupsyncer.Syncer, ferryv1.ReplicationService_ReplicateClient, context.Context) {
 	t.Helper()
 	w := startGroupWriterIdle(t, false, edits...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

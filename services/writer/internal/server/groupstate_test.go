@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupstate"
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupsyncer"
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 )
 
@@ -83,10 +84,10 @@ func runGroupSync(t *testing.T, s *Server) {
 // the sync knew (times to the millisecond, as the topic keeps them).
 type groupView struct {
 	outcome string
-	parts   []GroupPartitionStatus
+	parts   []groupsyncer.PartitionStatus
 }
 
-func viewOf(gs []GroupStatus) map[string]groupView {
+func viewOf(gs []groupsyncer.Status) map[string]groupView {
 	out := map[string]groupView{}
 	for _, g := range gs {
 		v := groupView{outcome: g.Outcome}
@@ -138,7 +139,7 @@ func TestGroupStateSurvivesARestart(t *testing.T) {
 	// Ferry's marker, so the sync leaves it (owned).
 	commitOnTarget(ctx, t, &controlWriter{testWriter: first}, "theirs", 2, "")
 	offsets := map[string]int64{"g3": 3, "g17": 17, "g29": 29, "theirs": 5}
-	syncUntil(t, first, stream, offsets, "every group synced or owned", func(g GroupStatus) bool {
+	syncUntil(t, first, stream, offsets, "every group synced or owned", func(g groupsyncer.Status) bool {
 		if g.Group == "theirs" {
 			return g.Outcome == "owned"
 		}
@@ -216,7 +217,7 @@ func TestFailoverReportIsOnTheTarget(t *testing.T) {
 	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
 	copyWithGaps(t, stream)
 	offsets := map[string]int64{"g3": 3, "g17": 17}
-	syncUntil(t, w.testWriter, stream, offsets, "every group synced", func(g GroupStatus) bool { return standsFor(g, offsets[g.Group]) })
+	syncUntil(t, w.testWriter, stream, offsets, "every group synced", func(g groupsyncer.Status) bool { return standsFor(g, offsets[g.Group]) })
 
 	stored := func() map[groupstate.Key]groupstate.Part {
 		t.Helper()
@@ -284,11 +285,11 @@ func TestHandBackGroupsAfterARoundTrip(t *testing.T) {
 	runGroupSync(t, w.srv)
 	stream, _ := w.openOrdersFrom(ctx, t, "east", "")
 	copyWithGaps(t, stream)
-	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 17}, "g synced", func(g GroupStatus) bool { return standsFor(g, 17) })
+	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 17}, "g synced", func(g groupsyncer.Status) bool { return standsFor(g, 17) })
 
 	// The outage: g's consumers read on the target and commit there.
 	commitOnTarget(ctx, t, w, "g", 14, "")
-	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 17}, "g owned", func(g GroupStatus) bool { return g.Outcome == "owned" })
+	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 17}, "g owned", func(g groupsyncer.Status) bool { return g.Outcome == "owned" })
 
 	if _, err := w.ctl.HandBackGroups(ctx, &ferryv1.HandBackGroupsRequest{Link: "east"}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a hand-back of no group: %v, want InvalidArgument", err)
@@ -323,10 +324,10 @@ func TestHandBackGroupsAfterARoundTrip(t *testing.T) {
 
 	// Back on the old source, g's consumers read on to 29: the sync takes
 	// the target's offset 14 over with its marker, and the hand-back ends.
-	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 29}, "g synced again", func(g GroupStatus) bool { return standsFor(g, 29) && !g.HandedBack })
+	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 29}, "g synced again", func(g groupsyncer.Status) bool { return standsFor(g, 29) && !g.HandedBack })
 	if at, md := w.targetGroup(t, "g"); md != groupsync.Marker(29) || at <= 14 {
 		t.Errorf("g on the target after the hand-back: %d %q, want past 14 with Ferry's marker of 29", at, md)
 	}
 	commitOnTarget(ctx, t, w, "g", 30, "")
-	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 29}, "g owned again", func(g GroupStatus) bool { return g.Outcome == "owned" })
+	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 29}, "g owned again", func(g groupsyncer.Status) bool { return g.Outcome == "owned" })
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupsyncer"
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
@@ -116,13 +117,13 @@ type Options struct {
 	// given (Durable); nil: nothing to write.
 	FlushHeartbeats func(context.Context) error
 	// Groups commits the consumer-group offsets streams bring (group
-	// sync, groups.go) on the writer's group syncer (RunGroupSync); nil:
+	// sync, package groupsyncer) on the writer's group syncer (RunGroupSync); nil:
 	// the writer syncs no groups and its Opened says it takes none.
-	Groups GroupCommitter
+	Groups groupsyncer.Committer
 	// GroupState keeps the group syncer's state in the target cluster,
 	// written every GroupStatePersist (heartbeats.persist_interval) and
 	// read back by RestoreGroups; nil: memory only (tests).
-	GroupState        GroupStateStore
+	GroupState        groupsyncer.Store
 	GroupStatePersist time.Duration
 	// Syncer keeps existing target topics' configs like their source's
 	// and creates their synced ACLs (topicsync.go); nil: configs are
@@ -174,7 +175,7 @@ type Server struct {
 	// beats is the heartbeat table (Options.Heartbeats).
 	beats *heartbeat.Table
 	// groups is the group syncer; nil without Options.Groups.
-	groups *groupSyncer
+	groups *groupsyncer.Syncer
 	// stops are the partitions the writer refused for good (stopped.go).
 	stops stoppedTable
 
@@ -235,11 +236,8 @@ func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Stor
 	s.loadsCtx, s.stopLoads = context.WithCancel(context.Background())
 	m.Failover.SetSource(s.failoverMetrics)
 	if opts.Groups != nil {
-		s.groups = newGroupSyncer(opts.Groups, m, log.With("component", "group-sync"), s.linkRefusal)
-		s.groups.store, s.groups.persistEvery = opts.GroupState, opts.GroupStatePersist
-		if s.groups.persistEvery <= 0 {
-			s.groups.persistEvery = 5 * time.Second
-		}
+		s.groups = groupsyncer.New(groupsyncer.Config{Commit: opts.Groups, Store: opts.GroupState, PersistEvery: opts.GroupStatePersist,
+			Refused: s.linkRefusal, Metrics: m, Log: log.With("component", "group-sync")})
 		m.Groups.SetSource(s.groupMetrics)
 	}
 	return s

@@ -1,25 +1,25 @@
-package server
+package groupsyncer
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupstate"
+	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 )
 
-// The group syncer's state outlives the writer (package groupstate): what
-// a sync changed is written to the target cluster at most once a persist
-// interval, and a writer starting reads it all back (RestoreGroups) before
-// it serves anything, so a failover report and failback's --move-groups
+// The syncer's state outlives the writer (package groupstate): what a
+// sync changed is written to the target cluster at most once a persist
+// interval, and a writer starting reads it all back (Restore) before it
+// serves anything, so a failover report and failback's --move-groups
 // after a writer restart see the groups the sync had followed, with their
 // positions, outcomes (owned, active) and what each group last read on the
 // source, though no fetcher reaches the writer any more.
 
-// GroupStateStore reads and writes the group state topic
+// Store reads and writes the group state topic
 // (groupstate.Store).
-type GroupStateStore interface {
+type Store interface {
 	Load(ctx context.Context) (map[groupstate.Key]groupstate.Part, int, error)
 	Write(ctx context.Context, parts map[groupstate.Key]groupstate.Part) error
 }
@@ -28,19 +28,19 @@ type GroupStateStore interface {
 const persistTimeout = 5 * time.Second
 
 // markDirty notes that tp of group k changed; called with g.mu held.
-func (g *groupSyncer) markDirty(k groupKey, tp topicPartition) {
+func (g *Syncer) markDirty(k Key, tp partkey.Partition) {
 	if g.store == nil {
 		return
 	}
 	if g.dirty == nil {
 		g.dirty = map[groupstate.Key]bool{}
 	}
-	g.dirty[groupstate.Key{Link: k.link, Group: k.group, Topic: tp.Topic, Partition: tp.Partition}] = true
+	g.dirty[groupstate.Key{Link: k.Link, Group: k.Group, Topic: tp.Topic, Partition: tp.Partition}] = true
 }
 
 // persist writes the group partitions changed since the last write; a
 // failed write is tried again at the next, and returned.
-func (g *groupSyncer) persist(ctx context.Context) error {
+func (g *Syncer) Persist(ctx context.Context) error {
 	if g.store == nil {
 		return nil
 	}
@@ -55,11 +55,11 @@ func (g *groupSyncer) persist(ctx context.Context) error {
 	g.dirty = nil
 	parts := make(map[groupstate.Key]groupstate.Part, len(dirty))
 	for k := range dirty {
-		st := g.state[groupKey{k.Link, k.Group}]
+		st := g.state[Key{Link: k.Link, Group: k.Group}]
 		if st == nil {
 			continue
 		}
-		gp := st.parts[topicPartition{Topic: k.Topic, Partition: k.Partition}]
+		gp := st.parts[partkey.Partition{Topic: k.Topic, Partition: k.Partition}]
 		if gp == nil {
 			continue
 		}
@@ -89,50 +89,10 @@ func (g *groupSyncer) persist(ctx context.Context) error {
 }
 
 // persistAtEnd writes what changed once more as the syncer stops.
-func (g *groupSyncer) persistAtEnd() {
+func (g *Syncer) persistAtEnd() {
 	ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
 	defer cancel()
-	_ = g.persist(ctx) // logged; nothing is left to try it again
-}
-
-// Durable writes what the heartbeats and the group sync changed since
-// their last writes before a report of a link that does not run is given
-// (Control.Status): the partitions and groups ferryctl failover and
-// failback print then survive a writer killed the moment after, though
-// the persist interval had not come round.
-func (s *Server) Durable(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, persistTimeout)
-	defer cancel()
-	if f := s.opts.FlushHeartbeats; f != nil {
-		if err := f(ctx); err != nil {
-			return fmt.Errorf("heartbeats.topic: %w", err)
-		}
-	}
-	if s.groups == nil || s.groups.store == nil {
-		return nil
-	}
-	if err := s.groups.persist(ctx); err != nil {
-		return fmt.Errorf("group_state.topic: %w", err)
-	}
-	return nil
-}
-
-// HandBackGroups returns link's groups to the group sync after a round
-// trip (ControlService.HandBackGroups): known are the groups its sync
-// follows, now handed back and written to the group state topic before
-// it answers; unknown the rest. Without group sync every group is
-// unknown.
-func (s *Server) HandBackGroups(ctx context.Context, link string, groups []string) (known, unknown []string, err error) {
-	if s.groups == nil {
-		return nil, groups, nil
-	}
-	known, unknown = s.groups.handBack(link, groups)
-	if len(known) > 0 {
-		if err := s.Durable(ctx); err != nil {
-			return nil, nil, err
-		}
-	}
-	return known, unknown, nil
+	_ = g.Persist(ctx) // logged; nothing is left to try it again
 }
 
 // clipDetail keeps a record within groupstate's bound: details are
@@ -145,25 +105,41 @@ func clipDetail(s string) string {
 	return s
 }
 
+// Restore reads the state topic back, for the links serves names, before
+// Run: it does nothing without a store. A record that does not decode is
+// counted and left out.
+func (g *Syncer) Restore(ctx context.Context, serves func(link string) bool) error {
+	if g.store == nil {
+		return nil
+	}
+	parts, refused, err := g.store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	groups, restored := g.restore(parts, serves)
+	g.log.Info("group state read back", "groups", groups, "partitions", restored, "refused", refused)
+	return nil
+}
+
 // restore takes the state read back from the topic, for the links this
 // writer serves, before the syncer runs: a group's outcome is its
 // partitions' latest, and it counts against groupsync.MaxGroups as a
 // group offered by a stream does.
-func (g *groupSyncer) restore(parts map[groupstate.Key]groupstate.Part, serves func(link string) bool) (groups, restored int) {
+func (g *Syncer) restore(parts map[groupstate.Key]groupstate.Part, serves func(link string) bool) (groups, restored int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for k, p := range parts {
 		if !serves(k.Link) {
 			continue
 		}
-		gk := groupKey{k.Link, k.Group}
+		gk := Key{Link: k.Link, Group: k.Group}
 		st := g.state[gk]
 		if st == nil {
 			if g.perLink[k.Link] >= groupsync.MaxGroups {
 				continue
 			}
 			g.perLink[k.Link]++
-			st = &groupState{parts: map[topicPartition]*groupPart{}}
+			st = &groupState{parts: map[partkey.Partition]*groupPart{}}
 			g.state[gk] = st
 			groups++
 		}
@@ -176,28 +152,11 @@ func (g *groupSyncer) restore(parts map[groupstate.Key]groupstate.Part, serves f
 		// Every partition's record carries the group's flag, all
 		// rewritten when it changes.
 		st.handedBack = st.handedBack || p.HandedBack
-		st.parts[topicPartition{Topic: k.Topic, Partition: k.Partition}] = &groupPart{
+		st.parts[partkey.Partition{Topic: k.Topic, Partition: k.Partition}] = &groupPart{
 			reported: p.Reported, reportedAt: groupstate.Time(p.ReportedAt),
 			target: p.Target, standsFor: p.StandsFor, syncedAt: groupstate.Time(p.SyncedAt), note: p.Note,
 		}
 		restored++
 	}
 	return groups, restored
-}
-
-// RestoreGroups reads the group state topic back into the group syncer;
-// it does nothing without one (Options.GroupState nil, or no group sync).
-// Called once, before the writer serves: a record that does not decode
-// is counted and left out.
-func (s *Server) RestoreGroups(ctx context.Context) error {
-	if s.groups == nil || s.groups.store == nil {
-		return nil
-	}
-	parts, refused, err := s.groups.store.Load(ctx)
-	if err != nil {
-		return err
-	}
-	groups, restored := s.groups.restore(parts, func(link string) bool { _, ok := s.links[link]; return ok })
-	s.log.Info("group state read back", "groups", groups, "partitions", restored, "refused", refused)
-	return nil
 }
