@@ -16,7 +16,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/shards"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
-	"github.com/ferry-replicator/ferry/services/writer/internal/server"
+	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 )
 
 // runWriter runs the whole writer on target until the returned stop.
@@ -51,7 +51,7 @@ func runWriterWith(t *testing.T, target string, edit func(*config.Config)) (cfg 
 
 // failoverStatus polls the writer's /status until its failover section
 // holds a line satisfying ok.
-func failoverStatus(t *testing.T, admin string, ok func(server.Exposure) bool) server.Exposure {
+func failoverStatus(t *testing.T, admin string, ok func(heartbeat.Exposure) bool) heartbeat.Exposure {
 	t.Helper()
 	var last string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -63,7 +63,7 @@ func failoverStatus(t *testing.T, admin string, ok func(server.Exposure) bool) s
 		resp.Body.Close()
 		last = string(body)
 		var st struct {
-			Failover []server.Exposure `json:"failover"`
+			Failover []heartbeat.Exposure `json:"failover"`
 		}
 		if json.Unmarshal(body, &st) != nil {
 			continue
@@ -75,7 +75,7 @@ func failoverStatus(t *testing.T, admin string, ok func(server.Exposure) bool) s
 		}
 	}
 	t.Fatalf("no failover line as wanted within 30s; last /status %s", last)
-	return server.Exposure{}
+	return heartbeat.Exposure{}
 }
 
 // The whole writer shows the failover meter in /status, writes the
@@ -125,7 +125,7 @@ func TestFailoverMeterInStatusAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nothing copied: all the source holds is at risk.
-	want := func(e server.Exposure) bool {
+	want := func(e heartbeat.Exposure) bool {
 		return e.Link == "east" && e.Topic == "orders" && e.Records == 35 && e.Committed == -1 && e.SourceHighWatermark == 40 && e.SourceLogStart == 5
 	}
 	before := failoverStatus(t, cfg.Admin.Listen, want)

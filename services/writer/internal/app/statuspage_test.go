@@ -27,6 +27,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tracing/otlptest"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupsyncer"
+	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 	"github.com/ferry-replicator/ferry/services/writer/internal/server"
 )
 
@@ -217,7 +218,7 @@ func waitAck(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, se
 // pageStatus is what the test reads of /status.
 type pageStatus struct {
 	Shards   []server.ShardStatus      `json:"shards"`
-	Failover []server.Exposure         `json:"failover"`
+	Failover []heartbeat.Exposure      `json:"failover"`
 	Groups   []groupsyncer.Status      `json:"groups"`
 	Stopped  []server.StoppedPartition `json:"stopped"`
 }

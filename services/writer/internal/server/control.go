@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupsyncer"
+	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 )
 
 // The link control plane (docs/architecture.md, "Control"). A link's state
@@ -157,7 +158,7 @@ func (c *Control) Status(ctx context.Context, req *ferryv1.StatusRequest) (*ferr
 	return resp, nil
 }
 
-func (c *Control) linkStatus(ls LinkState, shards []ShardStatus, meter []Exposure) *ferryv1.LinkStatus {
+func (c *Control) linkStatus(ls LinkState, shards []ShardStatus, meter []heartbeat.Exposure) *ferryv1.LinkStatus {
 	out := &ferryv1.LinkStatus{Name: ls.Link, Control: controlProto(c.s.store.Control(ls.Link)), Shards: c.s.links[ls.Link].Shards,
 		IndexGaps: c.s.gaps.of(ls.Link)}
 	for _, sh := range shards {

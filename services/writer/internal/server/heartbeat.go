@@ -1,9 +1,9 @@
 package server
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -157,91 +157,25 @@ func maxTimestamp(w work) int64 {
 	return ts
 }
 
-// Exposure is one partition's line of the failover meter in /status.
-type Exposure struct {
-	Link      string `json:"link"`
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
-	// SourceHighWatermark and SourceLogStart are the last heartbeat's.
-	SourceHighWatermark int64 `json:"source_high_watermark"`
-	SourceLogStart      int64 `json:"source_log_start_offset"`
-	// Committed is the next source offset committed on the target (the
-	// checkpoint), -1 when nothing is.
-	Committed int64 `json:"committed_next_offset"`
-	// Records would be lost if the source died now.
-	Records int64 `json:"exposure_records"`
-	// Seconds is the source time those records span: the source head's
-	// timestamp minus that of the last record committed on the target;
-	// the partition's lag in seconds. Absent when unknown.
-	Seconds *float64 `json:"exposure_seconds,omitempty"`
-	// HeartbeatAge is the last heartbeat's age in seconds, from when the
-	// fetcher read the source (its clock) to now (the writer's).
-	HeartbeatAge float64 `json:"heartbeat_age_seconds"`
-	// ObservedAt is when the fetcher read the source.
-	ObservedAt time.Time `json:"heartbeat_observed_at"`
-	// AppendRate is the source's append rate at the last heartbeat
-	// (offsets a second, heartbeat.State.AppendRate), and AfterHeartbeat
-	// the offsets it estimates the source took since, which no heartbeat
-	// reported: AppendRate times HeartbeatAge, rounded up. After a region
-	// loss the age runs on past the loss, so the estimate only grows
-	// beyond what the source can have taken. Absent while the rate is
-	// unknown (fewer than two heartbeats).
-	AppendRate     *float64 `json:"source_append_rate,omitempty"`
-	AfterHeartbeat *int64   `json:"after_heartbeat_estimate_offsets,omitempty"`
-	// LostRecords are Records' records below what the fetcher had read at
-	// the last heartbeat (ReadNext) not committed on the target: records,
-	// exactly, not offsets (no transaction marker or aborted record is
-	// among them); nil while unknown (a fetcher older than the count).
-	// UnreadOffsets are Records' offsets at and above ReadNext, which no
-	// one read: at most that many records more.
-	LostRecords   *int64 `json:"lost_records,omitempty"`
-	UnreadOffsets *int64 `json:"unread_offsets,omitempty"`
-	// Moved says an operator moved the checkpoint past Committed
-	// (failback), and Resume is where the link resumes: the checkpoint's
-	// next source offset, -1 when there is none.
-	Moved  bool  `json:"checkpoint_moved,omitempty"`
-	Resume int64 `json:"resume_next_offset"`
-}
-
-// afterHeartbeat estimates the offsets a source appending rate a second
-// took in age seconds, rounded up; nil for an unknown rate.
-func afterHeartbeat(rate, age float64) *int64 {
-	if rate < 0 {
-		return nil
-	}
-	v := int64(math.Ceil(math.Min(rate*age, math.MaxInt64/2)))
-	return &v
-}
-
 // Failover is the failover meter: per partition of the writer's links with
 // a heartbeat, what a failover now would lose, from the target side alone
 // (the heartbeat table and the checkpoint view): it answers with the
 // source gone.
-func (s *Server) Failover() []Exposure {
+func (s *Server) Failover() []heartbeat.Exposure {
 	now := time.Now()
-	var out []Exposure
+	var out []heartbeat.Exposure
 	for k, st := range s.beats.All() {
 		if _, ok := s.links[k.Link]; !ok || !st.HasHeartbeat() {
 			continue
 		}
-		e := exposure(k, st, s.committed(k), now)
+		e := heartbeat.ExposureOf(k, st, s.committed(k), now)
 		e.Resume, e.Moved = s.resumeAt(k)
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(a, b Exposure) int {
-		return strings.Compare(a.Link+"/"+a.Topic, b.Link+"/"+b.Topic)*2 + cmpInt(a.Partition, b.Partition)
+	slices.SortFunc(out, func(a, b heartbeat.Exposure) int {
+		return strings.Compare(a.Link+"/"+a.Topic, b.Link+"/"+b.Topic)*2 + cmp.Compare(a.Partition, b.Partition)
 	})
 	return out
-}
-
-func cmpInt(a, b int32) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // committed is k's committed next source offset, -1 when none is. A
@@ -261,42 +195,6 @@ func (s *Server) resumeAt(k heartbeat.Key) (int64, bool) {
 		return cp.NextSourceOffset, cp.CopiedNext != nil
 	}
 	return -1, false
-}
-
-// exposure computes a partition's meter. What is at risk is what the
-// source held above both the checkpoint and its log start (below the log
-// start, retention has removed it already): nothing committed, all the
-// source holds. A heartbeat older than the checkpoint can say less than
-// is committed: the meter is then 0, not negative. The seconds come from
-// the last round this writer committed, so after the partition was
-// copied elsewhere they can be more than the truth, never less.
-func exposure(k heartbeat.Key, st heartbeat.State, next int64, now time.Time) Exposure {
-	e := Exposure{
-		Link: k.Link, Topic: k.Topic, Partition: k.Partition,
-		SourceHighWatermark: st.HighWatermark, SourceLogStart: st.LogStart, Committed: next,
-		Records:      max(0, st.HighWatermark-max(next, st.LogStart)),
-		HeartbeatAge: max(0, now.Sub(time.UnixMilli(st.ObservedAt)).Seconds()),
-		ObservedAt:   time.UnixMilli(st.ObservedAt).UTC(),
-	}
-	switch {
-	case e.Records == 0:
-		e.Seconds = new(float64)
-	case st.HeadTimestamp >= 0 && st.CommittedTimestamp >= 0 && next >= 0:
-		v := math.Max(0, float64(st.HeadTimestamp-st.CommittedTimestamp)/1000)
-		e.Seconds = &v
-	}
-	if st.AppendRate >= 0 {
-		r := st.AppendRate
-		e.AppendRate, e.AfterHeartbeat = &r, afterHeartbeat(r, e.HeartbeatAge)
-	}
-	if st.ReadNext >= 0 {
-		lost, unread := st.PendingRecords, max(0, st.HighWatermark-max(st.ReadNext, next, st.LogStart))
-		if e.Records == 0 {
-			lost = 0 // the heartbeat is older than the checkpoint
-		}
-		e.LostRecords, e.UnreadOffsets = &lost, &unread
-	}
-	return e
 }
 
 // failoverMetrics is the meter as the metrics serve it.

@@ -83,10 +83,10 @@ func sendHeartbeat(t *testing.T, stream ferryv1.ReplicationService_ReplicateClie
 }
 
 // meterOf waits for orders/0's line of w's failover meter to satisfy ok.
-func meterOf(t *testing.T, w *testWriter, what string, ok func(Exposure) bool) Exposure {
+func meterOf(t *testing.T, w *testWriter, what string, ok func(heartbeat.Exposure) bool) heartbeat.Exposure {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	var last []Exposure
+	var last []heartbeat.Exposure
 	for time.Now().Before(deadline) {
 		last = w.srv.Failover()
 		for _, e := range last {
@@ -97,7 +97,7 @@ func meterOf(t *testing.T, w *testWriter, what string, ok func(Exposure) bool) E
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("not within 10s: %s; meter %+v", what, last)
-	return Exposure{}
+	return heartbeat.Exposure{}
 }
 
 // gauge is the writer's metric name for east/orders/0, -1 when absent.
@@ -151,7 +151,7 @@ func TestFailoverMeterIsHighWatermarkMinusCommitted(t *testing.T) {
 				t.Fatalf("source heartbeat %v, want high watermark 25 and a head", hb)
 			}
 			sendHeartbeat(t, stream, 1, hb)
-			e := meterOf(t, w, "15 records at risk", func(e Exposure) bool { return e.Records == 15 })
+			e := meterOf(t, w, "15 records at risk", func(e heartbeat.Exposure) bool { return e.Records == 15 })
 			info, err := recordbatch.Parse(raw)
 			if err != nil {
 				t.Fatal(err)
@@ -173,7 +173,7 @@ func TestFailoverMeterIsHighWatermarkMinusCommitted(t *testing.T) {
 			if _, err := sendWire(t, stream, 2, wireKafka(t, 10, sourceBatch(t, 10, 15, nil, recordbatch.None, 0))); err != nil {
 				t.Fatalf("stream ended: %v", err)
 			}
-			meterOf(t, w, "nothing at risk once all is copied", func(e Exposure) bool {
+			meterOf(t, w, "nothing at risk once all is copied", func(e heartbeat.Exposure) bool {
 				return e.Records == 0 && e.Committed == 25 && e.Seconds != nil && *e.Seconds == 0
 			})
 		})
@@ -198,12 +198,12 @@ func TestFailoverMeterEstimatesTheTailAfterTheLastHeartbeat(t *testing.T) {
 			HeadOffset: hw - 1, HeadTimestamp: now.Add(-ago).UnixMilli(), ObservedAt: now.Add(-ago).UnixMilli()}
 	}
 	sendHeartbeat(t, stream, 1, hb(25, 3*time.Second))
-	e := meterOf(t, w, "the first heartbeat", func(e Exposure) bool { return e.SourceHighWatermark == 25 })
+	e := meterOf(t, w, "the first heartbeat", func(e heartbeat.Exposure) bool { return e.SourceHighWatermark == 25 })
 	if e.AppendRate != nil || e.AfterHeartbeat != nil {
 		t.Errorf("after one heartbeat: rate %v, estimate %v; want both unknown", e.AppendRate, e.AfterHeartbeat)
 	}
 	sendHeartbeat(t, stream, 1, hb(85, time.Second)) // 60 offsets in 2 s
-	e = meterOf(t, w, "the second heartbeat", func(e Exposure) bool { return e.SourceHighWatermark == 85 })
+	e = meterOf(t, w, "the second heartbeat", func(e heartbeat.Exposure) bool { return e.SourceHighWatermark == 85 })
 	if e.AppendRate == nil || *e.AppendRate != 30 {
 		t.Fatalf("append rate %v, want 30 offsets a second", e.AppendRate)
 	}
@@ -258,7 +258,7 @@ func TestFailoverMeterSurvivesRestart(t *testing.T) {
 		t.Fatalf("stream ended: %v", err)
 	}
 	sendHeartbeat(t, stream, 1, sourceHeartbeat(t, src))
-	before := meterOf(t, w1, "15 records at risk", func(e Exposure) bool { return e.Records == 15 && e.Seconds != nil })
+	before := meterOf(t, w1, "15 records at risk", func(e heartbeat.Exposure) bool { return e.Records == 15 && e.Seconds != nil })
 	if err := store1.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestFailoverMeterSurvivesRestart(t *testing.T) {
 		t.Fatalf("read back %d heartbeats, %d refused, %v; want 1", loaded, refused, err)
 	}
 	w2 := startWriterOn(t, target, passthroughLinks(t, true), withTable(table2), nil, nil, insecure.NewCredentials())
-	after := meterOf(t, w2, "the meter after the restart", func(e Exposure) bool { return e.Committed == 10 })
+	after := meterOf(t, w2, "the meter after the restart", func(e heartbeat.Exposure) bool { return e.Committed == 10 })
 	if after.Records != 15 || after.Seconds == nil || *after.Seconds != *before.Seconds || !after.ObservedAt.Equal(before.ObservedAt) {
 		t.Fatalf("meter after the restart %+v, want %+v", after, before)
 	}
@@ -379,21 +379,21 @@ func TestFailoverMeterCountsRecordsNotOffsets(t *testing.T) {
 	now := time.Now().UnixMilli()
 	sendHeartbeat(t, stream, 1, &ferryv1.PartitionHeartbeat{Topic: "orders", Partition: 0, HighWatermark: 30, LogStartOffset: 0,
 		HeadOffset: 29, HeadTimestamp: now, ObservedAt: now, ReadNext: 26, RecordsRead: 20, ReadsCounted: true})
-	e := meterOf(t, w, "the heartbeat", func(e Exposure) bool { return e.SourceHighWatermark == 30 })
+	e := meterOf(t, w, "the heartbeat", func(e heartbeat.Exposure) bool { return e.SourceHighWatermark == 30 })
 	if e.Records != 20 || e.LostRecords == nil || *e.LostRecords != 10 || e.UnreadOffsets == nil || *e.UnreadOffsets != 4 {
 		t.Fatalf("offsets %d, records %v, unread %v; want 20 offsets at risk: 10 records read and not committed, 4 offsets unread", e.Records, e.LostRecords, e.UnreadOffsets)
 	}
 	if err := sendKafka(t, stream, 2, 10, sourceBatch(t, 10, 5, nil, recordbatch.None, 0)); err != nil {
 		t.Fatalf("stream ended: %v", err)
 	}
-	e = meterOf(t, w, "records 10-14 committed", func(e Exposure) bool { return e.Committed == 15 })
+	e = meterOf(t, w, "records 10-14 committed", func(e heartbeat.Exposure) bool { return e.Committed == 15 })
 	if e.Records != 15 || e.LostRecords == nil || *e.LostRecords != 5 || *e.UnreadOffsets != 4 {
 		t.Fatalf("offsets %d, records %v, unread %v; want 15 offsets at risk: 5 records (21-25), 4 offsets unread", e.Records, e.LostRecords, e.UnreadOffsets)
 	}
 	// A fetcher that does not count its reads: offsets only.
 	sendHeartbeat(t, stream, 1, &ferryv1.PartitionHeartbeat{Topic: "orders", Partition: 0, HighWatermark: 31, LogStartOffset: 0,
 		HeadOffset: 30, HeadTimestamp: now, ObservedAt: now + 1})
-	e = meterOf(t, w, "an uncounted heartbeat", func(e Exposure) bool { return e.SourceHighWatermark == 31 })
+	e = meterOf(t, w, "an uncounted heartbeat", func(e heartbeat.Exposure) bool { return e.SourceHighWatermark == 31 })
 	if e.LostRecords != nil || e.UnreadOffsets != nil {
 		t.Fatalf("records %v, unread %v after an uncounted heartbeat, want both unknown", e.LostRecords, e.UnreadOffsets)
 	}

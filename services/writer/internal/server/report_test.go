@@ -11,6 +11,7 @@ import (
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 )
 
 // reportBound is how soon a heartbeat or group offsets sent while the
@@ -162,7 +163,7 @@ func TestHeartbeatOvertakesHeldData(t *testing.T) {
 	if err := awaitAck(stream, n+m); err != nil {
 		t.Fatalf("stream ended: %v", err)
 	}
-	meterOf(t, w, "every record committed", func(e Exposure) bool { return e.Committed == n*20+m*1000 })
+	meterOf(t, w, "every record committed", func(e heartbeat.Exposure) bool { return e.Committed == n*20+m*1000 })
 }
 
 // Group offsets sent while the shard's data waits reach the writer's

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"sync"
@@ -80,7 +81,7 @@ func (s *Server) Stopped() []StoppedPartition {
 		out = append(out, p)
 	}
 	slices.SortFunc(out, func(a, b StoppedPartition) int {
-		return strings.Compare(a.Link+"\x00"+a.Topic, b.Link+"\x00"+b.Topic)*2 + cmpInt(a.Partition, b.Partition)
+		return strings.Compare(a.Link+"\x00"+a.Topic, b.Link+"\x00"+b.Topic)*2 + cmp.Compare(a.Partition, b.Partition)
 	})
 	return out
 }
