@@ -213,7 +213,13 @@ func (c *atLeastOnce) round(ctx context.Context, group []work) (committed, error
 		return committed{}, err
 	}
 	start := time.Now()
-	offsets, err := c.prod.Produce(ctx, r.batches)
+	// A stream cut while its records are on the way does not abandon
+	// them: the target may write them either way, and only its answer
+	// says so. The produce gets cutGrace to answer; then the round is
+	// pending like any other and settle writes its checkpoints.
+	pctx, stop := outliveCut(ctx, cutGrace)
+	offsets, err := c.prod.Produce(pctx, r.batches)
+	stop()
 	if err != nil {
 		err = fmt.Errorf("produce to target: %w", c.obs.refusedBy(err, group, r))
 		c.obs.traceFailed(ctx, group, "ferry.produce", start, err)
@@ -226,6 +232,20 @@ func (c *atLeastOnce) round(ctx context.Context, group []work) (committed, error
 	c.prog.reached(group, r, offsets, now, c.cps)
 	c.obs.written(ctx, group, start, now, now)
 	return done, nil
+}
+
+// cutGrace is how long an at-least-once round's produce may run on after
+// its stream is cut (producer.timeout is 20 s by default;
+// a healthy target answers within a round trip). A replacing stream of
+// the shard waits for it (settle).
+const cutGrace = 10 * time.Second
+
+// outliveCut is a context that ctx's end does not end at once: grace
+// after it. stop releases it.
+func outliveCut(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	unhook := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return out, func() { unhook(); cancel() }
 }
 
 // exactlyOnce is the transactional committer (see committer).

@@ -212,3 +212,58 @@ func TestCutStreamCheckpointsWhatLanded(t *testing.T) {
 		t.Fatalf("resume %+v after the cut, want from 5: the records that landed are checkpointed", r)
 	}
 }
+
+// The round in flight at a cut: its records' produce reached the target
+// as the stream was cut, and the target wrote them. A produce the cut
+// abandoned would leave them there without a checkpoint: counted lost at
+// a failover, copied again by --copy-stranded and by the next stream. The
+// round is let finish (bounded), and settle writes its checkpoints.
+func TestCutStreamCheckpointsTheRoundInFlight(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, false))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sctx, cut := context.WithCancel(ctx)
+	defer cut()
+	stream, _ := w.openOrdersFrom(sctx, t, "east", "")
+	// The first produce of records is held until the stream is cut, then
+	// written as the target would have written it.
+	var armed atomic.Bool
+	armed.Store(true)
+	held, release := make(chan struct{}), make(chan struct{})
+	w.cluster.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		w.cluster.KeepControl()
+		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+			if rt.Topic != cpTopic && rt.Topic != indexTopic && armed.CompareAndSwap(true, false) {
+				close(held)
+				w.cluster.SleepControl(func() { <-release })
+			}
+		}
+		return nil, nil, false
+	})
+	b := wireKafka(t, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0))
+	b.Sequence, b.Epoch, b.Topic, b.Partition = 1, 1, "orders", 0
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the batch's records were never produced")
+	}
+	cut()
+	waitFor(t, "the writer to see the stream cut", func() bool {
+		w.srv.mu.Lock()
+		defer w.srv.mu.Unlock()
+		st := w.srv.shards[shardKey{"east", 0}]
+		return st.active == nil || st.active.ctx.Err() != nil
+	})
+	close(release)
+	waitFor(t, "the cut stream's end", func() bool { return testutil.ToFloat64(w.srv.metrics.Streams) == 0 })
+	_, opened := w.openOrdersFrom(ctx, t, "east", "")
+	if r := opened.GetResume(); len(r) != 1 || !r[0].GetHasCheckpoint() || r[0].GetNextOffset() != 5 {
+		t.Fatalf("resume %+v after the cut, want from 5: the round in flight landed and is checkpointed", r)
+	}
+	if got := targetValuesCommitted(t, w); len(got) != 5 {
+		t.Fatalf("target holds %d records, want the round's 5 once", len(got))
+	}
+}
