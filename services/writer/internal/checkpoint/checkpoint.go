@@ -31,8 +31,10 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
+	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
 
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 )
@@ -64,6 +66,12 @@ type Checkpoint struct {
 	// stranded tail is remembered, not recomputed from the moved
 	// checkpoint). A shard's next round writes a checkpoint without it.
 	CopiedNext *int64 `json:"copied_next,omitempty"`
+	// Landmarks are where the partition's records stand in the offset
+	// index topic (offsetindex.Landmark, at most offsetindex.MaxLandmarks,
+	// thinned with age): a translation of an old offset reads the index
+	// from the one below it. They only shorten reads: a wrong one costs a
+	// read from the log start, never a wrong answer.
+	Landmarks []offsetindex.Landmark `json:"landmarks,omitempty"`
 }
 
 // Copied is the next source offset the copy itself committed: CopiedNext

@@ -388,6 +388,7 @@ func (s *Store) MoveAll(ctx context.Context, moves []Move, writer string, keepCo
 			// The index entries it carries still say where what was copied
 			// landed: they stay until the partition's next flush writes them.
 			cp.TargetOffset, cp.SourceTopicID, cp.Epoch, cp.Unindexed = cur.TargetOffset, cur.SourceTopicID, cur.Epoch, cur.Unindexed
+			cp.Landmarks = cur.Landmarks
 			if keepCopied || cur.CopiedNext != nil {
 				copied := cur.Copied()
 				cp.CopiedNext = &copied

@@ -3,7 +3,9 @@ package offsetindex
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -15,15 +17,19 @@ import (
 // records count only once its transaction committed, and an aborted
 // round's never do.
 //
-// This first step reads the key's index partition linearly, from its log
-// start to its last stable offset as it was when the read began, keeping
-// the key's records only (LoadAll: the records of many keys, in one pass
-// over each partition): bounded by what the partition holds (its
-// retention) and by the keys' runs in memory (24 bytes each).
-// docs/architecture.md, "Offset index", says what the next step improves.
+// A read goes through the key's index partition to its last stable offset
+// as it was when the read began, keeping the key's records only (LoadAll:
+// the records of many keys, in one pass over each partition), from its log
+// start or, for translations (TranslateAll), from the partition's
+// landmark below the offset asked (Landmark): bounded by what the
+// partition holds (its retention) and by the keys' runs in memory (24
+// bytes each).
 type Reader struct {
 	opts  []kgo.Opt
 	topic string
+	// read counts the records of the keys asked for that reads went
+	// through.
+	read atomic.Int64
 }
 
 // NewReader returns a reader of topic over clients built from opts (the
@@ -40,6 +46,10 @@ func NewReader(opts []kgo.Opt, topic string) (*Reader, error) {
 
 // Close releases the reader: each read closes its own client.
 func (r *Reader) Close() {}
+
+// RecordsRead is how many index records of the keys asked for the
+// reader's reads went through.
+func (r *Reader) RecordsRead() int64 { return r.read.Load() }
 
 // Translate answers source offset s of key's partition (Index.Translate).
 func (r *Reader) Translate(ctx context.Context, key Key, s int64) (Position, error) {
@@ -78,7 +88,16 @@ func (r *Reader) Load(ctx context.Context, key Key) (*Index, error) {
 // as it grows (Index.Trim, at twice keep), so what the pass holds stays
 // bounded per key, as a caller keeping only keep runs wants.
 func (r *Reader) LoadAll(ctx context.Context, keys []Key, keep int) (map[Key]*Index, error) {
-	out, err := r.scan(ctx, keys, func(_ Key, x *Index) {
+	return r.LoadFrom(ctx, keys, keep, nil)
+}
+
+// LoadFrom is LoadAll reading each key from the index-topic offset from
+// gives it (a landmark's, Landmark; absent or 0: the log start). An index
+// read from past the log start answers offsets from its start on as the
+// whole index would, and says older ones may be in the topic as a trimmed
+// one does (Index.Trimmed): a caller asks TranslateAll for them.
+func (r *Reader) LoadFrom(ctx context.Context, keys []Key, keep int, from map[Key]int64) (map[Key]*Index, error) {
+	out, err := r.scan(ctx, keys, from, func(_ Key, x *Index) {
 		if keep > 0 && x.Runs() >= 2*keep {
 			x.Trim(keep)
 		}
@@ -86,9 +105,12 @@ func (r *Reader) LoadAll(ctx context.Context, keys []Key, keep int) (map[Key]*In
 	if err != nil {
 		return nil, err
 	}
-	if keep > 0 {
-		for _, x := range out {
+	for k, x := range out {
+		if keep > 0 {
 			x.Trim(keep)
+		}
+		if from[k] > 0 && !x.empty {
+			x.trimmed = true
 		}
 	}
 	return out, nil
@@ -106,36 +128,65 @@ type Answer struct {
 // however many the topic holds. It serves a caller that keeps only the
 // newest runs in memory (the writer's group sync) for the offsets older
 // than those, however old, within the topic's retention.
-func (r *Reader) TranslateAll(ctx context.Context, asks map[Key][]int64) (map[Key]map[int64]Answer, error) {
-	keys := make([]Key, 0, len(asks))
+//
+// marks are each key's landmarks (its checkpoint's): a key's read starts
+// at the landmark below its oldest ask, and an ask the records read from
+// there do not reach back to (Landmark) is answered by a second pass from
+// the log start, for those keys only.
+func (r *Reader) TranslateAll(ctx context.Context, asks map[Key][]int64, marks map[Key][]Landmark) (map[Key]map[int64]Answer, error) {
 	sorted := make(map[Key][]int64, len(asks))
+	from := make(map[Key]int64, len(asks))
 	for k, offsets := range asks {
-		keys = append(keys, k)
 		sorted[k] = slices.Sorted(slices.Values(offsets))
+		if len(sorted[k]) > 0 {
+			from[k] = From(marks[k], sorted[k][0])
+		}
 	}
-	xs, err := r.scan(ctx, keys, func(k Key, x *Index) {
-		if x.Runs() >= 2*(len(sorted[k])+1) { // amortized: a prune per that many runs
-			x.keepAnswers(sorted[k])
+	out := make(map[Key]map[int64]Answer, len(asks))
+	again, err := r.answer(ctx, sorted, from, out)
+	if err != nil || len(again) == 0 {
+		return out, err
+	}
+	_, err = r.answer(ctx, again, nil, out)
+	return out, err
+}
+
+// answer reads asks' keys from from (nil: the log start) and puts in out
+// the answers the records read give; it returns the asks they do not
+// reach back to, when the read did not start at the log start.
+func (r *Reader) answer(ctx context.Context, asks map[Key][]int64, from map[Key]int64, out map[Key]map[int64]Answer) (map[Key][]int64, error) {
+	keys := slices.Collect(maps.Keys(asks))
+	xs, err := r.scan(ctx, keys, from, func(k Key, x *Index) {
+		if x.Runs() >= 2*(len(asks[k])+1) { // amortized: a prune per that many runs
+			x.keepAnswers(asks[k])
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[Key]map[int64]Answer, len(asks))
-	for k, offsets := range sorted {
-		out[k] = make(map[int64]Answer, len(offsets))
+	again := map[Key][]int64{}
+	for k, offsets := range asks {
+		x := xs[k]
+		if out[k] == nil {
+			out[k] = make(map[int64]Answer, len(offsets))
+		}
 		for _, s := range offsets {
-			pos, err := xs[k].Translate(s)
+			if from[k] > 0 && (x.empty || s < x.Start()) {
+				again[k] = append(again[k], s)
+				continue
+			}
+			pos, err := x.Translate(s)
 			out[k][s] = Answer{Position: pos, Err: err}
 		}
 	}
-	return out, nil
+	return again, nil
 }
 
 // scan reads the committed records of keys into an index each, reading
-// each index partition they fall in once; added is called after each
-// record a key's index takes.
-func (r *Reader) scan(ctx context.Context, keys []Key, added func(Key, *Index)) (map[Key]*Index, error) {
+// each index partition they fall in once, from the lowest of its keys'
+// from offsets (absent: the log start); added is called after each record
+// a key's index takes.
+func (r *Reader) scan(ctx context.Context, keys []Key, from map[Key]int64, added func(Key, *Index)) (map[Key]*Index, error) {
 	out := make(map[Key]*Index, len(keys))
 	if len(keys) == 0 {
 		return out, nil
@@ -148,9 +199,9 @@ func (r *Reader) scan(ctx context.Context, keys []Key, added func(Key, *Index)) 
 	}
 	byKey := map[int32]map[string]keyed{}
 	n := int32(-1)
-	pick := func(partitions int32) map[int32]bool {
+	pick := func(partitions int32) map[int32]int64 {
 		n = partitions
-		read := map[int32]bool{}
+		read := map[int32]int64{}
 		for _, k := range keys {
 			if out[k] != nil || partitions == 0 {
 				continue
@@ -162,7 +213,9 @@ func (r *Reader) scan(ctx context.Context, keys []Key, added func(Key, *Index)) 
 				byKey[part] = map[string]keyed{}
 			}
 			byKey[part][k.String()] = keyed{k, x}
-			read[part] = true
+			if at, ok := read[part]; !ok || from[k] < at {
+				read[part] = from[k]
+			}
 		}
 		return read
 	}
@@ -171,6 +224,7 @@ func (r *Reader) scan(ctx context.Context, keys []Key, added func(Key, *Index)) 
 		if !ok {
 			return
 		}
+		r.read.Add(1)
 		e, err := Decode(rec.Value)
 		if err != nil {
 			kx.x.refused++

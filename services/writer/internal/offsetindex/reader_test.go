@@ -254,7 +254,7 @@ func TestLoadAllReadsEachIndexPartitionOnce(t *testing.T) {
 			asks[k] = append(asks[k], rng.Int64N(max(next[i%len(keys)], 1)+3))
 		}
 	}
-	answers, err := r.TranslateAll(ctx, asks)
+	answers, err := r.TranslateAll(ctx, asks, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,4 +346,91 @@ func BenchmarkLoadShard(b *testing.B) {
 			check(xs)
 		}
 	})
+}
+
+// TranslateAll reads a key from the landmark below its oldest ask: for a
+// recent offset, a few records rather than the partition; an offset the
+// records from there do not reach back to (a landmark of a record that
+// did not land) is answered from the log start. Every answer is the
+// whole index's, over a copy with rounds sent again.
+func TestTranslateAllReadsFromTheLandmark(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "idx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	seeds := kgo.SeedBrokers(cluster.ListenAddrs()...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prod, err := kgo.NewClient(seeds, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	k := Key{Link: "east", Topic: "orders", Partition: 0}
+	other := Key{Link: "east", Topic: "orders", Partition: 1}
+	rng := rand.New(rand.NewPCG(7, 7))
+	entries := resent(rng, 3000, true)
+	whole := NewIndex()
+	var marks []Landmark
+	var starts []int64 // index-topic offset of each entry's record
+	for _, e := range entries {
+		whole.Add(e)
+		v, err := e.Append(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ov, err := (Entry{From: 0, Next: 1, TargetBefore: -1, Runs: []Run{{0, 0, 1}}}).Append(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := prod.ProduceSync(ctx, &kgo.Record{Topic: "idx", Key: []byte(k.String()), Value: v},
+			&kgo.Record{Topic: "idx", Key: []byte(other.String()), Value: ov})
+		if err := res.FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		marks = Mark(marks, Landmark{Source: e.From, Offset: res[0].Record.Offset})
+		starts = append(starts, res[0].Record.Offset)
+	}
+	r, err := NewReader([]kgo.Opt{seeds}, "idx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	check := func(asks []int64, marks []Landmark) int64 {
+		t.Helper()
+		before := r.RecordsRead()
+		answers, err := r.TranslateAll(ctx, map[Key][]int64{k: asks}, map[Key][]Landmark{k: marks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range asks {
+			want, werr := whole.Translate(s)
+			if got := answers[k][s]; got.Position != want || fmt.Sprint(got.Err) != fmt.Sprint(werr) {
+				t.Fatalf("TranslateAll(%d) = %+v, %v; the whole index: %+v, %v", s, got.Position, got.Err, want, werr)
+			}
+		}
+		return r.RecordsRead() - before
+	}
+	total := int64(len(entries))
+	// A recent offset: a few records read.
+	last := entries[len(entries)-1]
+	if n := check([]int64{last.From}, marks); n > 8 {
+		t.Errorf("the last round's offset read %d of the key's %d records, want a few", n, total)
+	}
+	// Every offset, from old to recent, as the whole index answers it.
+	for s := int64(0); s < 3010; s += 37 {
+		check([]int64{s}, marks)
+	}
+	// Without landmarks the whole partition is read.
+	if n := check([]int64{last.From}, nil); n != total {
+		t.Errorf("without landmarks %d records read, want all %d", n, total)
+	}
+	// A landmark whose record is not the key's (it did not land): the
+	// records from there start past the offset, which the log start
+	// answers.
+	bad := []Landmark{{Source: 0, Offset: starts[len(starts)-1] + 1}}
+	if n := check([]int64{5}, bad); n != total {
+		t.Errorf("a landmark past the offset's record: %d records read, want %d (the read from the log start)", n, total)
+	}
 }

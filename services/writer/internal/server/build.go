@@ -29,6 +29,9 @@ type round struct {
 	// maxDecoded bounds what a passing batch decompresses to when its
 	// records must be named (eachRecord): max_batch_bytes.
 	maxDecoded int
+	// marks are the first index record of each partition the round
+	// flushes, which become landmarks once it is written (index.go).
+	marks []indexMark
 }
 
 // recordAt is record index of part part of group member member;

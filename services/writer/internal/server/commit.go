@@ -227,6 +227,7 @@ func (c *atLeastOnce) round(ctx context.Context, group []work) (committed, error
 		return committed{}, err
 	}
 	now := time.Now()
+	c.prog.marked(r, offsets)
 	done := committed{batches: c.pending, cps: c.cps, since: start}
 	c.pending, c.cps = group, checkpoints{}
 	c.prog.reached(group, r, offsets, now, c.cps)
@@ -292,7 +293,8 @@ func (c *exactlyOnce) round(ctx context.Context, group []work) (committed, error
 	if err := c.prod.AddPartitions(ctx, c.prog.partitions(nil, cpRound, false)); err != nil {
 		return committed{}, fmt.Errorf("offset index in target transaction: %w", err)
 	}
-	if _, err := c.prod.Produce(ctx, cpRound.batches); err != nil {
+	cpOffsets, err := c.prod.Produce(ctx, cpRound.batches)
+	if err != nil {
 		err = fmt.Errorf("checkpoint in target transaction: %w", err)
 		c.obs.traceFailed(ctx, group, "ferry.commit", produced, err)
 		return committed{}, err
@@ -302,6 +304,7 @@ func (c *exactlyOnce) round(ctx context.Context, group []work) (committed, error
 		c.obs.traceFailed(ctx, group, "ferry.commit", produced, err)
 		return committed{}, err
 	}
+	c.prog.marked(cpRound, cpOffsets)
 	c.obs.written(ctx, group, start, produced, time.Now())
 	return committed{batches: group, cps: cps, since: produced}, nil
 }

@@ -178,11 +178,38 @@ func (p *progress) addIndex(r *round, cps checkpoints, flush bool) (map[topicPar
 	return carried, nil
 }
 
+// indexMark is the first index record of a partition a round flushes:
+// its range's first source offset, and where it is in the round's
+// batches.
+type indexMark struct {
+	tp           topicPartition
+	source       int64
+	batch, index int
+}
+
+// marked adds the landmarks of the index records r wrote (offsets: the
+// index-topic offsets of its batches' first records), once r is written
+// (exactly-once: committed); the partitions' next checkpoints carry them.
+func (p *progress) marked(r *round, offsets []int64) {
+	for _, m := range r.marks {
+		l := offsetindex.Landmark{Source: m.source, Offset: offsets[m.batch] + int64(m.index)}
+		p.landmarks[m.tp] = offsetindex.Mark(p.landmarks[m.tp], l)
+	}
+}
+
 // flush appends to r the index records of the unindexed entries of the
 // partitions of cps, in batches per index partition.
 func (p *progress) flush(r *round, cps checkpoints) error {
 	byPartition := map[int32][]recordbatch.Record{}
 	var order []int32
+	// firsts is, per index partition, its source partitions' first
+	// records: their position among its records.
+	type first struct {
+		tp     topicPartition
+		source int64
+		at     int
+	}
+	firsts := map[int32][]first{}
 	for tp, cp := range cps {
 		un := p.unindexed[tp]
 		if len(un) == 0 {
@@ -191,6 +218,7 @@ func (p *progress) flush(r *round, cps checkpoints) error {
 		p.flushing[tp] = len(un)
 		key := p.indexKey(tp)
 		part := p.index.PartitionOf(key)
+		firsts[part] = append(firsts[part], first{tp, un[0].From, len(byPartition[part])})
 		for _, e := range un {
 			for _, sub := range e.Split() {
 				value, err := sub.Append(nil)
@@ -205,7 +233,7 @@ func (p *progress) flush(r *round, cps checkpoints) error {
 		}
 	}
 	for _, part := range order {
-		recs := byPartition[part]
+		recs, done, fs := byPartition[part], 0, firsts[part]
 		for len(recs) > 0 {
 			n, size := 0, 0
 			for n < len(recs) && (n == 0 || size+len(recs[n].Value) < indexBatchBytes) {
@@ -216,8 +244,11 @@ func (p *progress) flush(r *round, cps checkpoints) error {
 			if err != nil {
 				return fmt.Errorf("build offset index batch: %w", err)
 			}
+			for ; len(fs) > 0 && fs[0].at < done+n; fs = fs[1:] {
+				r.marks = append(r.marks, indexMark{tp: fs[0].tp, source: fs[0].source, batch: len(r.batches), index: fs[0].at - done})
+			}
 			r.batches = append(r.batches, producer.Batch{Topic: p.index.Name, Partition: part, Raw: raw})
-			recs = recs[n:]
+			recs, done = recs[n:], done+n
 		}
 	}
 	return nil
@@ -282,4 +313,14 @@ func loadIndexes(ctx context.Context, r *offsetindex.Reader, store *checkpoint.S
 		}
 	}
 	return xs, nil
+}
+
+// landmarks are k's landmarks in the index topic, as its checkpoint in
+// the writer's view carries them (none for a checkpoint that does not
+// verify).
+func (s *Server) landmarks(k offsetindex.Key) []offsetindex.Landmark {
+	if cp, ok, err := s.store.Get(k); ok && err == nil {
+		return cp.Landmarks
+	}
+	return nil
 }

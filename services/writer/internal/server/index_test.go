@@ -456,3 +456,79 @@ func TestIndexKeysAreCheckpointKeys(t *testing.T) {
 		}
 	}
 }
+
+// Each flush leaves a landmark in the partition's checkpoint: the
+// index-topic offset of the partition's first record it wrote, and that
+// record's first source offset. A checkpoint carries them (at most
+// offsetindex.MaxLandmarks) ascending, each naming a committed index
+// record of the partition that starts where the landmark says, and a
+// translation of an old offset reads the index from the one below it.
+func TestFlushesLeaveLandmarksInTheCheckpoint(t *testing.T) {
+	bothModes(t, func(t *testing.T, exactlyOnce bool) {
+		w := startWriterOptions(t, passthroughLinks(t, exactlyOnce), func(o *Options) { o.Index.FlushInterval = 0 }) // every round flushes
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		stream := w.openOrders(ctx, t, "east")
+		const rounds = 12
+		for seq, first := uint64(1), int64(0); seq <= rounds; seq, first = seq+1, first+5 {
+			mustSend(t, stream, seq, 0, first, sourceBatch(t, first, 5, nil, recordbatch.None, 0))
+		}
+		closeStream(t, stream)
+		if err := w.store.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		key := offsetindex.Key{Link: "east", Topic: "orders", Partition: 0}
+		cp, ok, err := w.store.Get(key)
+		if !ok || err != nil {
+			t.Fatalf("checkpoint: %v %v", ok, err)
+		}
+		// The last round's landmark rides with the checkpoint after it
+		// (exactly-once: its offset is known once the round is written).
+		if len(cp.Landmarks) < rounds-2 || !offsetindex.CheckLandmarks(cp.Landmarks) {
+			t.Fatalf("checkpoint after %d flushing rounds carries landmarks %v, want at least %d, ascending", rounds, cp.Landmarks, rounds-2)
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{indexTopic: {0: kgo.NewOffset().AtStart()}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		at := map[int64]*kgo.Record{}
+		hw := w.cluster.PartitionInfo(indexTopic, 0).HighWatermark
+		for last := int64(-1); last < hw-1; {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("index topic read to %d of %d", last, hw)
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				if last = max(last, r.Offset); !r.Attrs.IsControl() {
+					at[r.Offset] = r
+				}
+			})
+		}
+		for _, l := range cp.Landmarks {
+			rec, ok := at[l.Offset]
+			if !ok {
+				t.Fatalf("landmark %+v names no committed record of the index topic", l)
+			}
+			e, err := offsetindex.Decode(rec.Value)
+			if string(rec.Key) != key.String() || err != nil || e.From != l.Source {
+				t.Fatalf("landmark %+v names %s's record from %d (%v), want %s's from %d", l, rec.Key, e.From, err, key, l.Source)
+			}
+		}
+		// An offset of the last rounds translates reading a few records.
+		r, err := offsetindex.NewReader([]kgo.Opt{kgo.SeedBrokers(w.cluster.ListenAddrs()...)}, indexTopic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		s := int64(5 * (rounds - 3))
+		answers, err := r.TranslateAll(ctx, map[offsetindex.Key][]int64{key: {s}}, map[offsetindex.Key][]offsetindex.Landmark{key: cp.Landmarks})
+		if err != nil || answers[key][s].Err != nil {
+			t.Fatalf("translate %d: %v %+v", s, err, answers[key][s])
+		}
+		if n := r.RecordsRead(); n > 4 {
+			t.Errorf("translating %d read %d index records, want the few from its landmark on", s, n)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
@@ -48,6 +49,9 @@ type progress struct {
 	// index group sync translates with (translate.go).
 	written map[topicPartition][]offsetindex.Entry
 	tr      *translation.Translator
+	// landmarks are each partition's landmarks in the index topic, which
+	// its checkpoints carry (offsetindex.Landmark, index.go).
+	landmarks map[topicPartition][]offsetindex.Landmark
 }
 
 // checkpoints are the checkpoints a round's partitions reach.
@@ -56,7 +60,8 @@ type checkpoints = map[topicPartition]checkpoint.Checkpoint
 func newProgress(link, writer string, epoch uint64, store *checkpoint.Store, topicIDs map[string][]byte) *progress {
 	return &progress{link: link, writer: writer, epoch: epoch, store: store, topicIDs: topicIDs, target: map[topicPartition]int64{},
 		written: map[topicPartition][]offsetindex.Entry{}, tr: translation.New(),
-		unindexed: map[topicPartition][]offsetindex.Entry{}, flushing: map[topicPartition]int{}}
+		unindexed: map[topicPartition][]offsetindex.Entry{}, flushing: map[topicPartition]int{},
+		landmarks: map[topicPartition][]offsetindex.Landmark{}}
 }
 
 func (p *progress) key(tp topicPartition) checkpoint.Key {
@@ -73,8 +78,12 @@ func (p *progress) resume(tp topicPartition) (checkpoint.Checkpoint, bool, error
 	p.target[tp] = -1
 	p.tr.Resumed(tp, -1, -1, nil)
 	delete(p.unindexed, tp)
+	delete(p.landmarks, tp)
 	if !ok || err != nil {
 		return cp, ok, err
+	}
+	if offsetindex.CheckLandmarks(cp.Landmarks) {
+		p.landmarks[tp] = cp.Landmarks // else left out: reads start at the log start
 	}
 	entries, err := decodeUnindexed(cp.Unindexed)
 	if err != nil {
@@ -113,6 +122,7 @@ func (p *progress) reached(group []work, r *round, offsets []int64, now time.Tim
 			Epoch:            p.epoch,
 			Writer:           p.writer,
 			Time:             now,
+			Landmarks:        slices.Clone(p.landmarks[tp]), // Mark reuses its array
 		}
 	}
 }

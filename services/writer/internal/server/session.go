@@ -221,7 +221,7 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 		// read again for offsets older than memory holds (translate.go,
 		// translator.run, which runs on a while after the stream).
 		ctx, stop := s.startLoad(ss)
-		rd := translation.Reads{Opts: s.opts.Target, Index: s.opts.Index, Link: ss.link.Name}
+		rd := translation.Reads{Opts: s.opts.Target, Index: s.opts.Index, Link: ss.link.Name, Landmarks: s.landmarks}
 		s.loads.Add(1)
 		go func() {
 			defer s.loads.Done()

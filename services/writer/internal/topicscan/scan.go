@@ -20,10 +20,12 @@ import (
 // partition in offset order, up to the last stable offset each partition
 // has when Scan begins; what is written later is the caller's own. pick,
 // when not nil, is given the topic's partition count and names the
-// partitions to read (the offset index reads those its keys fall in). A
+// partitions to read (the offset index reads those its keys fall in),
+// each with the offset to read it from (0: its log start; an offset below
+// the log start reads from there too). A
 // client is built from opts (the cluster's seeds, TLS, SASL) for the read
 // and closed after it.
-func Scan(ctx context.Context, opts []kgo.Opt, topic string, pick func(partitions int32) map[int32]bool, f func(*kgo.Record)) error {
+func Scan(ctx context.Context, opts []kgo.Opt, topic string, pick func(partitions int32) map[int32]int64, f func(*kgo.Record)) error {
 	adm, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("topic %s: client: %w", topic, err)
@@ -44,7 +46,7 @@ func Scan(ctx context.Context, opts []kgo.Opt, topic string, pick func(partition
 	if err != nil {
 		return fmt.Errorf("topic %s: log start offsets: %w", topic, err)
 	}
-	var only map[int32]bool
+	var only map[int32]int64
 	if pick != nil {
 		only = pick(int32(len(ends[topic])))
 	}
@@ -52,8 +54,10 @@ func Scan(ctx context.Context, opts []kgo.Opt, topic string, pick func(partition
 	left := map[int32]int64{}
 	ends.Each(func(e kadm.ListedOffset) {
 		s, _ := starts.Lookup(topic, e.Partition)
-		if s.Offset < e.Offset && (pick == nil || only[e.Partition]) {
-			from[e.Partition], left[e.Partition] = kgo.NewOffset().At(s.Offset), e.Offset
+		at, picked := only[e.Partition]
+		at = max(at, s.Offset)
+		if at < e.Offset && (pick == nil || picked) {
+			from[e.Partition], left[e.Partition] = kgo.NewOffset().At(at), e.Offset
 		}
 	})
 	if len(left) == 0 {

@@ -129,6 +129,9 @@ type partIndex struct {
 	answers map[int64]offsetindex.Answer
 	asked   []int64
 	gen     int
+	// lowest is the oldest offset that needed the index before the load
+	// (-1: none): the load reads from the landmark below it.
+	lowest int64
 }
 
 func New() *Translator {
@@ -177,7 +180,7 @@ func (p *partIndex) loadedFrom(x *offsetindex.Index) {
 func (t *Translator) Resumed(tp partkey.Partition, next, target int64, carried []offsetindex.Entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := &partIndex{next: next, target: target}
+	p := &partIndex{next: next, target: target, lowest: -1}
 	for _, e := range carried {
 		p.addTail(e)
 	}
@@ -191,7 +194,7 @@ func (t *Translator) Confirm(tp partkey.Partition, next, target int64, entries [
 	defer t.mu.Unlock()
 	p := t.parts[tp]
 	if p == nil {
-		p = &partIndex{}
+		p = &partIndex{lowest: -1}
 		t.parts[tp] = p
 	}
 	p.next, p.target = next, target
@@ -216,8 +219,8 @@ func (t *Translator) Confirm(tp partkey.Partition, next, target int64, entries [
 // rounds committed meanwhile. When the read fails they keep only those
 // (older offsets answer before_index), logged: the shard copies on
 // whatever happens here.
-func (t *Translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex.Topic, link string, log *slog.Logger) {
-	partial := index.Name != "" // until read
+func (t *Translator) load(ctx context.Context, rd Reads, log *slog.Logger) {
+	partial := rd.Index.Name != "" // until read
 	defer func() {
 		t.mu.Lock()
 		t.loaded = true
@@ -229,10 +232,10 @@ func (t *Translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex
 		}
 		t.mu.Unlock()
 	}()
-	if index.Name == "" {
+	if rd.Index.Name == "" {
 		return
 	}
-	r, err := offsetindex.NewReader(opts, index.Name)
+	r, err := offsetindex.NewReader(rd.Opts, rd.Index.Name)
 	if err != nil {
 		log.Warn("offset index not read: groups translate from what this stream commits only", "err", err)
 		return
@@ -240,14 +243,27 @@ func (t *Translator) load(ctx context.Context, opts []kgo.Opt, index offsetindex
 	defer r.Close()
 	t.mu.Lock()
 	keys := make([]offsetindex.Key, 0, len(t.parts))
-	for tp := range t.parts {
-		keys = append(keys, offsetindex.Key{Link: link, Topic: tp.Topic, Partition: tp.Partition})
+	from := make(map[offsetindex.Key]int64, len(t.parts))
+	for tp, p := range t.parts {
+		k := offsetindex.Key{Link: rd.Link, Topic: tp.Topic, Partition: tp.Partition}
+		keys = append(keys, k)
+		// From the landmark below the oldest offset that needed the
+		// index (a partition no group needed it for: below its
+		// checkpoint); an older offset asked later reads the topic for
+		// itself (answerOlder), as one older than memory does.
+		if rd.Landmarks != nil && (p.lowest >= 0 || p.next >= 0) {
+			at := p.next
+			if p.lowest >= 0 {
+				at = p.lowest
+			}
+			from[k] = offsetindex.From(rd.Landmarks(k), at)
+		}
 	}
 	t.mu.Unlock()
 	// One pass over the index partitions for all the shard's partitions,
 	// each index trimmed as it grows to what the translator keeps.
 	start := time.Now()
-	xs, err := r.LoadAll(ctx, keys, groupIndexRuns)
+	xs, err := r.LoadFrom(ctx, keys, groupIndexRuns, from)
 	if ctx.Err() != nil {
 		log.Info("offset index load stopped (a newer stream of the shard, the writer draining, or over its time): groups translate from what this stream committed only", "partitions", len(keys), "took", time.Since(start))
 		return
@@ -323,6 +339,9 @@ func (t *Translator) Translate(tp partkey.Partition, s int64) (pos groupcommit.P
 	}
 	switch {
 	case err != nil && p.idx == nil:
+		if p.lowest < 0 || s < p.lowest {
+			p.lowest = s
+		}
 		if !t.isNeeded {
 			t.isNeeded = true
 			close(t.needed)
@@ -361,6 +380,9 @@ type Reads struct {
 	Opts  []kgo.Opt
 	Index offsetindex.Topic
 	Link  string
+	// Landmarks are a partition's landmarks in the index topic (its
+	// checkpoint's), where a read for an older offset starts; nil: none.
+	Landmarks func(offsetindex.Key) []offsetindex.Landmark
 }
 
 // run reads the index topic for the shard's translations: the load,
@@ -385,7 +407,7 @@ func (t *Translator) Run(ctx context.Context, done <-chan struct{}, rd Reads, lo
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, LoadTimeout)
-	t.load(lctx, rd.Opts, rd.Index, rd.Link, log)
+	t.load(lctx, rd, log)
 	cancel()
 	var grace <-chan time.Time
 	for {
@@ -434,7 +456,14 @@ func (t *Translator) answerOlder(ctx context.Context, rd Reads) error {
 	defer r.Close()
 	rctx, cancel := context.WithTimeout(ctx, LoadTimeout)
 	defer cancel()
-	answers, err := r.TranslateAll(rctx, asks)
+	var marks map[offsetindex.Key][]offsetindex.Landmark
+	if rd.Landmarks != nil {
+		marks = make(map[offsetindex.Key][]offsetindex.Landmark, len(asks))
+		for k := range asks {
+			marks[k] = rd.Landmarks(k)
+		}
+	}
+	answers, err := r.TranslateAll(rctx, asks, marks)
 	if err != nil {
 		return err
 	}

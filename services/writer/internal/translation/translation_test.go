@@ -77,7 +77,7 @@ func TestTranslatorTailIsBounded(t *testing.T) {
 	}
 	// Loaded (nothing in the index topic: no reader), the index answers
 	// from the tail: the last round's first record.
-	tr.load(t.Context(), nil, offsetindex.Topic{}, "east", nil)
+	tr.load(t.Context(), Reads{Link: "east"}, nil)
 	if pos, why, ok := tr.Translate(tp, source-3); !ok || pos.Target != target-4 {
 		t.Fatalf("translate %d after the load: %+v %q %v, want target %d", source-3, pos, why, ok, target-4)
 	}
@@ -123,8 +123,8 @@ func TestTranslatorTrimIsAmortized(t *testing.T) {
 	tp := partkey.Partition{Topic: "orders", Partition: 0}
 	tr := New()
 	tr.Resumed(tp, 0, 0, nil)
-	tr.load(t.Context(), nil, offsetindex.Topic{}, "east", nil) // nothing to read: the index is the rounds'
-	source, target, end := int64(0), int64(0), int64(0)         // end: after the last copied record
+	tr.load(t.Context(), Reads{Link: "east"}, nil)      // nothing to read: the index is the rounds'
+	source, target, end := int64(0), int64(0), int64(0) // end: after the last copied record
 	commit := func() {
 		// An exactly-once round: its marker leaves a gap on the target,
 		// so each round adds a run.
@@ -159,6 +159,13 @@ func TestTranslatorTrimIsAmortized(t *testing.T) {
 // (MaxRuns a record), and returns the client options, the topic, and
 // the source and target offsets after the copy.
 func olderIndex(t *testing.T, runs int) ([]kgo.Opt, offsetindex.Topic, int64, int64) {
+	opts, index, next, end, _ := olderIndexMarked(t, runs)
+	return opts, index, next, end
+}
+
+// olderIndexMarked is olderIndex, and the landmarks of its records as the
+// writer's checkpoint would carry them.
+func olderIndexMarked(t *testing.T, runs int) ([]kgo.Opt, offsetindex.Topic, int64, int64, []offsetindex.Landmark) {
 	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "idx"))
 	if err != nil {
@@ -174,6 +181,7 @@ func olderIndex(t *testing.T, runs int) ([]kgo.Opt, offsetindex.Topic, int64, in
 	key := offsetindex.Key{Link: "east", Topic: "orders", Partition: 0}
 	source, target, before := int64(0), int64(0), int64(-1)
 	var recs []*kgo.Record
+	var froms []int64
 	for left := runs; left > 0; {
 		e := offsetindex.Entry{From: source, TargetBefore: before}
 		for range min(left, offsetindex.MaxRuns) {
@@ -187,11 +195,50 @@ func olderIndex(t *testing.T, runs int) ([]kgo.Opt, offsetindex.Topic, int64, in
 			t.Fatal(err)
 		}
 		recs = append(recs, &kgo.Record{Key: []byte(key.String()), Value: v})
+		froms = append(froms, e.From)
 	}
-	if err := prod.ProduceSync(t.Context(), recs...).FirstErr(); err != nil {
+	res := prod.ProduceSync(t.Context(), recs...)
+	if err := res.FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	return opts, offsetindex.Topic{Name: "idx", Partitions: 1}, source, target
+	var marks []offsetindex.Landmark
+	for i, r := range res {
+		marks = offsetindex.Mark(marks, offsetindex.Landmark{Source: froms[i], Offset: r.Record.Offset})
+	}
+	return opts, offsetindex.Topic{Name: "idx", Partitions: 1}, source, target, marks
+}
+
+// The load reads each partition from the landmark below the oldest offset
+// that needed it, not from the index's start, and answers from there;
+// an older offset asked later is read from the topic for itself.
+func TestLoadReadsFromTheLandmark(t *testing.T) {
+	opts, index, next, end, marks := olderIndexMarked(t, 20*offsetindex.MaxRuns)
+	rd := Reads{Opts: opts, Index: index, Link: "east", Landmarks: func(offsetindex.Key) []offsetindex.Landmark { return marks }}
+	tp := partkey.Partition{Topic: "orders", Partition: 0}
+	tr := New()
+	tr.Resumed(tp, next, end-1, nil)
+	recent := next - 30 // in the last record's range: 10 rounds of 3 back
+	if _, why, ok := tr.Translate(tp, recent); ok || why != NotLoading {
+		t.Fatalf("translate %d before the load: %q %v, want index_loading", recent, why, ok)
+	}
+	tr.load(t.Context(), rd, slog.New(slog.DiscardHandler))
+	x := tr.parts[tp].idx
+	if last := marks[len(marks)-1]; x.Start() != last.Source || !x.Trimmed() {
+		t.Fatalf("the load's index starts at %d (trimmed %v), want at the last landmark's %d, older offsets left to the topic", x.Start(), x.Trimmed(), last.Source)
+	}
+	want := func(s int64) int64 { return s/3*4 + s%3 }
+	if pos, why, ok := tr.Translate(tp, recent); !ok || pos.Target != want(recent) {
+		t.Fatalf("translate %d: %+v %q %v; want target %d", recent, pos, why, ok, want(recent))
+	}
+	if _, why, ok := tr.Translate(tp, 7); ok || why != NotLoading {
+		t.Fatalf("translate 7, before the load's start: %q %v; want index_loading (asked of the index topic)", why, ok)
+	}
+	if err := tr.answerOlder(t.Context(), rd); err != nil {
+		t.Fatal(err)
+	}
+	if pos, why, ok := tr.Translate(tp, 7); !ok || pos.Target != want(7) {
+		t.Fatalf("translate 7: %+v %q %v; want target %d", pos, why, ok, want(7))
+	}
 }
 
 // A group offset older than the runs the translator keeps in memory
@@ -209,9 +256,9 @@ func TestOffsetOlderThanMemoryTranslates(t *testing.T) {
 		if failed {
 			rd := rd
 			rd.Index.Name = "absent" // the load cannot read it
-			tr.load(t.Context(), rd.Opts, rd.Index, rd.Link, log)
+			tr.load(t.Context(), rd, log)
 		} else {
-			tr.load(t.Context(), rd.Opts, rd.Index, rd.Link, log)
+			tr.load(t.Context(), rd, log)
 			if x := tr.parts[tp].idx; !x.Trimmed() || x.Start() <= 0 {
 				t.Fatalf("the loaded index starts at %d (trimmed %v): the test needs more runs than memory keeps", x.Start(), x.Trimmed())
 			}
