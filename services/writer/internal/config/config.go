@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupstate"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
@@ -133,6 +134,10 @@ type Checkpoints struct {
 	// AcceptUnsigned takes unsigned checkpoints (of writers older than
 	// signing) with a warning: on while upgrading, off after.
 	AcceptUnsigned bool `yaml:"accept_unsigned"`
+	// MaxUnverifiedBytes bounds what the checkpoint view holds of records
+	// it has not verified yet; past it each record is verified as it is
+	// read, and one that does not verify is refused.
+	MaxUnverifiedBytes config.ByteSize `yaml:"max_unverified_bytes"`
 }
 
 // Signers says whose checkpoint signatures a writer admits.
@@ -311,7 +316,7 @@ func Defaults() Config {
 		Listen:             "127.0.0.1:7400",
 		Log:                telemetry.LogConfig{Level: "info", Format: "text"},
 		Target:             kafkaclient.Defaults("ferry-writer"),
-		Checkpoints:        Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
+		Checkpoints:        Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1, MaxUnverifiedBytes: checkpoint.DefaultMaxUnverifiedBytes},
 		OffsetIndex:        OffsetIndex{Topic: offsetindex.DefaultTopic, Retention: offsetindex.DefaultRetention, FlushInterval: offsetindex.DefaultFlushInterval},
 		Heartbeats:         Heartbeats{Topic: "__ferry_heartbeats", PersistInterval: 5 * time.Second},
 		GroupState:         GroupState{Topic: groupstate.DefaultTopic},
@@ -413,6 +418,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Checkpoints.Partitions < 1 {
 		p.Addf("checkpoints.partitions", "must be at least 1")
+	}
+	if c.Checkpoints.MaxUnverifiedBytes < 1<<20 || c.Checkpoints.MaxUnverifiedBytes > 64<<30 {
+		p.Addf("checkpoints.max_unverified_bytes", "%v: must be between 1MiB and 64GiB", c.Checkpoints.MaxUnverifiedBytes)
 	}
 	if sg := c.Checkpoints.Signers; !c.TLS.Insecure {
 		if sg.CAFile != "" {

@@ -89,6 +89,9 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 			`checkpoints.signers.allowed_ids: "*.w"`},
 		{"checkpoint signers CA missing", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\ncheckpoints: {signers: {ca_file: /nonexistent/ca.pem}}\nlinks: [{name: a, topics: {include: ['.*']}}]\n",
 			"checkpoints.signers.ca_file: read CA bundle /nonexistent/ca.pem"},
+		// Issue 41 item 7: what the checkpoint view keeps unverified is bounded.
+		{"checkpoint unverified bound", base + "checkpoints: {max_unverified_bytes: 256MiB}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", ""},
+		{"checkpoint unverified bound too small", base + "checkpoints: {max_unverified_bytes: 64KiB}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "checkpoints.max_unverified_bytes: 64KiB: must be between 1MiB and 64GiB"},
 		// Issue 23 item 1: the offset index topic.
 		{"offset index settings", base + "offset_index: {topic: ferry-index, partitions: 6, retention: 720h}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", ""},
 		{"offset index retention below an hour", base + "offset_index: {retention: 30m}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.retention: 30m0s: must be at least 1h"},
