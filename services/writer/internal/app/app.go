@@ -214,7 +214,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 	if certs != nil {
 		signer = certs
 	}
-	recorder, err := provenance.NewRecorder(franzOpts, cfg.ID, signer)
+	recorder, err := provenance.NewRecorder(franzOpts, cfg.ID, signer, cfg.ProducerRegistry.Keys())
 	if err != nil {
 		return notStarted(err)
 	}

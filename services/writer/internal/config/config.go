@@ -62,6 +62,9 @@ type Config struct {
 	// GroupState is where the group sync's state outlives the writer: a
 	// failover report and failback after a writer restart read it.
 	GroupState GroupState `yaml:"group_state"`
+	// ProducerRegistry says how the writer's records in __ferry_producers
+	// are keyed.
+	ProducerRegistry ProducerRegistry `yaml:"producer_registry"`
 	// Producer tunes the target producer of each shard.
 	Producer Producer `yaml:"producer"`
 	// MaxBatchBytes bounds one batch's records, uncompressed. It must be at
@@ -138,6 +141,32 @@ type Checkpoints struct {
 	// it has not verified yet; past it each record is verified as it is
 	// read, and one that does not verify is refused.
 	MaxUnverifiedBytes config.ByteSize `yaml:"max_unverified_bytes"`
+}
+
+// ProducerRegistry configures the writer's records in __ferry_producers
+// (pkg/provenance).
+type ProducerRegistry struct {
+	// Key is how its records are keyed: producer_id, one record per id
+	// (a record per at-least-once Open, never compacted away), which every
+	// fetcher reads; or stream, one key per writer, link and shard, which
+	// fetchers older than it refuse (their links would copy back what
+	// this writer writes): set it once every fetcher reading the target
+	// cluster runs a build that reads it.
+	Key string `yaml:"key"`
+}
+
+// Registry key settings.
+const (
+	RegistryKeyProducerID = "producer_id"
+	RegistryKeyStream     = "stream"
+)
+
+// Keys is how the Recorder keys records under Key (which Validate checked).
+func (r ProducerRegistry) Keys() provenance.Keys {
+	if r.Key == RegistryKeyStream {
+		return provenance.KeyByStream
+	}
+	return provenance.KeyByID
 }
 
 // Signers says whose checkpoint signatures a writer admits.
@@ -320,6 +349,7 @@ func Defaults() Config {
 		OffsetIndex:        OffsetIndex{Topic: offsetindex.DefaultTopic, Retention: offsetindex.DefaultRetention, FlushInterval: offsetindex.DefaultFlushInterval},
 		Heartbeats:         Heartbeats{Topic: "__ferry_heartbeats", PersistInterval: 5 * time.Second},
 		GroupState:         GroupState{Topic: groupstate.DefaultTopic},
+		ProducerRegistry:   ProducerRegistry{Key: RegistryKeyProducerID},
 		Producer:           Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
 		MaxBatchBytes:      4 << 20,
 		MaxGroupBytes:      8 << 20,
@@ -500,6 +530,11 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxStreamsPerPeer < 1 || c.MaxStreamsPerPeer > c.MaxStreams {
 		p.Addf("max_streams_per_peer", "%d: must be between 1 and max_streams (%d)", c.MaxStreamsPerPeer, c.MaxStreams)
+	}
+	switch c.ProducerRegistry.Key {
+	case RegistryKeyProducerID, RegistryKeyStream:
+	default:
+		p.Addf("producer_registry.key", "%q: want %s or %s", c.ProducerRegistry.Key, RegistryKeyProducerID, RegistryKeyStream)
 	}
 	if c.MaxPartitions < 1 || c.MaxPartitions > 1000000 {
 		p.Addf("max_partitions", "%d: must be between 1 and 1000000", c.MaxPartitions)

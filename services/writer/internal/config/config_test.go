@@ -92,6 +92,9 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 		// Issue 41 item 7: what the checkpoint view keeps unverified is bounded.
 		{"checkpoint unverified bound", base + "checkpoints: {max_unverified_bytes: 256MiB}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", ""},
 		{"checkpoint unverified bound too small", base + "checkpoints: {max_unverified_bytes: 64KiB}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "checkpoints.max_unverified_bytes: 64KiB: must be between 1MiB and 64GiB"},
+		// Issue 41 item 4: the producer registry's keys.
+		{"registry keyed by stream", base + "producer_registry: {key: stream}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", ""},
+		{"registry key unknown", base + "producer_registry: {key: writer}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", `producer_registry.key: "writer": want producer_id or stream`},
 		// Issue 23 item 1: the offset index topic.
 		{"offset index settings", base + "offset_index: {topic: ferry-index, partitions: 6, retention: 720h}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", ""},
 		{"offset index retention below an hour", base + "offset_index: {retention: 30m}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.retention: 30m0s: must be at least 1h"},
