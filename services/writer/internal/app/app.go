@@ -266,6 +266,8 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 		MaxPartitions:     cfg.MaxPartitions,
 		MaxStreams:        cfg.MaxStreams,
 		MaxStreamsPerPeer: cfg.MaxStreamsPerPeer,
+		OpenRatePerPeer:   cfg.OpenRatePerPeer,
+		OpenBurstPerPeer:  cmp.Or(cfg.OpenBurstPerPeer, cfg.MaxStreamsPerPeer),
 		Tracer:            tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
 		Recent:            recent,
 		Recorder:          recorder,

@@ -79,6 +79,12 @@ type Config struct {
 	// above either is refused with ResourceExhausted (the fetcher retries).
 	MaxStreams        int `yaml:"max_streams"`
 	MaxStreamsPerPeer int `yaml:"max_streams_per_peer"`
+	// OpenRatePerPeer bounds the Opens one fetcher identity may make a
+	// second, in bursts of OpenBurstPerPeer (0: max_streams_per_peer):
+	// each Open takes a producer id and writes a __ferry_producers
+	// record. An Open past it is refused with ResourceExhausted.
+	OpenRatePerPeer  float64 `yaml:"open_rate_per_peer"`
+	OpenBurstPerPeer int     `yaml:"open_burst_per_peer"`
 	// MaxPartitions bounds the partition count of a target topic the
 	// writer creates or grows: an Open with a topic above it is refused.
 	// Growth cannot be undone, so a fetcher never decides it alone.
@@ -334,6 +340,13 @@ func (l *Link) TopicFilter() topicfilter.Filter { return l.topics }
 // has the measurements behind it).
 const DefaultMergeBelow = 64 << 10
 
+// DefaultOpenRatePerPeer is open_rate_per_peer's default, in Opens a
+// second: a healthy fetcher opens each shard once an hour or so (its
+// connection's maximum age), and all of them at once when it or a writer
+// starts, which open_burst_per_peer covers; a shard reopening in a loop
+// is slowed to this, and the fetcher backs off.
+const DefaultOpenRatePerPeer = 2
+
 // DefaultMaxPartitions is max_partitions' default.
 const DefaultMaxPartitions = 1000
 
@@ -358,6 +371,7 @@ func Defaults() Config {
 		MaxPartitions:      DefaultMaxPartitions,
 		MaxStreams:         1024,
 		MaxStreamsPerPeer:  256,
+		OpenRatePerPeer:    DefaultOpenRatePerPeer,
 		ShutdownTimeout:    20 * time.Second,
 		ConfigSyncInterval: time.Minute,
 	}
@@ -530,6 +544,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxStreamsPerPeer < 1 || c.MaxStreamsPerPeer > c.MaxStreams {
 		p.Addf("max_streams_per_peer", "%d: must be between 1 and max_streams (%d)", c.MaxStreamsPerPeer, c.MaxStreams)
+	}
+	if c.OpenRatePerPeer <= 0 || c.OpenRatePerPeer > 10000 {
+		p.Addf("open_rate_per_peer", "%g: must be above 0 and at most 10000 (Opens a second)", c.OpenRatePerPeer)
+	}
+	if c.OpenBurstPerPeer < 0 {
+		p.Addf("open_burst_per_peer", "%d: must be at least 0 (0: max_streams_per_peer)", c.OpenBurstPerPeer)
 	}
 	switch c.ProducerRegistry.Key {
 	case RegistryKeyProducerID, RegistryKeyStream:
