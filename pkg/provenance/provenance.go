@@ -10,7 +10,7 @@
 // it. So when a fetcher reads a batch of an id it does not know, the
 // record is already below the topic's end, and one read of the topic to
 // its end settles the id for good (Kafka never gives an id to two
-// producers).
+// producers), unless the View forgets it past its bound (below).
 package provenance
 
 import (
@@ -37,36 +37,41 @@ import (
 // that skips Ferry's writes, to read it in their source cluster.
 const Topic = "__ferry_producers"
 
-// The topic's key space is bounded. Every at-least-once stream open gets
-// a new producer id, so records keyed by the id, as they were, made a
-// topic that only grew (a record per open, never compacted away) and a
-// View that kept the first 2^20 ids and refused the rest: after about a
-// million opens over a cluster's life a restarted fetcher of the reverse
-// link copied new writers' batches back, an active-active loop. So a
-// record is keyed by the stream that produces with the id, its writer,
-// link and shard (Entry.StreamKey): one key per writer, link and shard
-// ever, whatever the opens. Compaction keeps each key's newest record,
-// the id its shard produces with now (an exactly-once shard keeps its id
-// across streams); MinCompactionLag keeps the older ones readable for a
-// week, so a fetcher started within a week of an id's last batch still
-// learns it. A View keeps every id it reads up to its bound, and past
-// the bound forgets the oldest it read that is no key's newest (View.take):
-// what a restarted fetcher of the reverse link reads, new batches, comes
-// from new ids. And the writers rate-limit opens per peer, which bounds
-// how many ids a week brings.
+// The registry stays bounded. Every at-least-once stream open gets a new
+// producer id, so records keyed by the id made a topic that only grew (a
+// record per open, never compacted away) and a View that kept the first
+// 2^20 ids and refused the rest: after about a million opens over a
+// cluster's life a restarted fetcher of the reverse link copied new
+// writers' batches back, an active-active loop. Now:
+//
+//   - A View keeps every id it reads up to its bound, and past it forgets
+//     the oldest it read that is no stream's newest (View.take): what a
+//     fetcher reads near its position, new batches, comes from new ids,
+//     and each stream's current id stays, however old.
+//   - With KeyByStream (producer_registry.key: stream) a record is keyed
+//     by the stream that produces with the id, its writer, link and
+//     shard (Entry.StreamKey): one key per writer, link and shard
+//     whatever the opens. Compaction keeps each key's newest record, the
+//     id its shard produces with now (an exactly-once shard keeps its id
+//     across streams), and every record younger than MinCompactionLag: a
+//     fetcher started within a week of an at-least-once id's record (its
+//     stream lasted at most its connection's age) still learns it.
+//   - The writers rate-limit opens per peer, which bounds how many ids a
+//     week brings.
 //
 // Records of the old format (keyed by the id, no shard) are still read;
 // compaction never removes them, and a View forgets them oldest first.
 // Fetchers older than the stream key refuse its records (their key is not
 // the id), and would copy back every batch of the ids they name: a writer
-// writes them only with KeyByStream (producer_registry.key: stream), set
-// once every fetcher reading its target cluster reads them.
+// writes them only with KeyByStream, set once every fetcher reading its
+// target cluster reads them.
 
 // MinCompactionLag is how long the topic keeps a stream's older records,
 // whose ids a later open replaced, before compaction may remove them: a
-// fetcher started later than that after an id's last batch, reading
-// that batch (a link started at the beginning of an old topic, or paused
-// as long), does not know the id and copies its batches back.
+// fetcher started later than that after such a record was written,
+// reading a batch of its id (a link started at the beginning of an old
+// topic, or paused as long), does not know the id and copies the batch
+// back.
 const MinCompactionLag = 7 * 24 * time.Hour
 
 // Configs are the topic's settings when a writer creates it.
