@@ -12,14 +12,16 @@ import (
 
 // FuzzDecodeEntry feeds decodeEntry a registry record as anyone able to
 // produce to the topic can write it: key, value and the signature headers.
-// Without a verifier, what it takes is in bounds, keyed by its producer id
-// and encodes back to the same entry. With one, it takes only what the
+// Without a verifier, what it takes is in bounds, keyed by its stream (or,
+// in the old format, its producer id) and encodes back to the same entry. With one, it takes only what the
 // writer signed: a forged or altered record never verifies.
 func FuzzDecodeEntry(f *testing.F) {
 	writerSrc, fetcherSrc := sources(f)
 	signed := map[string]bool{} // key and value of every record the writer signed
 	at := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	shard := uint32(3)
 	for _, e := range []Entry{
+		{ProducerID: 7, SourceCluster: "abcdefghijklmnopqrstuv", Link: "east", Shard: &shard, Writer: "writer/1", Time: at},
 		{ProducerID: 7, SourceCluster: "abcdefghijklmnopqrstuv", Link: "east", Writer: "writer-1", Time: at},
 		{ProducerID: 0, Link: "", Writer: "w", Time: at},
 	} {
@@ -43,7 +45,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if e.check() != nil || !bytes.Equal(k, key(e.ProducerID)) {
+		if e.check() != nil || string(k) != e.StreamKey() || e.Shard == nil && !bytes.Equal(k, key(e.ProducerID)) {
 			t.Fatalf("took %+v under key %q", e, k)
 		}
 		again, err := encodeEntry(e, nil)
@@ -52,7 +54,8 @@ func FuzzDecodeEntry(f *testing.F) {
 		}
 		back, err := decodeEntry(again, nil)
 		if err != nil || back.ProducerID != e.ProducerID || back.Link != e.Link || back.Writer != e.Writer ||
-			back.SourceCluster != e.SourceCluster || !back.Time.Equal(e.Time) {
+			back.SourceCluster != e.SourceCluster || !back.Time.Equal(e.Time) || (back.Shard == nil) != (e.Shard == nil) ||
+			back.Shard != nil && *back.Shard != *e.Shard {
 			t.Fatalf("%+v encodes and decodes to %+v (%v)", e, back, err)
 		}
 	})

@@ -10,17 +10,17 @@
 // it. So when a fetcher reads a batch of an id it does not know, the
 // record is already below the topic's end, and one read of the topic to
 // its end settles the id for good (Kafka never gives an id to two
-// producers).
+// producers), unless the View forgets it past its bound (below).
 package provenance
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,26 +32,81 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 )
 
-// Topic is where writers record their producer ids: compacted, keyed by id,
-// in each cluster Ferry writes to. Writers need to write it; fetchers of a
-// link that skips Ferry's writes, to read it in their source cluster.
+// Topic is where writers record their producer ids: compacted, in each
+// cluster Ferry writes to. Writers need to write it; fetchers of a link
+// that skips Ferry's writes, to read it in their source cluster.
 const Topic = "__ferry_producers"
 
+// The registry stays bounded. Every at-least-once stream open gets a new
+// producer id, so records keyed by the id made a topic that only grew (a
+// record per open, never compacted away) and a View that kept the first
+// 2^20 ids and refused the rest: after about a million opens over a
+// cluster's life a restarted fetcher of the reverse link copied new
+// writers' batches back, an active-active loop. Now:
+//
+//   - A View keeps every id it reads up to its bound, and past it forgets
+//     the oldest it read that is no stream's newest (View.take): what a
+//     fetcher reads near its position, new batches, comes from new ids,
+//     and each stream's current id stays, however old.
+//   - With KeyByStream (producer_registry.key: stream) a record is keyed
+//     by the stream that produces with the id, its writer, link and
+//     shard (Entry.StreamKey): one key per writer, link and shard
+//     whatever the opens. Compaction keeps each key's newest record, the
+//     id its shard produces with now (an exactly-once shard keeps its id
+//     across streams), and every record younger than MinCompactionLag: a
+//     fetcher started within a week of an at-least-once id's record (its
+//     stream lasted at most its connection's age) still learns it.
+//   - The writers rate-limit opens per peer, which bounds how many ids a
+//     week brings.
+//
+// Records of the old format (keyed by the id, no shard) are still read;
+// compaction never removes them, and a View forgets them oldest first.
+// Fetchers older than the stream key refuse its records (their key is not
+// the id), and would copy back every batch of the ids they name: a writer
+// writes them only with KeyByStream, set once every fetcher reading its
+// target cluster reads them.
+
+// MinCompactionLag is how long the topic keeps a stream's older records,
+// whose ids a later open replaced, before compaction may remove them: a
+// fetcher started later than that after such a record was written,
+// reading a batch of its id (a link started at the beginning of an old
+// topic, or paused as long), does not know the id and copies the batch
+// back.
+const MinCompactionLag = 7 * 24 * time.Hour
+
 // Configs are the topic's settings when a writer creates it.
-var Configs = map[string]string{"cleanup.policy": "compact"}
+var Configs = map[string]string{
+	"cleanup.policy":        "compact",
+	"min.compaction.lag.ms": strconv.FormatInt(MinCompactionLag.Milliseconds(), 10),
+}
 
 // Entry is one recorded producer id: the value of its record in Topic,
-// keyed by the id. Encoded and decoded in one place each (encodeEntry,
+// keyed by its stream (StreamKey), or by the id in entries of writers
+// older than Shard. Encoded and decoded in one place each (encodeEntry,
 // decodeEntry), so that a field added later is checked there.
 type Entry struct {
 	ProducerID int64 `json:"producer_id"`
 	// SourceCluster is the Kafka cluster id of the cluster the writer
 	// copies from (the fetcher's Open says it). Empty in entries of writers
 	// older than the field, and when the source reports no cluster id.
-	SourceCluster string    `json:"source_cluster,omitempty"`
-	Link          string    `json:"link"`
-	Writer        string    `json:"writer"`
-	Time          time.Time `json:"time"`
+	SourceCluster string `json:"source_cluster,omitempty"`
+	Link          string `json:"link"`
+	// Shard is the link's shard the stream serves; nil in entries of
+	// writers older than the field, keyed by the id.
+	Shard  *uint32   `json:"shard,omitempty"`
+	Writer string    `json:"writer"`
+	Time   time.Time `json:"time"`
+}
+
+// StreamKey is the key of e's record: writer/link/shard, or for an entry
+// without a shard (the old format) its producer id. Link names hold no
+// slash (check) and a shard is a number, so two streams never share a
+// key whatever their writers' names.
+func (e Entry) StreamKey() string {
+	if e.Shard == nil {
+		return string(key(e.ProducerID))
+	}
+	return e.Writer + "/" + e.Link + "/" + strconv.FormatUint(uint64(*e.Shard), 10)
 }
 
 // MaxField bounds, in bytes, each of an Entry's strings (link, writer,
@@ -97,6 +152,9 @@ func (e Entry) check() error {
 			return fmt.Errorf("%s of %d bytes, above %d", name, len(f), MaxField)
 		}
 	}
+	if e.Shard != nil && (e.Link == "" || strings.Contains(e.Link, "/")) {
+		return fmt.Errorf("link %q of a stream: empty, or holding a slash", e.Link)
+	}
 	return nil
 }
 
@@ -110,7 +168,7 @@ func encodeEntry(e Entry, signer Signer) (*kgo.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("entry of producer id %d: %w", e.ProducerID, err)
 	}
-	rec := &kgo.Record{Key: key(e.ProducerID), Value: value}
+	rec := &kgo.Record{Key: []byte(e.StreamKey()), Value: value}
 	if signer != nil {
 		sig, err := signer.Sign(signPurpose, rec.Key, rec.Value)
 		if err != nil {
@@ -124,9 +182,10 @@ func encodeEntry(e Entry, signer Signer) (*kgo.Record, error) {
 }
 
 // decodeEntry is the entry a record holds, refused when anything in it is
-// out of bounds, its key is not its producer id (compaction keeps one
-// record per key: a record keyed otherwise could outlive the id's own), or
-// verifier, unless nil, does not admit its signature.
+// out of bounds, its key is not its stream's (compaction keeps one record
+// per key: a record keyed otherwise could outlive the stream's own, or
+// replace another's), or verifier, unless nil, does not admit its
+// signature.
 func decodeEntry(rec *kgo.Record, verifier Verifier) (Entry, error) {
 	if len(rec.Value) > maxValue {
 		return Entry{}, fmt.Errorf("value of %d bytes, above %d", len(rec.Value), maxValue)
@@ -147,8 +206,8 @@ func decodeEntry(rec *kgo.Record, verifier Verifier) (Entry, error) {
 	if err := e.check(); err != nil {
 		return Entry{}, err
 	}
-	if !bytes.Equal(rec.Key, key(e.ProducerID)) {
-		return Entry{}, fmt.Errorf("key %q for producer id %d", rec.Key, e.ProducerID)
+	if string(rec.Key) != e.StreamKey() {
+		return Entry{}, fmt.Errorf("key %q for the entry of %s", rec.Key, e.StreamKey())
 	}
 	return e, nil
 }
@@ -164,27 +223,41 @@ func ClusterID(ctx context.Context, cl *kgo.Client) (string, error) {
 	return m.Cluster, nil
 }
 
+// Keys is how a Recorder keys its records.
+type Keys uint8
+
+const (
+	// KeyByID keys a record by its producer id, the old format, which
+	// every fetcher reads: a record per open, never compacted away.
+	KeyByID Keys = iota
+	// KeyByStream keys a record by its stream (Entry.StreamKey), which
+	// fetchers older than it refuse.
+	KeyByStream
+)
+
 // Recorder writes a writer's producer ids. It is safe for concurrent use.
 type Recorder struct {
 	cl     *kgo.Client
 	writer string
 	signer Signer // nil: entries unsigned
+	keys   Keys
 
-	mu      sync.Mutex
-	done    map[int64]bool // recorded by this process
-	cluster string         // the target's cluster id, once known
+	mu sync.Mutex
+	// done is the id this process last recorded for each stream key.
+	done    map[string]int64
+	cluster string // the target's cluster id, once known
 }
 
-// maxDone bounds the ids a Recorder remembers having recorded (one per
-// at-least-once stream open); past it they are forgotten, which costs one
-// more record of an id, which views ignore (the first entry wins).
+// maxDone bounds the streams a Recorder remembers (its writer's links
+// times their shards); past it they are forgotten, which costs one more
+// record of an id, which views take as they took the first.
 const maxDone = 1 << 16
 
 // NewRecorder makes a Recorder on a client of its own built from opts (the
 // target cluster's seeds, TLS and SASL), signing its entries with signer
-// (nil: unsigned). Its produce is not idempotent, so it takes no producer
-// id of its own.
-func NewRecorder(opts []kgo.Opt, writer string, signer Signer) (*Recorder, error) {
+// (nil: unsigned) and keying them as keys says. Its produce is not
+// idempotent, so it takes no producer id of its own.
+func NewRecorder(opts []kgo.Opt, writer string, signer Signer, keys Keys) (*Recorder, error) {
 	if len(writer) > MaxField {
 		return nil, fmt.Errorf("producer id recorder: writer id of %d bytes, above %d", len(writer), MaxField)
 	}
@@ -197,7 +270,7 @@ func NewRecorder(opts []kgo.Opt, writer string, signer Signer) (*Recorder, error
 	if err != nil {
 		return nil, fmt.Errorf("producer id recorder: %w", err)
 	}
-	return &Recorder{cl: cl, writer: writer, signer: signer, done: map[int64]bool{}}, nil
+	return &Recorder{cl: cl, writer: writer, signer: signer, keys: keys, done: map[string]int64{}}, nil
 }
 
 // Close releases the client.
@@ -222,18 +295,25 @@ func (r *Recorder) ClusterID(ctx context.Context) (string, error) {
 	return cluster, nil
 }
 
-// Record writes that link's writer produces with id, copying from the
-// cluster whose id is source, and returns once all in-sync replicas have
-// it. An id this process recorded already (an exactly-once shard's
+// Record writes that the writer's stream of link's shard produces with
+// id, copying from the cluster whose id is source, and returns once all
+// in-sync replicas have it. With KeyByStream the record replaces the
+// stream's last one in the compacted topic (after MinCompactionLag). An
+// id this process recorded last under its key (an exactly-once shard's
 // producer keeps its id across streams) costs nothing.
-func (r *Recorder) Record(ctx context.Context, id int64, link, source string) error {
+func (r *Recorder) Record(ctx context.Context, id int64, link string, shard uint32, source string) error {
+	e := Entry{ProducerID: id, SourceCluster: source, Link: link, Writer: r.writer, Time: time.Now().UTC()}
+	if r.keys == KeyByStream {
+		e.Shard = &shard
+	}
+	stream := e.StreamKey()
 	r.mu.Lock()
-	done := r.done[id]
+	last, done := r.done[stream]
 	r.mu.Unlock()
-	if done {
+	if done && last == id {
 		return nil
 	}
-	rec, err := encodeEntry(Entry{ProducerID: id, SourceCluster: source, Link: link, Writer: r.writer, Time: time.Now().UTC()}, r.signer)
+	rec, err := encodeEntry(e, r.signer)
 	if err != nil {
 		return err
 	}
@@ -244,7 +324,7 @@ func (r *Recorder) Record(ctx context.Context, id int64, link, source string) er
 	if len(r.done) >= maxDone {
 		clear(r.done)
 	}
-	r.done[id] = true
+	r.done[stream] = id
 	r.mu.Unlock()
 	return nil
 }
@@ -288,8 +368,10 @@ const (
 	maxForeign = 1 << 20
 	// maxEntries bounds the ids remembered as Ferry's (one per writer's
 	// at-least-once stream open, and whatever else is written to the
-	// topic). Past it new entries are refused (counted): their batches
-	// are then copied, as a loop is better than a loss.
+	// topic). Past it the oldest read that is no stream's newest is
+	// forgotten (counted) for each new one (take): a batch of a forgotten
+	// id, met again, is copied, as a loop is better than a loss. Half of
+	// it at most is streams' newest (maxStreams).
 	maxEntries = 1 << 20
 	// maxClusters bounds the distinct source cluster ids shared between
 	// entries; an entry of another keeps its own copy (MaxField bytes).
@@ -320,7 +402,17 @@ type View struct {
 	ferry    map[int64]string
 	clusters map[string]string
 	foreign  map[int64]bool
-	refused  int // records not taken: invalid, over maxEntries, or rewriting an id
+	refused  int // records not taken: invalid, or rewriting an id
+	// order holds the ids of ferry, oldest read first: the order they are
+	// forgotten in past maxEntries.
+	order []int64
+	// streams holds each stream key's newest id (at most maxEntries/2
+	// keys: a stream past that is not tracked), and newest counts, for an
+	// id, the streams it is the newest of: those are not forgotten.
+	streams map[string]int64
+	newest  map[int64]int
+	// forgotten counts the ids forgotten past maxEntries.
+	forgotten int
 	// reading is the read in progress, nil when none; started and ok
 	// number the reads started and the last one that succeeded.
 	reading *read
@@ -370,6 +462,7 @@ func NewView(opts []kgo.Opt, verifier Verifier, log *slog.Logger) (*View, error)
 	return &View{
 		cl: cl, adm: kadm.NewClient(cl), verifier: verifier, log: log, timeout: readTimeout, maxEntries: maxEntries,
 		ferry: map[int64]string{}, clusters: map[string]string{}, foreign: map[int64]bool{}, next: map[int32]int64{},
+		streams: map[string]int64{}, newest: map[int64]int{},
 	}, nil
 }
 
@@ -384,13 +477,20 @@ func (v *View) Reads() int {
 }
 
 // Refused is how many of the topic's records the View did not take:
-// malformed or out of bounds, not signed by an admitted writer, past its
-// bound on entries, or a later record of an id it knows, naming another
-// source cluster.
+// malformed or out of bounds, not signed by an admitted writer, or a
+// later record of an id it knows, naming another source cluster.
 func (v *View) Refused() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.refused
+}
+
+// Forgotten is how many ids the View forgot to keep within its bound on
+// entries: the oldest it had read that were no stream's newest.
+func (v *View) Forgotten() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.forgotten
 }
 
 // Origins reports, for each of ids, whether a Ferry writer recorded it and
@@ -473,7 +573,14 @@ func (v *View) readOnce(ctx context.Context) error {
 	}
 
 	v.mu.Lock()
+	forgotten := v.forgotten
 	v.take(entries)
+	if n := v.forgotten - forgotten; n > 0 {
+		// Once a read: an id forgotten is met again only in an old batch,
+		// which is then copied.
+		v.log.Info("producer ids forgotten past the view's bound (the oldest read; their batches, met again, are copied)",
+			"topic", Topic, "forgotten", n, "kept", len(v.ferry))
+	}
 	v.reading = nil
 	if ctx.Err() == nil {
 		// Shared with the callers waiting for this read; a read that
@@ -491,29 +598,72 @@ func (v *View) readOnce(ctx context.Context) error {
 	return err
 }
 
-// take keeps the entries a read found, the first of each id; v.mu held.
+// take keeps the entries a read found, the first of each id, and notes
+// each stream's newest; past maxEntries it forgets the oldest id that is
+// no stream's newest for each new one; v.mu held.
 func (v *View) take(entries []Entry) {
 	for _, e := range entries {
 		if known, ok := v.ferry[e.ProducerID]; ok {
 			if known != e.SourceCluster {
 				v.refused++
+				continue
 			}
-			continue
-		}
-		if len(v.ferry) >= v.maxEntries {
-			v.refused++
-			continue
-		}
-		source, ok := v.clusters[e.SourceCluster]
-		if !ok {
-			source = e.SourceCluster
-			if len(v.clusters) < maxClusters {
-				v.clusters[source] = source
+		} else {
+			if len(v.ferry) >= v.maxEntries && !v.forgetOldest() {
+				v.refused++
+				continue
 			}
+			source, ok := v.clusters[e.SourceCluster]
+			if !ok {
+				source = e.SourceCluster
+				if len(v.clusters) < maxClusters {
+					v.clusters[source] = source
+				}
+			}
+			v.ferry[e.ProducerID] = source
+			v.order = append(v.order, e.ProducerID)
+			delete(v.foreign, e.ProducerID)
 		}
-		v.ferry[e.ProducerID] = source
-		delete(v.foreign, e.ProducerID)
+		if e.Shard != nil {
+			v.setNewest(e.StreamKey(), e.ProducerID)
+		}
 	}
+}
+
+// setNewest makes id stream's newest; v.mu held. A stream past
+// maxEntries/2 is not tracked: its ids are forgotten like any other.
+func (v *View) setNewest(stream string, id int64) {
+	prev, ok := v.streams[stream]
+	switch {
+	case ok && prev == id:
+		return
+	case !ok && len(v.streams) >= v.maxEntries/2:
+		return
+	case ok:
+		if v.newest[prev]--; v.newest[prev] <= 0 {
+			delete(v.newest, prev)
+		}
+	}
+	v.streams[stream] = id
+	v.newest[id]++
+}
+
+// forgetOldest forgets the oldest id read that is no stream's newest, and
+// reports whether there was one; v.mu held. Streams' newest ids met on
+// the way go to the back, so each pass looks at every id once at most.
+func (v *View) forgetOldest() bool {
+	for range len(v.order) {
+		id := v.order[0]
+		v.order = v.order[1:]
+		if v.newest[id] > 0 {
+			v.order = append(v.order, id)
+			continue
+		}
+		delete(v.ferry, id)
+		v.forgotten++
+		return true
+	}
+	return false
 }
 
 // readToEnd reads every partition of the topic from where the last read

@@ -58,7 +58,7 @@ func newView(t *testing.T, opts []kgo.Opt) *View {
 
 func newRecorder(t *testing.T, opts []kgo.Opt, writer string) *Recorder {
 	t.Helper()
-	r, err := NewRecorder(opts, writer, nil)
+	r, err := NewRecorder(opts, writer, nil, KeyByStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestStalledReadFailsInBoundAndBlocksNoSettledID(t *testing.T) {
 	defer cancel()
 	createTopic(ctx, t, opts)
 	rec := newRecorder(t, opts, "w")
-	if err := rec.Record(ctx, 7, "east", "A"); err != nil {
+	if err := rec.Record(ctx, 7, "east", 0, "A"); err != nil {
 		t.Fatal(err)
 	}
 	v := newView(t, opts)
@@ -84,7 +84,7 @@ func TestStalledReadFailsInBoundAndBlocksNoSettledID(t *testing.T) {
 	if got, err := v.Origins(ctx, []int64{7}, "A"); err != nil || got[7] != CopiedFrom {
 		t.Fatalf("id 7: %v, %v", got, err)
 	}
-	if err := rec.Record(ctx, 9, "east", "A"); err != nil {
+	if err := rec.Record(ctx, 9, "east", 0, "A"); err != nil {
 		t.Fatal(err)
 	}
 	stalled := make(chan struct{}, 1)
@@ -126,19 +126,20 @@ func TestStalledReadFailsInBoundAndBlocksNoSettledID(t *testing.T) {
 
 // A View takes the first valid entry of each id: a later record of the
 // key cannot rewrite it, and records out of bounds (oversized strings or
-// value, a key that is not the id, not JSON) are refused, as are entries
-// past the View's bound. The Recorder refuses oversized strings too.
+// value, a key that is not the entry's stream or id, not JSON) are
+// refused. Past the View's bound the oldest entry that is no stream's
+// newest is forgotten. The Recorder refuses oversized strings too.
 func TestFirstValidEntryWinsWithinBounds(t *testing.T) {
 	_, opts := fake(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	raw := createTopic(ctx, t, opts)
 	rec := newRecorder(t, opts, "w")
-	if err := rec.Record(ctx, 7, "east", "A"); err != nil {
+	if err := rec.Record(ctx, 7, "east", 0, "A"); err != nil {
 		t.Fatal(err)
 	}
 	long := strings.Repeat("x", MaxField+1)
-	if err := rec.Record(ctx, 8, long, "A"); err == nil {
+	if err := rec.Record(ctx, 8, long, 0, "A"); err == nil {
 		t.Error("the recorder wrote a link name above MaxField")
 	}
 	produce := func(key, value string) {
@@ -152,24 +153,29 @@ func TestFirstValidEntryWinsWithinBounds(t *testing.T) {
 	produce("10", `{"producer_id":11,"source_cluster":"A","link":"l","writer":"x"}`)                             // key not the id
 	produce("12", `{"producer_id":12,"source_cluster":"A","link":"l","writer":"`+strings.Repeat("y", 5000)+`"}`) // oversized value
 	produce("13", `not json`)
-	produce("14", `{"producer_id":14,"link":"old","writer":"x"}`) // an old writer's: no source cluster
+	produce("x/l/1", `{"producer_id":17,"source_cluster":"A","link":"l","shard":2,"writer":"x"}`)     // key not the stream
+	produce("x/a/b/1", `{"producer_id":18,"source_cluster":"A","link":"a/b","shard":1,"writer":"x"}`) // a slash in the link
+	produce("14", `{"producer_id":14,"link":"old","writer":"x"}`)                                     // an old writer's: no source cluster
 	produce("15", `{"producer_id":15,"source_cluster":"A","link":"l","writer":"x"}`)
-	produce("16", `{"producer_id":16,"source_cluster":"A","link":"l","writer":"x"}`) // past the bound
+	produce("16", `{"producer_id":16,"source_cluster":"A","link":"l","writer":"x"}`) // past the bound: 14 is forgotten
 
 	v := newView(t, opts)
-	v.maxEntries = 3 // 7, 14, 15
-	got, err := v.Origins(ctx, []int64{7, 8, 11, 12, 14, 15, 16}, "A")
+	v.maxEntries = 3 // 7 (its stream's newest), 15, 16
+	got, err := v.Origins(ctx, []int64{7, 8, 11, 12, 14, 15, 16, 17, 18}, "A")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[int64]Origin{7: CopiedFrom, 8: NotCopied, 11: NotCopied, 12: NotCopied, 14: Unattributed, 15: CopiedFrom, 16: NotCopied}
+	want := map[int64]Origin{7: CopiedFrom, 8: NotCopied, 11: NotCopied, 12: NotCopied, 14: NotCopied, 15: CopiedFrom, 16: CopiedFrom, 17: NotCopied, 18: NotCopied}
 	for id, w := range want {
 		if got[id] != w {
 			t.Errorf("id %d: origin %v, want %v", id, got[id], w)
 		}
 	}
-	if n := v.Refused(); n != 6 { // the rewrite of 7, 8, 10, 12, 13, 16
-		t.Errorf("%d records refused, want 6", n)
+	if n := v.Refused(); n != 7 { // the rewrite of 7, 8, 10, 12, 13, x/l/1, x/a/b/1
+		t.Errorf("%d records refused, want 7", n)
+	}
+	if n := v.Forgotten(); n != 1 { // 14
+		t.Errorf("%d ids forgotten, want 1", n)
 	}
 }
 
@@ -200,22 +206,22 @@ func TestViewTellsRecordedIDsFromTheRest(t *testing.T) {
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, map[string]*string{"cleanup.policy": ptr("compact")}, Topic); err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewRecorder(opts, "writer-a", nil)
+	a, err := NewRecorder(opts, "writer-a", nil, KeyByID) // the old format, read beside the new
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := NewRecorder(opts, "writer-b", nil)
+	b, err := NewRecorder(opts, "writer-b", nil, KeyByStream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	for _, id := range []int64{7, 7, 9} { // 7 twice: recorded once
-		if err := a.Record(ctx, id, "east", "A"); err != nil {
+		if err := a.Record(ctx, id, "east", 0, "A"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := b.Record(ctx, 12, "west", "C"); err != nil {
+	if err := b.Record(ctx, 12, "west", 0, "C"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -238,7 +244,7 @@ func TestViewTellsRecordedIDsFromTheRest(t *testing.T) {
 
 	// A new id recorded later is read on its first sight, from where the
 	// last read stopped.
-	if err := b.Record(ctx, 13, "west", "C"); err != nil {
+	if err := b.Record(ctx, 13, "west", 0, "C"); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := v.Origins(ctx, []int64{13}, "C"); err != nil || got[13] != CopiedFrom {
@@ -270,7 +276,7 @@ func TestTransactionInTheRegistryHoldsNoRead(t *testing.T) {
 	defer cancel()
 	createTopic(ctx, t, opts)
 	rec := newRecorder(t, opts, "writer-a")
-	if err := rec.Record(ctx, 7, "east", "A"); err != nil {
+	if err := rec.Record(ctx, 7, "east", 0, "A"); err != nil {
 		t.Fatal(err)
 	}
 	txn, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic(Topic), kgo.TransactionalID("someone"))...)
@@ -295,7 +301,7 @@ func TestTransactionInTheRegistryHoldsNoRead(t *testing.T) {
 	}
 	// A writer records its id before it writes: the next read, past the
 	// marker, finds it.
-	if err := rec.Record(ctx, 9, "east", "A"); err != nil {
+	if err := rec.Record(ctx, 9, "east", 0, "A"); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := v.Origins(ctx, []int64{9}, "A"); err != nil || got[9] != CopiedFrom {

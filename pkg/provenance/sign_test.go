@@ -67,12 +67,12 @@ func TestForgedEntriesAreNotTaken(t *testing.T) {
 	if err := cl.ProduceSync(ctx, unsigned, otherIdentity, moved, early).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := NewRecorder(opts, "writer-1", writerSrc)
+	rec, err := NewRecorder(opts, "writer-1", writerSrc, KeyByStream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rec.Close()
-	if err := rec.Record(ctx, 7, "east", "target"); err != nil {
+	if err := rec.Record(ctx, 7, "east", 0, "target"); err != nil {
 		t.Fatal(err)
 	}
 

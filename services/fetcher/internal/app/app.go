@@ -215,6 +215,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, reg *pro
 		defer view.Close() // deferred before the shards run: after they drain
 		deps.Provenance = view
 		metrics.RegisterRegistryRefused(reg, view.Refused)
+		metrics.RegisterRegistryForgotten(reg, view.Forgotten)
 		log.Info("batches Ferry writers produced into the source are not copied (link.skip_replicated)")
 	}
 	var poller *groups.Poller

@@ -85,8 +85,17 @@ func New(reg prometheus.Registerer) *Metrics {
 func RegisterRegistryRefused(reg prometheus.Registerer, refused func() int) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ferry_fetcher_producer_registry_refused_records",
-		Help: "Records of the source's __ferry_producers the fetcher did not take since it started: malformed or out of bounds, past its bound of 2^20 ids, or a later record of a known id naming another source cluster (the first entry wins).",
+		Help: "Records of the source's __ferry_producers the fetcher did not take since it started: malformed or out of bounds, not signed by an admitted writer, or a later record of a known id naming another source cluster (the first entry wins).",
 	}, func() float64 { return float64(refused()) }))
+}
+
+// RegisterRegistryForgotten exports forgotten, the producer ids the
+// fetcher's provenance View forgot past its bound of 2^20 ids.
+func RegisterRegistryForgotten(reg prometheus.Registerer, forgotten func() int) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ferry_fetcher_producer_registry_forgotten_ids",
+		Help: "Producer ids of the source's __ferry_producers the fetcher forgot since it started, to keep 2^20: the oldest it read that no stream produces with now. A batch of one, met again, is copied.",
+	}, func() float64 { return float64(forgotten()) }))
 }
 
 // RegisterLinkShards exports the link's shard count: ferry_shards_owned has

@@ -708,7 +708,7 @@ func TestPassThroughSkipsOnlyWhatCameFromTheTarget(t *testing.T) {
 			plain := src.batchProducer(t, kgo.DisableIdempotentWrite()) // producer id -1
 			fromA := src.batchProducer(t)                               // the writer of A→B
 			oldWriter := src.batchProducer(t)                           // a writer older than source clusters
-			rec, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(src.addrs...)}, "writer-b", nil)
+			rec, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(src.addrs...)}, "writer-b", nil, provenance.KeyByStream)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -718,7 +718,7 @@ func TestPassThroughSkipsOnlyWhatCameFromTheTarget(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := rec.Record(ctx, id, "a-to-b", source); err != nil {
+				if err := rec.Record(ctx, id, "a-to-b", 0, source); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -153,7 +153,8 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 			Topic: cfg.Checkpoints.Topic, Partitions: cfg.Checkpoints.Partitions,
 			ReplicationFactor: cfg.Checkpoints.ReplicationFactor, Writer: cfg.ID,
 			Signer: cpSigner, Verifier: cpVerifier, AcceptUnsigned: cfg.Checkpoints.AcceptUnsigned,
-			Metrics: checkpoint.Metrics{Refused: m.CheckpointsRefused, AcceptedUnsigned: m.CheckpointsAcceptedUnsigned},
+			MaxUnverifiedBytes: int64(cfg.Checkpoints.MaxUnverifiedBytes),
+			Metrics:            checkpoint.Metrics{Refused: m.CheckpointsRefused, AcceptedUnsigned: m.CheckpointsAcceptedUnsigned},
 		}, log.With("component", "checkpoints"))
 		return cfg.Target.Explain(gctx, "target.tls", err) // a plaintext client at TLS brokers exits, naming it
 	}); err != nil {
@@ -161,6 +162,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 	}
 	defer store.Close()
 	m.WatchUnsignedCheckpoints(func() float64 { return float64(store.UnsignedLatest()) })
+	m.WatchUnverifiedCheckpoints(func() float64 { return float64(store.UnverifiedBytes()) })
 	var ens *topics.Ensurer
 	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
 		ens, err = topics.New(cfg.Target.BootstrapServers, base, m.TopicsRecreated, log.With("component", "topics"))
@@ -212,7 +214,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 	if certs != nil {
 		signer = certs
 	}
-	recorder, err := provenance.NewRecorder(franzOpts, cfg.ID, signer)
+	recorder, err := provenance.NewRecorder(franzOpts, cfg.ID, signer, cfg.ProducerRegistry.Keys())
 	if err != nil {
 		return notStarted(err)
 	}
@@ -264,6 +266,8 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 		MaxPartitions:     cfg.MaxPartitions,
 		MaxStreams:        cfg.MaxStreams,
 		MaxStreamsPerPeer: cfg.MaxStreamsPerPeer,
+		OpenRatePerPeer:   cfg.OpenRatePerPeer,
+		OpenBurstPerPeer:  cmp.Or(cfg.OpenBurstPerPeer, cfg.MaxStreamsPerPeer),
 		Tracer:            tracing.Tracer(tp, "github.com/ferry-replicator/ferry/writer"),
 		Recent:            recent,
 		Recorder:          recorder,

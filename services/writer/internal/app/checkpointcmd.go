@@ -138,6 +138,7 @@ func withStore(ctx context.Context, cfg *config.Config, log *slog.Logger, f func
 		Topic: cfg.Checkpoints.Topic, Partitions: cfg.Checkpoints.Partitions,
 		ReplicationFactor: cfg.Checkpoints.ReplicationFactor, Writer: cfg.ID + "-command",
 		Signer: signer, Verifier: verifier, AcceptUnsigned: cfg.Checkpoints.AcceptUnsigned,
+		MaxUnverifiedBytes: int64(cfg.Checkpoints.MaxUnverifiedBytes),
 	}, log.With("component", "checkpoints"))
 	if err != nil {
 		return err

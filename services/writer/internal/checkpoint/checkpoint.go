@@ -20,6 +20,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -104,6 +105,9 @@ type Store struct {
 	verifier       Verifier // nil: nothing verified (tls.insecure)
 	acceptUnsigned bool
 	metrics        Metrics
+	// maxUnverified bounds unverifiedBytes (signed.go, "Bounded"); 0:
+	// unbounded (tests that build a Store by hand).
+	maxUnverified int64
 
 	mu sync.Mutex
 	// cond is broadcast as the tail reads.
@@ -112,8 +116,11 @@ type Store struct {
 	cps map[Key]*entry
 	// unsigned counts the keys whose latest record carries no signature.
 	unsigned int
-	read     []int64 // per topic partition: the highest offset the tail has read
-	err      error   // set when a tail fails; the store is then unusable
+	// unverifiedBytes is what the latest records of cps that are not
+	// verified hold (entry.cost): at most maxUnverified.
+	unverifiedBytes int64
+	read            []int64 // per topic partition: the highest offset the tail has read
+	err             error   // set when a tail fails; the store is then unusable
 	// failed is closed with err set: the view cannot recover (a tail lost
 	// its position), and only a new store, reading the topic from its
 	// start, can serve again.
@@ -147,6 +154,10 @@ type Options struct {
 	// warning (checkpoints of writers older than signing, while they are
 	// upgraded).
 	AcceptUnsigned bool
+	// MaxUnverifiedBytes bounds the memory of the records the view keeps
+	// without having verified them (signed.go, "Bounded"); 0:
+	// DefaultMaxUnverifiedBytes.
+	MaxUnverifiedBytes int64
 	// Metrics count what the store refuses and accepts unsigned; nil
 	// counters are not counted.
 	Metrics Metrics
@@ -199,7 +210,8 @@ func Open(addrs []string, base *sarama.Config, opts Options, log *slog.Logger) (
 		topic: opts.Topic, partitions: parts, writer: opts.Writer,
 		client: client, consumer: consumer, barrier: barrier, log: log,
 		signer: opts.Signer, verifier: opts.Verifier, acceptUnsigned: opts.AcceptUnsigned, metrics: opts.Metrics,
-		cps: map[Key]*entry{}, read: make([]int64, parts), stop: cancel,
+		maxUnverified: cmp.Or(opts.MaxUnverifiedBytes, DefaultMaxUnverifiedBytes),
+		cps:           map[Key]*entry{}, read: make([]int64, parts), stop: cancel,
 	}
 	s.cond = sync.NewCond(&s.mu)
 	s.failed = make(chan struct{})

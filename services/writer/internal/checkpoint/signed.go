@@ -45,12 +45,116 @@ import (
 // latest is a replay, ignored.
 //
 // The tail keeps one record per key, so its memory does not grow with
-// what is written. What signatures cannot stop: whoever may write the
-// topic can still make compaction erase a key (a record of another key
-// does not, but a signed tombstone replayed does), and can write a
-// regular forgery, which the open then finds unverified: both stop the
-// partition loudly (checkpoint_unverified) instead of moving it, so ACLs
-// on the topic stay the first defence (docs/security.md).
+// what is written to a key ("Bounded" below bounds new keys). What
+// signatures cannot stop: whoever may write the topic can still make
+// compaction erase a key (a record of another key does not, but a signed
+// tombstone replayed does), and can write a regular forgery, which the
+// open then finds unverified: both stop the partition loudly
+// (checkpoint_unverified) instead of moving it, so ACLs on the topic stay
+// the first defence (docs/security.md).
+
+// Bounded. Kept unverified, every new well-formed key (link/topic/
+// partition) written by anyone able to write the topic would cost the
+// view its whole record, read back after every restart: a flood of keys
+// grew the writer's memory without bound. So what the view holds of
+// records it has not verified (their values, decoded and as written,
+// their signatures and an overhead: entry.size) is bounded by
+// maxUnverified (checkpoints.max_unverified_bytes). A record that would
+// be kept unverified past it is verified as it is read instead, as an
+// irregular one is: taken, verified, if it verifies, refused (counted as
+// unverified_bound, logged) if not; the key's latest record, if any,
+// stays. So the bound costs genuine records nothing but a verification,
+// and records that do not verify (forgeries, and unsigned ones even
+// under accept_unsigned) are what is left out past it. A forged record
+// (or tombstone) of a new key is then not kept to stop its open: a
+// partition with no checkpoint starts from start_from, as it would have,
+// but one whose genuine checkpoint compaction erased under the forgery
+// does too, instead of stopping (as it does once a forged tombstone is
+// gone). Verified records are not bounded: only the admitted signers
+// write them. With tls.insecure nothing is verified and nothing is
+// bounded: the topic's ACLs are all there is. Past the bound each record
+// read costs a verification (50-100 us), so a flood delays a writer's
+// start instead of exhausting its memory.
+
+// DefaultMaxUnverifiedBytes is checkpoints.max_unverified_bytes' default.
+// A genuine record (a signed checkpoint, its certificate chain included)
+// costs 1 to 2 KiB (1.1 KiB with a development certificate and no
+// intermediate): the default holds 30,000 to 60,000 partitions'
+// checkpoints unverified, and a target with more costs its writers a
+// verification of each one past that as they start.
+const DefaultMaxUnverifiedBytes = 64 << 20
+
+// entryOverhead approximates, in bytes, what the view spends on a record
+// beyond its bytes: the entry, its decoded Checkpoint and the map slot.
+const entryOverhead = 256
+
+// size is what e, the record of k, costs the view while it is kept
+// unverified: its value twice (as written and decoded), its signature
+// and the record a tombstone forgets, its key, and entryOverhead.
+func (e *entry) size(k Key) int64 {
+	return int64(entryOverhead + len(k.Link) + len(k.Topic) + 2*len(e.value) + len(e.sig.Chain) + len(e.sig.Value) + len(e.forgets))
+}
+
+// fits reports whether keeping e unverified as k's latest record keeps
+// the view within maxUnverified; s.mu held.
+func (s *Store) fits(k Key, e *entry) bool {
+	if s.maxUnverified <= 0 || s.verifier == nil {
+		return true
+	}
+	held := s.unverifiedBytes
+	if latest, ok := s.cps[k]; ok {
+		held -= latest.cost
+	}
+	return held+e.size(k) <= s.maxUnverified
+}
+
+// put makes e k's latest record in cps, charging it to unverifiedBytes
+// unless it is verified (or nothing is: tls.insecure); s.mu held.
+func (s *Store) put(k Key, e *entry) {
+	s.drop(k)
+	if !e.verified && s.verifier != nil {
+		e.cost = e.size(k)
+		s.unverifiedBytes += e.cost
+	}
+	s.cps[k] = e
+}
+
+// drop removes k's latest record from cps and gives back its charge;
+// s.mu held.
+func (s *Store) drop(k Key) {
+	if old, ok := s.cps[k]; ok {
+		s.unverifiedBytes -= old.cost
+		old.cost = 0
+		delete(s.cps, k)
+	}
+}
+
+// keep makes e k's latest record unverified, to be verified when an
+// open reads it, if the bound allows it; past the bound it is verified
+// now, and refused unless it verifies ("Bounded" above); s.mu held.
+func (s *Store) keep(k Key, e *entry) {
+	if !s.fits(k, e) {
+		if err := s.check(k, e); err != nil {
+			s.refuseBound(k, e, err)
+			return
+		}
+	}
+	s.set(k, e)
+}
+
+// refuseBound refuses e, which does not verify (err), past the bound;
+// s.mu held.
+func (s *Store) refuseBound(k Key, e *entry, err error) {
+	s.refuse(k, e, "unverified_bound", fmt.Errorf("not verified, with checkpoints.max_unverified_bytes (%d) of records not verified yet held already: %w", s.maxUnverified, err))
+}
+
+// UnverifiedBytes is what the view holds of records it has not verified
+// (at most checkpoints.max_unverified_bytes).
+func (s *Store) UnverifiedBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unverifiedBytes
+}
 
 // signPurpose names checkpoint records in their signatures, so a signature
 // made for another kind of record (a producer registry entry) never passes
@@ -108,6 +212,9 @@ type entry struct {
 	// failure is not cached: it may pass once the signers' CA bundle is
 	// fixed, and failures are rare (an open stops the partition).
 	verified bool
+	// cost is what the record is charged in Store.unverifiedBytes while
+	// it is in the view unverified (put), 0 otherwise.
+	cost int64
 }
 
 func (e *entry) signed() bool { return len(e.sig.Chain) > 0 || len(e.sig.Value) > 0 }
@@ -129,6 +236,8 @@ func (s *Store) check(k Key, e *entry) error {
 		return err
 	}
 	e.verified = true
+	s.unverifiedBytes -= e.cost
+	e.cost = 0
 	return nil
 }
 
@@ -146,23 +255,31 @@ func (s *Store) take(k Key, e *entry) {
 			// tombstone written after the partition's checkpoint makes
 			// compaction erase that checkpoint. Kept as a mark, so an
 			// open stops the partition instead of starting it from
-			// start_from (Get).
+			// start_from (Get). Not past the bound: a mark is kept
+			// unverified too.
+			if !s.fits(k, e) {
+				s.refuseBound(k, e, err)
+				return
+			}
 			s.refuse(k, e, refusedReason(e, err), err)
-			s.cps[k] = e
+			s.put(k, e)
 			if !e.signed() {
 				s.unsigned++
 			}
 		}
 		return
 	case !ok, latest.value == nil && e.value != nil:
-		s.set(k, e) // verified when an open reads it
+		s.keep(k, e) // verified when an open reads it
 		return
 	case e.value != nil && bytes.Equal(e.cp.SourceTopicID, latest.cp.SourceTopicID) && e.cp.NextSourceOffset >= latest.cp.NextSourceOffset:
-		s.set(k, e) // regular: verified when an open reads it
+		s.keep(k, e) // regular: verified when an open reads it
 		return
 	}
 	if err := s.check(k, e); err != nil && (e.value == nil || !errors.Is(err, tlsconfig.ErrUnsigned) || !s.acceptUnsigned) {
 		s.refuse(k, e, refusedReason(e, err), err)
+		return
+	} else if err != nil && !s.fits(k, e) { // unsigned, under accept_unsigned: kept unverified
+		s.refuseBound(k, e, err)
 		return
 	}
 	if e.value == nil && string(e.forgets) != latest.position() {
@@ -195,13 +312,13 @@ func (s *Store) set(k Key, e *entry) {
 		s.unsigned--
 	}
 	if e.value == nil {
-		delete(s.cps, k)
+		s.drop(k)
 		return
 	}
 	if !e.signed() {
 		s.unsigned++
 	}
-	s.cps[k] = e
+	s.put(k, e)
 }
 
 // refuse counts and logs (rate-limited: anyone able to write the topic

@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/telemetry"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/pkg/tracing"
+	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupstate"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
@@ -61,6 +62,9 @@ type Config struct {
 	// GroupState is where the group sync's state outlives the writer: a
 	// failover report and failback after a writer restart read it.
 	GroupState GroupState `yaml:"group_state"`
+	// ProducerRegistry says how the writer's records in __ferry_producers
+	// are keyed.
+	ProducerRegistry ProducerRegistry `yaml:"producer_registry"`
 	// Producer tunes the target producer of each shard.
 	Producer Producer `yaml:"producer"`
 	// MaxBatchBytes bounds one batch's records, uncompressed. It must be at
@@ -75,6 +79,12 @@ type Config struct {
 	// above either is refused with ResourceExhausted (the fetcher retries).
 	MaxStreams        int `yaml:"max_streams"`
 	MaxStreamsPerPeer int `yaml:"max_streams_per_peer"`
+	// OpenRatePerPeer bounds the Opens one fetcher identity may make a
+	// second, in bursts of OpenBurstPerPeer (0: max_streams_per_peer):
+	// each Open takes a producer id and writes a __ferry_producers
+	// record. An Open past it is refused with ResourceExhausted.
+	OpenRatePerPeer  float64 `yaml:"open_rate_per_peer"`
+	OpenBurstPerPeer int     `yaml:"open_burst_per_peer"`
 	// MaxPartitions bounds the partition count of a target topic the
 	// writer creates or grows: an Open with a topic above it is refused.
 	// Growth cannot be undone, so a fetcher never decides it alone.
@@ -133,6 +143,36 @@ type Checkpoints struct {
 	// AcceptUnsigned takes unsigned checkpoints (of writers older than
 	// signing) with a warning: on while upgrading, off after.
 	AcceptUnsigned bool `yaml:"accept_unsigned"`
+	// MaxUnverifiedBytes bounds what the checkpoint view holds of records
+	// it has not verified yet; past it each record is verified as it is
+	// read, and one that does not verify is refused.
+	MaxUnverifiedBytes config.ByteSize `yaml:"max_unverified_bytes"`
+}
+
+// ProducerRegistry configures the writer's records in __ferry_producers
+// (pkg/provenance).
+type ProducerRegistry struct {
+	// Key is how its records are keyed: producer_id, one record per id
+	// (a record per at-least-once Open, never compacted away), which every
+	// fetcher reads; or stream, one key per writer, link and shard, which
+	// fetchers older than it refuse (their links would copy back what
+	// this writer writes): set it once every fetcher reading the target
+	// cluster runs a build that reads it.
+	Key string `yaml:"key"`
+}
+
+// Registry key settings.
+const (
+	RegistryKeyProducerID = "producer_id"
+	RegistryKeyStream     = "stream"
+)
+
+// Keys is how the Recorder keys records under Key (which Validate checked).
+func (r ProducerRegistry) Keys() provenance.Keys {
+	if r.Key == RegistryKeyStream {
+		return provenance.KeyByStream
+	}
+	return provenance.KeyByID
 }
 
 // Signers says whose checkpoint signatures a writer admits.
@@ -300,6 +340,13 @@ func (l *Link) TopicFilter() topicfilter.Filter { return l.topics }
 // has the measurements behind it).
 const DefaultMergeBelow = 64 << 10
 
+// DefaultOpenRatePerPeer is open_rate_per_peer's default, in Opens a
+// second: a healthy fetcher opens each shard once an hour or so (its
+// connection's maximum age), and all of them at once when it or a writer
+// starts, which open_burst_per_peer covers; a shard reopening in a loop
+// is slowed to this, and the fetcher backs off.
+const DefaultOpenRatePerPeer = 2
+
 // DefaultMaxPartitions is max_partitions' default.
 const DefaultMaxPartitions = 1000
 
@@ -311,10 +358,11 @@ func Defaults() Config {
 		Listen:             "127.0.0.1:7400",
 		Log:                telemetry.LogConfig{Level: "info", Format: "text"},
 		Target:             kafkaclient.Defaults("ferry-writer"),
-		Checkpoints:        Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1},
+		Checkpoints:        Checkpoints{Topic: "__ferry_checkpoints", Partitions: 1, ReplicationFactor: -1, MaxUnverifiedBytes: checkpoint.DefaultMaxUnverifiedBytes},
 		OffsetIndex:        OffsetIndex{Topic: offsetindex.DefaultTopic, Retention: offsetindex.DefaultRetention, FlushInterval: offsetindex.DefaultFlushInterval},
 		Heartbeats:         Heartbeats{Topic: "__ferry_heartbeats", PersistInterval: 5 * time.Second},
 		GroupState:         GroupState{Topic: groupstate.DefaultTopic},
+		ProducerRegistry:   ProducerRegistry{Key: RegistryKeyProducerID},
 		Producer:           Producer{Compression: "lz4", MaxMessageBytes: 1 << 20, MergeBelow: DefaultMergeBelow, Timeout: 20 * time.Second, TransactionTimeout: 60 * time.Second},
 		MaxBatchBytes:      4 << 20,
 		MaxGroupBytes:      8 << 20,
@@ -323,6 +371,7 @@ func Defaults() Config {
 		MaxPartitions:      DefaultMaxPartitions,
 		MaxStreams:         1024,
 		MaxStreamsPerPeer:  256,
+		OpenRatePerPeer:    DefaultOpenRatePerPeer,
 		ShutdownTimeout:    20 * time.Second,
 		ConfigSyncInterval: time.Minute,
 	}
@@ -414,6 +463,9 @@ func (c *Config) Validate() error {
 	if c.Checkpoints.Partitions < 1 {
 		p.Addf("checkpoints.partitions", "must be at least 1")
 	}
+	if c.Checkpoints.MaxUnverifiedBytes < 1<<20 || c.Checkpoints.MaxUnverifiedBytes > 64<<30 {
+		p.Addf("checkpoints.max_unverified_bytes", "%v: must be between 1MiB and 64GiB", c.Checkpoints.MaxUnverifiedBytes)
+	}
 	if sg := c.Checkpoints.Signers; !c.TLS.Insecure {
 		if sg.CAFile != "" {
 			if err := tlsconfig.CheckCAFile(sg.CAFile); err != nil {
@@ -492,6 +544,17 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxStreamsPerPeer < 1 || c.MaxStreamsPerPeer > c.MaxStreams {
 		p.Addf("max_streams_per_peer", "%d: must be between 1 and max_streams (%d)", c.MaxStreamsPerPeer, c.MaxStreams)
+	}
+	if c.OpenRatePerPeer <= 0 || c.OpenRatePerPeer > 10000 {
+		p.Addf("open_rate_per_peer", "%g: must be above 0 and at most 10000 (Opens a second)", c.OpenRatePerPeer)
+	}
+	if c.OpenBurstPerPeer < 0 {
+		p.Addf("open_burst_per_peer", "%d: must be at least 0 (0: max_streams_per_peer)", c.OpenBurstPerPeer)
+	}
+	switch c.ProducerRegistry.Key {
+	case RegistryKeyProducerID, RegistryKeyStream:
+	default:
+		p.Addf("producer_registry.key", "%q: want %s or %s", c.ProducerRegistry.Key, RegistryKeyProducerID, RegistryKeyStream)
 	}
 	if c.MaxPartitions < 1 || c.MaxPartitions > 1000000 {
 		p.Addf("max_partitions", "%d: must be between 1 and 1000000", c.MaxPartitions)

@@ -89,6 +89,15 @@ func TestWriterConfigErrorsNameTheKey(t *testing.T) {
 			`checkpoints.signers.allowed_ids: "*.w"`},
 		{"checkpoint signers CA missing", "target: {bootstrap_servers: [k:9092]}\ntls: {allowed_ids: ['spiffe://x/f']}\ncheckpoints: {signers: {ca_file: /nonexistent/ca.pem}}\nlinks: [{name: a, topics: {include: ['.*']}}]\n",
 			"checkpoints.signers.ca_file: read CA bundle /nonexistent/ca.pem"},
+		// Issue 41 item 7: what the checkpoint view keeps unverified is bounded.
+		{"checkpoint unverified bound", base + "checkpoints: {max_unverified_bytes: 256MiB}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", ""},
+		{"checkpoint unverified bound too small", base + "checkpoints: {max_unverified_bytes: 64KiB}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "checkpoints.max_unverified_bytes: 64KiB: must be between 1MiB and 64GiB"},
+		// Issue 41 item 4: Opens rate-limited per peer, registry keys.
+		{"open rate", base + "open_rate_per_peer: 0.5\nopen_burst_per_peer: 16\nlinks: [{name: a, topics: {include: ['.*']}}]\n", ""},
+		{"open rate zero", base + "open_rate_per_peer: 0\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "open_rate_per_peer: 0: must be above 0"},
+		{"open burst negative", base + "open_burst_per_peer: -1\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "open_burst_per_peer: -1"},
+		{"registry keyed by stream", base + "producer_registry: {key: stream}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", ""},
+		{"registry key unknown", base + "producer_registry: {key: writer}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", `producer_registry.key: "writer": want producer_id or stream`},
 		// Issue 23 item 1: the offset index topic.
 		{"offset index settings", base + "offset_index: {topic: ferry-index, partitions: 6, retention: 720h}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", ""},
 		{"offset index retention below an hour", base + "offset_index: {retention: 30m}\nlinks: [{name: a, topics: {include: ['.*']}}]\n", "offset_index.retention: 30m0s: must be at least 1h"},

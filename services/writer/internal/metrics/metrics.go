@@ -59,6 +59,16 @@ func (m *Metrics) WatchUnsignedCheckpoints(n func() float64) {
 	}, n))
 }
 
+// WatchUnverifiedCheckpoints exports n, what the checkpoint view holds
+// of records it has not verified yet (checkpoints.max_unverified_bytes
+// bounds it), as a gauge.
+func (m *Metrics) WatchUnverifiedCheckpoints(n func() float64) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ferry_checkpoint_unverified_bytes",
+		Help: "Bytes the checkpoint view holds in records it has not verified yet; at most checkpoints.max_unverified_bytes.",
+	}, n))
+}
+
 // LatencyBuckets span a local commit (milliseconds) to a long catch-up
 // (minutes), in seconds.
 var LatencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 20)
@@ -103,7 +113,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		CheckpointsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_checkpoint_records_refused_total",
-			Help: "Checkpoint records the writer's checkpoint view ignored, by reason (unreadable, unsigned, unsigned_tombstone, unverified, replayed).",
+			Help: "Checkpoint records the writer's checkpoint view ignored, by reason (unreadable, unsigned, unsigned_tombstone, unverified, unverified_bound, replayed, unsigned_control, unverified_control, control_tombstone).",
 		}, []string{"reason"}),
 		CheckpointsAcceptedUnsigned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_checkpoints_accepted_unsigned_total",

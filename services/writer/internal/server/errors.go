@@ -35,6 +35,8 @@ var (
 	// errTooManyStreams is an Open above max_streams or
 	// max_streams_per_peer.
 	errTooManyStreams = errors.New("too many streams")
+	// errOpenRate is an Open above open_rate_per_peer (openrate.go).
+	errOpenRate = errors.New("opens too frequent")
 	// errBadOpen is a bad request in an Open: it reads and maps as
 	// errBadRequest, and is counted apart from a bad batch.
 	errBadOpen error = badOpen{}
@@ -73,6 +75,7 @@ var statusTable = []struct {
 	{errBadHeartbeat, codes.InvalidArgument, "bad_heartbeat"},
 	{errBadGroupOffsets, codes.InvalidArgument, "bad_group_offsets"},
 	{errTooManyStreams, codes.ResourceExhausted, "too_many_streams"},
+	{errOpenRate, codes.ResourceExhausted, "open_rate"},
 	{errLinkPaused, codes.FailedPrecondition, "link_paused"},
 	{errLinkFailedOver, codes.FailedPrecondition, "link_failed_over"},
 	{errOutOfOrder, codes.FailedPrecondition, "out_of_order"},

@@ -101,7 +101,7 @@ func (ss *session) prepare(log *slog.Logger, cl *producer.Client) (prod *produce
 			if targetCluster, err = rec.ClusterID(ss.ctx); err != nil {
 				return err
 			}
-			return rec.Record(ss.ctx, id, ss.link.Name, ss.open.GetSourceClusterId())
+			return rec.Record(ss.ctx, id, ss.link.Name, ss.shard, ss.open.GetSourceClusterId())
 		})
 		if err != nil {
 			return nil, "", err

@@ -81,6 +81,11 @@ type Options struct {
 	// Kafka client and a producer id of its own.
 	MaxStreams        int
 	MaxStreamsPerPeer int
+	// OpenRatePerPeer bounds the Opens a peer identity may make a second,
+	// with bursts of OpenBurstPerPeer (openrate.go): each Open takes a
+	// producer id and writes a __ferry_producers record. 0: unbounded.
+	OpenRatePerPeer  float64
+	OpenBurstPerPeer int
 	// MaxPartitions bounds the partition count of a target topic the
 	// writer creates or grows (growth cannot be undone).
 	MaxPartitions int32
@@ -188,6 +193,7 @@ type Server struct {
 	shards   map[shardKey]*shardState
 	streams  int            // streams entered (enter)
 	perPeer  map[string]int // streams entered by peer identity
+	opens    openLimiter    // Opens by peer identity (enter)
 	draining bool
 	drain    chan struct{} // closed by Drain
 	sessions sync.WaitGroup
@@ -226,6 +232,7 @@ func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Stor
 	s := &Server{
 		opts: opts, links: byName, topics: ens, store: store, codecs: codecs,
 		metrics: m, log: log, shards: map[shardKey]*shardState{}, perPeer: map[string]int{}, drain: make(chan struct{}),
+		opens:    newOpenLimiter(opts.OpenRatePerPeer, opts.OpenBurstPerPeer),
 		budget:   budget.New(opts.MaxBufferedBytes, func(n int64) { m.BufferedBytes.Set(float64(n)) }),
 		builders: sync.Pool{New: func() any { return new(recordbatch.Builder) }},
 		beats:    opts.Heartbeats,
@@ -360,9 +367,10 @@ func clip(name string) string {
 }
 
 // enter counts a stream of peer (its identity; "" in plaintext) against
-// max_streams and max_streams_per_peer, before anything is allocated for
-// it: each stream holds a Kafka client, a producer id and a
-// __ferry_producers record. leave gives the place back.
+// max_streams and max_streams_per_peer, and its Open against
+// open_rate_per_peer, before anything is allocated for it: each stream
+// holds a Kafka client, a producer id and a __ferry_producers record.
+// leave gives the place back (not the Open).
 func (s *Server) enter(peer string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -371,6 +379,9 @@ func (s *Server) enter(peer string) error {
 	}
 	if s.perPeer[peer] >= s.opts.MaxStreamsPerPeer {
 		return fmt.Errorf("%w: peer %q holds max_streams_per_peer %d streams already", errTooManyStreams, peer, s.opts.MaxStreamsPerPeer)
+	}
+	if wait, ok := s.opens.take(peer); !ok {
+		return s.opens.refusal(peer, wait)
 	}
 	s.streams++
 	s.perPeer[peer]++

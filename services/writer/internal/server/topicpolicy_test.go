@@ -187,7 +187,7 @@ func startWriterOn(t *testing.T, cluster *kfake.Cluster, links []Link, edit func
 	if err != nil {
 		t.Fatal(err)
 	}
-	recorder, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(addrs...)}, "w1", nil)
+	recorder, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(addrs...)}, "w1", nil, provenance.KeyByStream)
 	if err != nil {
 		t.Fatal(err)
 	}
