@@ -168,6 +168,10 @@ type Server struct {
 	// budget is MaxBufferedBytes, shared by all streams: each session
 	// holds its batches' wire bytes from it (session.hold).
 	budget *budget.Budget
+	// resident is what the streams' batches keep in memory, charged or
+	// not; receiversWaiting, how many receivers wait for the budget now.
+	resident         resident
+	receiversWaiting atomic.Int64
 	// builders are the recordbatch.Builders sessions take to build a
 	// round (build.go).
 	builders sync.Pool

@@ -80,6 +80,8 @@ type session struct {
 	// the wire bytes of its batches from receipt until their checkpoints
 	// are committed, all released when the stream ends (run).
 	hold *budget.Hold
+	// res is the stream's part of Server.resident.
+	res *residentShare
 	// builder rebuilds the round's batches that cannot pass as they are
 	// (build.go): one of the server's, taken for the build only.
 	builder *recordbatch.Builder
@@ -106,6 +108,8 @@ type work struct {
 	// decoded is the bytes its decoded records hold (session.parts),
 	// charged to session.hold with its wire bytes.
 	decoded int64
+	// resident is what it keeps in memory (Server.resident).
+	resident int64
 	// received is when the batch arrived, where its commit stage starts.
 	received time.Time
 }
@@ -183,6 +187,8 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	// the bytes back; a receiver still waiting is refused by Close.
 	ss.hold = s.budget.Hold()
 	defer ss.hold.Close()
+	ss.res = &residentShare{r: &s.resident}
+	defer ss.res.close()
 	defer ss.cancel(nil)
 	log := s.log.With("link", ss.link.Name, "shard", ss.shard, "epoch", ss.epoch, "fetcher", ss.fetcher)
 
@@ -347,11 +353,16 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 			continue
 		}
 		received := time.Now()
+		wire := int64(len(req.GetBatch().GetPayload()))
+		ss.res.add(wire)
 		w, err := ss.checkTraced(req.GetBatch(), seq+1)
 		if err != nil {
+			ss.res.add(-wire)
 			ss.cancel(reject(ss.s.metrics, ss.link.Name, err))
 			return
 		}
+		w.resident = wire + ss.inflated(w.b) + w.decoded
+		ss.res.add(w.resident - wire)
 		seq++
 		ss.arrived(&w, received)
 		if err := ss.queued.Acquire(ss.ctx, ss.weight(w)); err != nil {
@@ -367,7 +378,10 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 		// receiver, so held bytes always come back. A batch above the
 		// whole budget takes all of it (Acquire caps), so it is admitted
 		// once the others are gone.
-		if w.held, err = ss.hold.Acquire(ss.ctx, int64(len(w.b.GetPayload()))+w.decoded); err != nil {
+		ss.s.receiversWaiting.Add(1)
+		w.held, err = ss.hold.Acquire(ss.ctx, int64(len(w.b.GetPayload()))+w.decoded)
+		ss.s.receiversWaiting.Add(-1)
+		if err != nil {
 			return // the session ended
 		}
 		select {
