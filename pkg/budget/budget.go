@@ -3,12 +3,12 @@
 // so memory follows the configured bytes and not the number of partitions.
 //
 // Waiters are served in arrival order, so a large request is not starved
-// by small ones behind it. A Hold is one stream's share of a Budget: what
-// the stream holds is released piece by piece as its bytes leave
-// (acknowledged, committed), and whatever is left is released at once when
-// the stream ends, on every path, so a stream that fails cannot leak the
-// process's bytes. A nil *Budget is no limit: its Holds hold and wait for
-// nothing.
+// by small ones behind it (AcquireFirst alone goes ahead of them). A Hold
+// is one stream's share of a Budget: what the stream holds is released
+// piece by piece as its bytes leave (acknowledged, committed), and
+// whatever is left is released at once when the stream ends, on every
+// path, so a stream that fails cannot leak the process's bytes. A nil
+// *Budget is no limit: its Holds hold and wait for nothing.
 package budget
 
 import (
@@ -67,11 +67,12 @@ func (b *Budget) Waiting() int {
 	return len(b.waiters)
 }
 
-// acquire waits until at least lo bytes are free, in arrival order, and
-// takes up to hi of them (lo <= hi <= max).
-func (b *Budget) acquire(ctx context.Context, lo, hi int64) (int64, error) {
+// acquire waits until at least lo bytes are free, in arrival order (or
+// ahead of every waiter, first), and takes up to hi of them
+// (lo <= hi <= max).
+func (b *Budget) acquire(ctx context.Context, lo, hi int64, first bool) (int64, error) {
 	b.mu.Lock()
-	if len(b.waiters) == 0 && b.max-b.used >= lo {
+	if (first || len(b.waiters) == 0) && b.max-b.used >= lo {
 		n := min(hi, b.max-b.used)
 		b.used += n
 		b.notifyLocked()
@@ -79,7 +80,11 @@ func (b *Budget) acquire(ctx context.Context, lo, hi int64) (int64, error) {
 		return n, nil
 	}
 	w := &waiter{lo: lo, hi: hi, ready: make(chan struct{})}
-	b.waiters = append(b.waiters, w)
+	if first {
+		b.waiters = append([]*waiter{w}, b.waiters...)
+	} else {
+		b.waiters = append(b.waiters, w)
+	}
 	b.mu.Unlock()
 	select {
 	case <-w.ready:
@@ -102,6 +107,18 @@ func (b *Budget) acquire(ctx context.Context, lo, hi int64) (int64, error) {
 		}
 		return 0, ctx.Err()
 	}
+}
+
+// tryAcquire takes n bytes if they are free and nobody waits for bytes.
+func (b *Budget) tryAcquire(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.waiters) > 0 || b.max-b.used < n {
+		return false
+	}
+	b.used += n
+	b.notifyLocked()
+	return true
 }
 
 func (b *Budget) release(n int64) {
@@ -164,6 +181,20 @@ func (h *Hold) Acquire(ctx context.Context, n int64) (int64, error) {
 // are, up to hi (both capped at the budget's limit): for a reader that can
 // size what it reads to what it may hold.
 func (h *Hold) AcquireUpTo(ctx context.Context, lo, hi int64) (int64, error) {
+	return h.acquire(ctx, lo, hi, false)
+}
+
+// AcquireFirst is Acquire served ahead of every waiter. It is for a holder
+// that must wait for more while it holds bytes it cannot give back yet:
+// two such holders, each waiting for what the other holds, would wait for
+// ever, so the caller lets only one of them wait at a time, and it waits
+// first, where every byte given back reaches it before any waiter that
+// holds nothing yet.
+func (h *Hold) AcquireFirst(ctx context.Context, n int64) (int64, error) {
+	return h.acquire(ctx, n, n, true)
+}
+
+func (h *Hold) acquire(ctx context.Context, lo, hi int64, first bool) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -176,19 +207,42 @@ func (h *Hold) AcquireUpTo(ctx context.Context, lo, hi int64) (int64, error) {
 	if hi == 0 {
 		return 0, nil
 	}
-	n, err := h.b.acquire(ctx, lo, hi)
+	n, err := h.b.acquire(ctx, lo, hi, first)
+	if err == nil {
+		err = h.keep(n)
+	}
 	if err != nil {
 		return 0, err
 	}
+	return n, nil
+}
+
+// TryAcquire holds n bytes if they are free now and nobody waits for bytes
+// (it never passes a waiter), and reports whether it holds them: for a
+// holder that must not wait while it holds bytes (see AcquireFirst). n
+// above the limit is never free.
+func (h *Hold) TryAcquire(n int64) bool {
+	if n <= 0 || h.b == nil {
+		return true
+	}
+	if !h.b.tryAcquire(n) {
+		return false
+	}
+	return h.keep(n) == nil
+}
+
+// keep adds n bytes taken from the budget to what h holds, or gives them
+// back when h was closed meanwhile.
+func (h *Hold) keep(n int64) error {
 	h.mu.Lock()
 	if h.done {
 		h.mu.Unlock()
 		h.b.release(n)
-		return 0, context.Canceled
+		return context.Canceled
 	}
 	h.held += n
 	h.mu.Unlock()
-	return n, nil
+	return nil
 }
 
 // Release gives back n of the bytes held (no more than are held).

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ferry-replicator/ferry/pkg/testwait"
 )
 
 func TestHoldReleasesOnClose(t *testing.T) {
@@ -172,5 +174,86 @@ func waitWaiters(t *testing.T, b *Budget, n int) {
 			t.Fatalf("%d waiters, want %d", b.Waiting(), n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestTryAcquireNeitherWaitsNorPasses(t *testing.T) {
+	b := New(100, nil)
+	a, c := b.Hold(), b.Hold()
+	if _, err := a.Acquire(context.Background(), 60); err != nil {
+		t.Fatal(err)
+	}
+	if c.TryAcquire(50) {
+		t.Fatal("took 50 with 40 free")
+	}
+	if c.TryAcquire(101) {
+		t.Fatal("took more than the limit")
+	}
+	if !c.TryAcquire(40) || c.Held() != 40 || b.InUse() != 100 {
+		t.Fatalf("40 of 40 free: held %d, in use %d", c.Held(), b.InUse())
+	}
+	c.Release(40)
+	waiting := make(chan int64, 1)
+	go func() { n, _ := b.Hold().Acquire(context.Background(), 50); waiting <- n }()
+	testwait.For(t, 5*time.Second, "a waiter for 50", func() bool { return b.Waiting() == 1 })
+	if c.TryAcquire(10) {
+		t.Fatal("took 10 of the 40 free ahead of a waiter")
+	}
+	a.Close()
+	if n := <-waiting; n != 50 {
+		t.Fatalf("waiter got %d, want 50", n)
+	}
+	c.Close()
+	if c.TryAcquire(1) || b.InUse() != 50 {
+		t.Fatalf("a closed Hold took bytes (in use %d, want 50)", b.InUse())
+	}
+}
+
+// TestAcquireFirstGoesAhead: a holder waiting with AcquireFirst is served
+// before the waiters already there, from what others give back, and its
+// end lets them through.
+func TestAcquireFirstGoesAhead(t *testing.T) {
+	b := New(100, nil)
+	a := b.Hold()
+	if _, err := a.Acquire(context.Background(), 100); err != nil {
+		t.Fatal(err)
+	}
+	small := make(chan int64, 1)
+	go func() { n, _ := b.Hold().Acquire(context.Background(), 10); small <- n }()
+	testwait.For(t, 5*time.Second, "a waiter for 10", func() bool { return b.Waiting() == 1 })
+	first := b.Hold()
+	if _, err := first.Acquire(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	ahead := make(chan error, 1)
+	go func() { _, err := first.AcquireFirst(context.Background(), 30); ahead <- err }()
+	testwait.For(t, 5*time.Second, "AcquireFirst waiting", func() bool { return b.Waiting() == 2 })
+	a.Release(10) // enough for the first waiter, not for the one ahead of it
+	a.Release(20)
+	if err := <-ahead; err != nil || first.Held() != 30 {
+		t.Fatalf("AcquireFirst: %v, held %d; want 30", err, first.Held())
+	}
+	select {
+	case n := <-small:
+		t.Fatalf("the waiter behind got %d with nothing free", n)
+	default:
+	}
+	first.Close()
+	if n := <-small; n != 10 {
+		t.Fatalf("the waiter behind got %d, want 10", n)
+	}
+
+	// Cancelled, AcquireFirst lets the waiters behind it through.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _, err := b.Hold().AcquireFirst(ctx, 100); ahead <- err }()
+	testwait.For(t, 5*time.Second, "AcquireFirst waiting", func() bool { return b.Waiting() == 1 })
+	go func() { n, _ := b.Hold().Acquire(context.Background(), 5); small <- n }()
+	testwait.For(t, 5*time.Second, "a waiter behind it", func() bool { return b.Waiting() == 2 })
+	cancel()
+	if err := <-ahead; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled AcquireFirst: %v", err)
+	}
+	if n := <-small; n != 5 {
+		t.Fatalf("the waiter behind a cancelled AcquireFirst got %d, want 5", n)
 	}
 }

@@ -109,7 +109,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"link"}),
 		BufferedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_writer_buffered_bytes",
-			Help: "Wire bytes of received batches the writer holds, queued or in a round, across all streams; at most max_buffered_bytes.",
+			Help: "Bytes of received batches the writer holds, queued or in a round, across all streams (payloads as received and decompressed, records decoded to rebuild); at most max_buffered_bytes.",
 		}),
 		CheckpointsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_checkpoint_records_refused_total",

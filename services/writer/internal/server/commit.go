@@ -110,11 +110,12 @@ func (ss *session) serve(ctx context.Context, acks *acker, c committer, in <-cha
 // released once; batches never committed (dropped on drain, or in a
 // failed round) are released when the stream ends.
 func (ss *session) releaseCommitted(batches []work) {
-	var n int64
+	var n, res int64
 	for _, w := range batches {
-		n += w.held
+		n, res = n+w.held, res+w.resident
 	}
 	ss.hold.Release(n)
+	ss.res.add(-res)
 }
 
 // errAckStalled ends a stream whose peer read no ack within the writer's

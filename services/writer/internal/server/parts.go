@@ -56,8 +56,8 @@ func (p *part) count() int {
 const decodedRecordBytes = int64(unsafe.Sizeof(batch.Record{}) + unsafe.Sizeof(recordbatch.Record{}))
 
 // parts checks a batch's payload and splits its records into parts, and
-// returns the bytes its decoded records hold (decoded), which the session
-// charges to the writer's budget with the wire bytes. A Kafka batch passes
+// returns the bytes its decoded records hold (decoded), charged to the
+// batch (session.charge) before they are decoded. A Kafka batch passes
 // through untouched unless the target must see it otherwise; then its
 // records are rebuilt:
 //   - it starts before the batch's first offset (its earlier records were
@@ -80,11 +80,15 @@ const decodedRecordBytes = int64(unsafe.Sizeof(batch.Record{}) + unsafe.Sizeof(r
 // codec recompresses it in the target broker, which Kafka does on its own.
 func (ss *session) parts(b *ferryv1.Batch) (parts []part, decoded int64, err error) {
 	if b.GetFormat() != ferryv1.PayloadFormat_PAYLOAD_FORMAT_KAFKA_RECORD_BATCH_V2 {
+		decoded, err := ss.reserveRecords(b)
+		if err != nil {
+			return nil, 0, err
+		}
 		recs, err := ss.s.codecs.Open(b, ss.s.opts.MaxBatchBytes)
 		if err != nil {
 			return nil, 0, err
 		}
-		return []part{{recs: recs}}, 0, nil
+		return []part{{recs: recs}}, decoded, nil
 	}
 	kbs, err := ss.s.codecs.OpenKafka(b, ss.s.opts.MaxBatchBytes)
 	if err != nil {
@@ -105,8 +109,8 @@ func (ss *session) parts(b *ferryv1.Batch) (parts []part, decoded int64, err err
 			parts = append(parts, part{kafka: k})
 			continue
 		}
-		recs, cost, err := ss.decode(b, k, decoded)
-		if pass && errors.Is(err, errTooLargeToDecode) {
+		recs, cost, err := ss.decode(b, k, pass)
+		if pass && (errors.Is(err, errTooLargeToDecode) || errors.Is(err, errNoRoom)) {
 			parts = append(parts, part{kafka: k}) // passes as it is, untraced
 			continue
 		}
@@ -130,32 +134,65 @@ var errTooLargeToDecode = errors.New("too large to decode")
 // decode decodes Kafka batch k of wire batch b from b's first offset on,
 // and returns its records and the bytes they hold (decodedRecordBytes
 // each, and their keys, values and headers when they were compressed:
-// uncompressed, they alias the wire payload, already counted). Both are
-// bounded before anything is inflated as far as the header tells, and
-// while inflating: the records by max_batch_bytes decompressed (a batch
-// the writer rebuilds becomes target batches of at most that), and, with
-// spent (what b's earlier batches decoded), by the writer's whole budget,
-// max_buffered_bytes, which a stream's batch can take at most. A batch
-// over either is refused as refusal.BatchTooLarge.
-func (ss *session) decode(b *ferryv1.Batch, k batch.KafkaBatch, spent int64) ([]batch.Record, int64, error) {
+// uncompressed, they alias the payload, already charged). Before anything
+// is inflated it charges the batch (session.charge) with the records'
+// index and, when they are compressed, room to inflate them into; what
+// they took less goes back after. Both are bounded, as far as the header
+// tells before inflating and then while inflating: the records by
+// max_batch_bytes decompressed (a batch the writer rebuilds becomes target
+// batches of at most that), and, with what the wire batch holds already,
+// by the writer's whole budget, max_buffered_bytes, which one wire batch
+// can take at most. A batch over either is refused as
+// refusal.BatchTooLarge. Decoded only to be traced (optional), it is not
+// decoded when the budget has no room for it now (errNoRoom).
+func (ss *session) decode(b *ferryv1.Batch, k batch.KafkaBatch, optional bool) ([]batch.Record, int64, error) {
+	c := ss.charge
 	n := int64(k.Info.NumRecords)
-	if least := n * recordbatch.MinRecordSize; k.Info.Compression() != recordbatch.None && least > int64(ss.s.opts.MaxBatchBytes) {
+	compressed := k.Info.Compression() != recordbatch.None
+	if least := n * recordbatch.MinRecordSize; compressed && least > int64(ss.s.opts.MaxBatchBytes) {
 		return nil, 0, ss.tooLarge(b, k, int64(ss.s.opts.MaxBatchBytes), "max_batch_bytes (a source batch the writer rebuilds, decompressed)",
 			fmt.Sprintf("at least %d bytes decompressed", least))
 	}
-	if budget := ss.s.opts.MaxBufferedBytes - int64(len(b.GetPayload())) - spent; ss.s.opts.MaxBufferedBytes > 0 && n*decodedRecordBytes > budget {
-		return nil, 0, ss.tooLarge(b, k, ss.s.opts.MaxBufferedBytes, "max_buffered_bytes (the records of one wire batch, decoded)",
-			fmt.Sprintf("%d records take %d bytes decoded, %d left of the budget", n, n*decodedRecordBytes, max(budget, 0)))
+	index, limit := n*decodedRecordBytes, c.limit()
+	left := limit - c.used // of the whole budget, for b's records
+	if limit > 0 && index > left {
+		return nil, 0, ss.tooLarge(b, k, limit, "max_buffered_bytes (the records of one wire batch, decoded)",
+			fmt.Sprintf("%d records take %d bytes decoded, %d left of the budget", n, index, max(left, 0)))
 	}
-	recs, err := kafkaRecords(k, b.GetFirstOffset(), ss.s.opts.MaxBatchBytes)
+	// Room to inflate the records into: max_batch_bytes, or what is left
+	// of the whole budget when less (never 0, which the codecs take for
+	// no limit).
+	var inflate int64
+	if compressed {
+		inflate = int64(ss.s.opts.MaxBatchBytes)
+		if limit > 0 && left-index < inflate {
+			inflate = left - index
+			if least := n * recordbatch.MinRecordSize; inflate < least {
+				return nil, 0, ss.tooLarge(b, k, limit, "max_buffered_bytes (the records of one wire batch, decoded)",
+					fmt.Sprintf("%d records take %d bytes decoded and at least %d decompressed, %d left of the budget", n, index, least, max(left, 0)))
+			}
+		}
+	}
+	if err := c.reserve(ss.ctx, index+inflate, optional); err != nil {
+		return nil, 0, err
+	}
+	bound := ss.s.opts.MaxBatchBytes
+	if compressed {
+		bound = int(inflate)
+	}
+	recs, err := kafkaRecords(k, b.GetFirstOffset(), bound)
 	if errors.Is(err, recordbatch.ErrTooLarge) {
+		if bound < ss.s.opts.MaxBatchBytes {
+			return nil, 0, ss.tooLarge(b, k, limit, "max_buffered_bytes (the records of one wire batch, decoded)",
+				fmt.Sprintf("%d records take %d bytes decoded and more than the %d left of the budget decompressed", n, index, bound))
+		}
 		return nil, 0, ss.tooLarge(b, k, int64(ss.s.opts.MaxBatchBytes), "max_batch_bytes (a source batch the writer rebuilds, decompressed)", err.Error())
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	cost := n * decodedRecordBytes
-	if k.Info.Compression() != recordbatch.None {
+	cost := index
+	if compressed {
 		for i := range recs {
 			cost += int64(len(recs[i].Key) + len(recs[i].Value))
 			for _, h := range recs[i].Headers {
@@ -163,11 +200,38 @@ func (ss *session) decode(b *ferryv1.Batch, k batch.KafkaBatch, spent int64) ([]
 			}
 		}
 	}
-	if limit := ss.s.opts.MaxBufferedBytes; limit > 0 && int64(len(b.GetPayload()))+spent+cost > limit {
-		return nil, 0, ss.tooLarge(b, k, limit, "max_buffered_bytes (the records of one wire batch, decoded)",
-			fmt.Sprintf("%d records take %d bytes decoded, %d with the wire batch's others", n, cost, int64(len(b.GetPayload()))+spent+cost))
-	}
+	// What was inflated holds the keys, values and headers: no more than
+	// the room reserved for it.
+	c.unreserve(index + inflate - cost)
 	return recs, cost, nil
+}
+
+// reserveRecords charges a batch of Ferry's own format (session.charge)
+// with its records' index, before they are decoded: they alias the
+// payload, charged already, beside their batch.Record and
+// recordbatch.Record (decodedRecordBytes each). A count the payload
+// cannot hold (a record takes at least 5 bytes, batch.Decode) is refused
+// as malformed, and an index above the whole budget as too large, before
+// anything is charged.
+func (ss *session) reserveRecords(b *ferryv1.Batch) (int64, error) {
+	c := ss.charge
+	n := int64(b.GetRecordCount())
+	size := int64(len(b.GetPayload()))
+	if b.GetCodec() != ferryv1.Codec_CODEC_NONE {
+		size = int64(b.GetUncompressedSize())
+	}
+	if n > size/5 {
+		return 0, fmt.Errorf("%w: %d records cannot fit in %d bytes", batch.ErrMalformed, n, size)
+	}
+	index, limit := n*decodedRecordBytes, c.limit()
+	if left := limit - c.used; limit > 0 && index > left {
+		return 0, refusal.Refusal{
+			Reason: refusal.BatchTooLarge, Topic: b.GetTopic(), Partition: b.GetPartition(), Offset: b.GetFirstOffset(),
+			Limit: limit, Setting: "max_buffered_bytes (the records of one wire batch, decoded)",
+			Cause: fmt.Sprintf("%d records in %d bytes (%v): %d bytes decoded, %d left of the budget", n, len(b.GetPayload()), b.GetCodec(), index, max(left, 0)),
+		}
+	}
+	return index, c.reserve(ss.ctx, index, false)
 }
 
 // tooLarge is the refusal of Kafka batch k of b: its partition stops at

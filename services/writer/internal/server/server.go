@@ -89,8 +89,10 @@ type Options struct {
 	// MaxPartitions bounds the partition count of a target topic the
 	// writer creates or grows (growth cannot be undone).
 	MaxPartitions int32
-	// MaxBufferedBytes bounds the wire bytes of the received batches the
-	// server holds, queued or in a round, across all its streams.
+	// MaxBufferedBytes bounds the bytes of the received batches the server
+	// holds, queued or in a round, across all its streams: their payloads,
+	// as received and decompressed, and the records decoded from them
+	// (charge.go). 0: no bound.
 	MaxBufferedBytes int64
 	// AckTimeout bounds how long a stream's acknowledgement may wait for
 	// its peer to read it before the stream ends (session.ack): a peer
@@ -171,9 +173,16 @@ type Server struct {
 	codecs  *batch.Codecs
 	metrics *metrics.Metrics
 	log     *slog.Logger
-	// budget is MaxBufferedBytes, shared by all streams: each session
-	// holds its batches' wire bytes from it (session.hold).
+	// budget is MaxBufferedBytes, shared by all streams (nil: none): each
+	// session holds its batches' bytes from it (session.hold, charge.go).
 	budget *budget.Budget
+	// growing is the turn of the one receiver that may wait for the
+	// budget while its batch holds part of it (charge.go).
+	growing chan struct{}
+	// resident is what the streams' batches keep in memory, charged or
+	// not; receiversWaiting, how many receivers wait for the budget now.
+	resident         resident
+	receiversWaiting atomic.Int64
 	// builders are the recordbatch.Builders sessions take to build a
 	// round (build.go).
 	builders sync.Pool
@@ -233,12 +242,15 @@ func New(opts Options, links []Link, ens *topics.Ensurer, store *checkpoint.Stor
 		opts: opts, links: byName, topics: ens, store: store, codecs: codecs,
 		metrics: m, log: log, shards: map[shardKey]*shardState{}, perPeer: map[string]int{}, drain: make(chan struct{}),
 		opens:    newOpenLimiter(opts.OpenRatePerPeer, opts.OpenBurstPerPeer),
-		budget:   budget.New(opts.MaxBufferedBytes, func(n int64) { m.BufferedBytes.Set(float64(n)) }),
+		growing:  make(chan struct{}, 1),
 		builders: sync.Pool{New: func() any { return new(recordbatch.Builder) }},
 		beats:    opts.Heartbeats,
 	}
 	if s.beats == nil {
 		s.beats = heartbeat.NewTable()
+	}
+	if opts.MaxBufferedBytes > 0 {
+		s.budget = budget.New(opts.MaxBufferedBytes, func(n int64) { m.BufferedBytes.Set(float64(n)) })
 	}
 	s.loadsCtx, s.stopLoads = context.WithCancel(context.Background())
 	m.Failover.SetSource(s.failoverMetrics)

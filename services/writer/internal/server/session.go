@@ -77,9 +77,14 @@ type session struct {
 	queued     *semaphore.Weighted
 	queueBytes int64
 	// hold is the stream's share of the writer's budget (Server.budget):
-	// the wire bytes of its batches from receipt until their checkpoints
-	// are committed, all released when the stream ends (run).
+	// what its batches take in memory (charge.go) from receipt until their
+	// checkpoints are committed, all released when the stream ends (run).
 	hold *budget.Hold
+	// res is the stream's part of Server.resident.
+	res *residentShare
+	// charge is what the batch the receiver checks holds of hold
+	// (charge.go); the receiver's alone.
+	charge *charge
 	// builder rebuilds the round's batches that cannot pass as they are
 	// (build.go): one of the server's, taken for the build only.
 	builder *recordbatch.Builder
@@ -104,8 +109,10 @@ type work struct {
 	// checkpoint is committed (releaseCommitted).
 	held int64
 	// decoded is the bytes its decoded records hold (session.parts),
-	// charged to session.hold with its wire bytes.
+	// charged to session.hold with its payload.
 	decoded int64
+	// resident is what it keeps in memory (Server.resident).
+	resident int64
 	// received is when the batch arrived, where its commit stage starts.
 	received time.Time
 }
@@ -183,6 +190,8 @@ func (ss *session) run(stream ferryv1.ReplicationService_ReplicateServer) error 
 	// the bytes back; a receiver still waiting is refused by Close.
 	ss.hold = s.budget.Hold()
 	defer ss.hold.Close()
+	ss.res = &residentShare{r: &s.resident}
+	defer ss.res.close()
 	defer ss.cancel(nil)
 	log := s.log.With("link", ss.link.Name, "shard", ss.shard, "epoch", ss.epoch, "fetcher", ss.fetcher)
 
@@ -320,9 +329,9 @@ func (ss *session) settle(c committer, cl *producer.Client, log *slog.Logger) {
 // exactly-once copying to a fifth).
 const queueSlots = 1024
 
-// weight is what a checked batch holds of session.queued.
-func (ss *session) weight(w work) int64 {
-	return min(int64(w.b.GetUncompressedSize()), ss.queueBytes)
+// weight is what a batch holds of session.queued.
+func (ss *session) weight(b *ferryv1.Batch) int64 {
+	return min(int64(b.GetUncompressedSize()), ss.queueBytes)
 }
 
 // receive checks each batch whole before handing it on, so nothing of a bad
@@ -347,29 +356,38 @@ func (ss *session) receive(stream ferryv1.ReplicationService_ReplicateServer, ou
 			continue
 		}
 		received := time.Now()
-		w, err := ss.checkTraced(req.GetBatch(), seq+1)
+		b := req.GetBatch()
+		wire := int64(len(b.GetPayload()))
+		ss.res.add(wire)
+		if err := ss.queued.Acquire(ss.ctx, ss.weight(b)); err != nil {
+			return // the session ended
+		}
+		// The batch is charged before anything of it is decompressed or
+		// decoded, and waits holding only its wire message (charge.go).
+		// Waiting cannot deadlock: only receivers take from the budget,
+		// never rounds, and every round ends (commits or fails, ending its
+		// stream and releasing its hold) without its receiver, so held
+		// bytes always come back. A batch above the whole budget takes
+		// all of it (Acquire caps), so it is admitted once the others are
+		// gone.
+		ss.charge = &charge{ss: ss}
+		if err := ss.charge.begin(ss.ctx, wire+ss.inflated(b)); err != nil {
+			return // the session ended
+		}
+		w, err := ss.checkTraced(b, seq+1)
 		if err != nil {
-			ss.cancel(reject(ss.s.metrics, ss.link.Name, err))
+			ss.charge.drop()
+			ss.res.add(-wire)
+			if ss.ctx.Err() == nil {
+				ss.cancel(reject(ss.s.metrics, ss.link.Name, err))
+			}
 			return
 		}
+		w.held = ss.charge.finish()
+		w.resident = wire + ss.inflated(w.b) + w.decoded
+		ss.res.add(w.resident - wire)
 		seq++
 		ss.arrived(&w, received)
-		if err := ss.queued.Acquire(ss.ctx, ss.weight(w)); err != nil {
-			return // the session ended
-		}
-		// The wire payload, and the records decoded from it (those of
-		// batches the writer rebuilds), are what stay in memory until
-		// the batch's checkpoint is committed. Decoding is bounded before it is
-		// charged (session.decode: within the whole budget), so a
-		// stream decodes at most one batch beyond what it was granted. Waiting here cannot deadlock: only receivers take
-		// from the budget, never rounds, and every round ends (commits or
-		// fails, ending its stream and releasing its hold) without its
-		// receiver, so held bytes always come back. A batch above the
-		// whole budget takes all of it (Acquire caps), so it is admitted
-		// once the others are gone.
-		if w.held, err = ss.hold.Acquire(ss.ctx, int64(len(w.b.GetPayload()))+w.decoded); err != nil {
-			return // the session ended
-		}
 		select {
 		case out <- w:
 		case <-ss.ctx.Done():
@@ -413,6 +431,12 @@ func (ss *session) check(b *ferryv1.Batch, wantSeq uint64) (work, error) {
 		return work{}, err
 	}
 	parts, decoded, err := ss.parts(b)
+	if errors.Is(err, errRecharge) {
+		// Its receiver may now wait while holding part of it.
+		if err = ss.charge.again(ss.ctx); err == nil {
+			parts, decoded, err = ss.parts(b)
+		}
+	}
 	if err != nil {
 		return work{}, fmt.Errorf("batch %d of %s/%d: %w", b.GetSequence(), tp.Topic, tp.Partition, err)
 	}
@@ -459,7 +483,7 @@ func (ss *session) take(ctx context.Context, in <-chan work, nonBlocking bool) (
 				if !ok {
 					return group, false
 				}
-				ss.queued.Release(ss.weight(w))
+				ss.queued.Release(ss.weight(w.b))
 				group, size = append(group, w), size+int(w.b.GetUncompressedSize())
 				continue
 			default:
@@ -471,7 +495,7 @@ func (ss *session) take(ctx context.Context, in <-chan work, nonBlocking bool) (
 			if !ok {
 				return group, false
 			}
-			ss.queued.Release(ss.weight(w))
+			ss.queued.Release(ss.weight(w.b))
 			group, size = append(group, w), size+int(w.b.GetUncompressedSize())
 		case <-ss.s.drain:
 			return group, true

@@ -58,8 +58,8 @@ func ackWithin(stream ferryv1.ReplicationService_ReplicateClient, seq uint64, d 
 // within the ack timeout, naming the peer, and gives its bytes back; the
 // other shard's stream, from another peer, copies on throughout. (The
 // peer cannot lower its batches' charge by claiming a small uncompressed
-// size: the claim must match the payload decompressed, and the budget
-// charges the wire bytes and what decoding holds, not the claim.)
+// size: the claim must match the payload decompressed, and is charged
+// only for a compressed payload, beside the wire bytes.)
 func TestPeerReadingNoAcksStallsNoOtherStream(t *testing.T) {
 	const (
 		shardCount = 2
