@@ -52,7 +52,7 @@ func (ss *session) serve(ctx context.Context, acks *acker, c committer, in <-cha
 	closed := false
 	for {
 		// A link paused or failed over ends its streams as a drain does
-		// (control.go), with the refusal the fetcher waits on.
+		// (linkstate.go), with the refusal the fetcher waits on.
 		ss.ctlChanged = ss.s.store.ControlChanged()
 		stopped := ss.s.linkRefusal(ss.link.Name)
 		group, more := ss.take(ctx, in, !c.idle() || stopped != nil)

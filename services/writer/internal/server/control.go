@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -20,64 +19,8 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 )
 
-// The link control plane (docs/architecture.md, "Control"). A link's state
-// is a signed record in the checkpoint topic (checkpoint.Control), so every
-// writer of the target acts on a change any of them records: a link that
-// is not running has its Opens refused (admit, and again after the open's
-// checkpoint sync, which a writer started later needs) and its open
-// streams ended after they commit what they hold (serve), like a drain.
-// The fetcher reads the refusal (package linkstate) and waits, keeping
-// its leases.
-
 // maxReason bounds an operator's reason, which every writer keeps.
 const maxReason = 1024
-
-// linkRefusal is nil while link runs, else the error that refuses (or
-// ends) its streams.
-func (s *Server) linkRefusal(link string) error {
-	c := s.store.Control(link)
-	switch c.State {
-	case linkstate.Paused:
-		return fmt.Errorf("%w: %w", errLinkPaused, linkstate.Refusal{Link: link, State: c.State, Why: c.Reason})
-	case linkstate.FailedOver:
-		return fmt.Errorf("%w: %w", errLinkFailedOver, linkstate.Refusal{Link: link, State: c.State, Why: c.Reason})
-	}
-	return nil
-}
-
-// LinkState is a link's line in /status.
-type LinkState struct {
-	Link       string          `json:"link"`
-	State      linkstate.State `json:"state"`
-	Reason     string          `json:"reason,omitempty"`
-	By         string          `json:"by,omitempty"`
-	Time       *time.Time      `json:"time,omitempty"`
-	Generation uint64          `json:"generation"`
-	// IndexGaps are the link's source topics the offset index cannot
-	// cover whole, with why (coverage.go).
-	IndexGaps map[string]string `json:"index_gaps,omitempty"`
-}
-
-// LinkStates lists the state of each of the writer's links.
-func (s *Server) LinkStates() []LinkState {
-	out := make([]LinkState, 0, len(s.links))
-	for name := range s.links {
-		c := s.store.Control(name)
-		ls := LinkState{Link: name, State: c.State, Reason: c.Reason, By: c.By, Generation: c.Generation}
-		for _, g := range s.gaps.of(name) {
-			if ls.IndexGaps == nil {
-				ls.IndexGaps = map[string]string{}
-			}
-			ls.IndexGaps[g.GetTopic()] = g.GetReason()
-		}
-		if !c.Time.IsZero() {
-			ls.Time = &c.Time
-		}
-		out = append(out, ls)
-	}
-	slices.SortFunc(out, func(a, b LinkState) int { return strings.Compare(a.Link, b.Link) })
-	return out
-}
 
 // Control serves ferry.v1.ControlService for a Server.
 type Control struct {
@@ -117,7 +60,7 @@ func (c *Control) admitLink(ctx context.Context, link string) (string, error) {
 		return "", err
 	}
 	if _, ok := c.s.links[link]; !ok {
-		return "", status.Errorf(codes.NotFound, "link %q: this writer does not serve it", clip(link))
+		return "", status.Errorf(codes.NotFound, "link %q: this writer does not serve it", Clip(link))
 	}
 	return by, nil
 }

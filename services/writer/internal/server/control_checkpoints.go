@@ -92,7 +92,7 @@ func (c *Control) SetCheckpoints(ctx context.Context, req *ferryv1.SetCheckpoint
 // a checkpoint (even one that does not verify), or a stream of the link
 // opened on this writer.
 func (c *Control) checkNotStarted(link string, ps []*ferryv1.CheckpointPosition) error {
-	if c.s.streamOpened(link) {
+	if c.s.StreamOpened(link) {
 		return errors.New("a stream of it opened on this writer")
 	}
 	for _, p := range ps {
@@ -100,9 +100,9 @@ func (c *Control) checkNotStarted(link string, ps []*ferryv1.CheckpointPosition)
 		cur, ok, err := c.s.store.Get(k)
 		switch {
 		case ok && err != nil:
-			return fmt.Errorf("%s/%d has a checkpoint (that does not verify: %v)", clip(k.Topic), k.Partition, err)
+			return fmt.Errorf("%s/%d has a checkpoint (that does not verify: %v)", Clip(k.Topic), k.Partition, err)
 		case ok:
-			return fmt.Errorf("%s/%d has a checkpoint (next source offset %d)", clip(k.Topic), k.Partition, cur.NextSourceOffset)
+			return fmt.Errorf("%s/%d has a checkpoint (next source offset %d)", Clip(k.Topic), k.Partition, cur.NextSourceOffset)
 		}
 	}
 	return nil
@@ -139,12 +139,12 @@ func checkPositions(req *ferryv1.SetCheckpointsRequest) error {
 	for _, p := range ps {
 		k := checkpoint.Key{Topic: p.GetTopic(), Partition: p.GetPartition()}
 		switch {
-		case k.Topic == "" || len(k.Topic) > maxTopicName:
-			return fmt.Errorf("topic of %d bytes: want 1 to %d", len(k.Topic), maxTopicName)
+		case k.Topic == "" || len(k.Topic) > MaxTopicName:
+			return fmt.Errorf("topic of %d bytes: want 1 to %d", len(k.Topic), MaxTopicName)
 		case k.Partition < 0 || p.GetNextSourceOffset() < 0:
-			return fmt.Errorf("%s/%d: a negative partition or offset (%d)", clip(k.Topic), k.Partition, p.GetNextSourceOffset())
+			return fmt.Errorf("%s/%d: a negative partition or offset (%d)", Clip(k.Topic), k.Partition, p.GetNextSourceOffset())
 		case seen[k]:
-			return fmt.Errorf("%s/%d named twice", clip(k.Topic), k.Partition)
+			return fmt.Errorf("%s/%d named twice", Clip(k.Topic), k.Partition)
 		}
 		seen[k] = true
 	}

@@ -73,8 +73,8 @@ func checkQuery(req *ferryv1.TranslateRequest) error {
 		switch {
 		case o == nil:
 			return errors.New("offset: empty query")
-		case o.GetTopic() == "" || len(o.GetTopic()) > maxTopicName:
-			return fmt.Errorf("offset.topic of %d bytes: want 1 to %d", len(o.GetTopic()), maxTopicName)
+		case o.GetTopic() == "" || len(o.GetTopic()) > MaxTopicName:
+			return fmt.Errorf("offset.topic of %d bytes: want 1 to %d", len(o.GetTopic()), MaxTopicName)
 		case o.GetPartition() < 0:
 			return fmt.Errorf("offset.partition %d is negative", o.GetPartition())
 		case o.GetOffset() < 0:
@@ -168,7 +168,7 @@ func (c *Control) translateGroup(ctx context.Context, r *offsetindex.Reader, lin
 		if s, ours := groupsync.ParseMarker(o.Metadata); ours {
 			p.Ferry, p.SourceOffset, p.Outcome = true, s, ferryv1.TranslateOutcome_TRANSLATE_OUTCOME_EXACT
 		} else {
-			p.Metadata = clip(o.Metadata)
+			p.Metadata = Clip(o.Metadata)
 			back = append(back, offsetindex.Key{Link: link.Name, Topic: source, Partition: o.Partition})
 		}
 		out.Partitions = append(out.Partitions, p)

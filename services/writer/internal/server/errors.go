@@ -41,7 +41,7 @@ var (
 	// errBadRequest, and is counted apart from a bad batch.
 	errBadOpen error = badOpen{}
 	// errLinkPaused and errLinkFailedOver refuse, or end, a stream of a
-	// link an operator has paused or failed over (control.go); the
+	// link an operator has paused or failed over (linkstate.go); the
 	// error also wraps the linkstate.Refusal the fetcher reads.
 	errLinkPaused     = errors.New("link paused")
 	errLinkFailedOver = errors.New("link failed over")

@@ -56,7 +56,7 @@ func (ss *session) groupOffsets(m *ferryv1.GroupOffsets) error {
 			tp := topicPartition{Topic: p.GetTopic(), Partition: p.GetPartition()}
 			pf := fmt.Sprintf("%s.partitions[%d]", field, j)
 			if !ss.opened[tp] {
-				return fmt.Errorf("%w: %s: %s/%d is not in shard %d's open", errBadGroupOffsets, pf, clip(tp.Topic), tp.Partition, ss.shard)
+				return fmt.Errorf("%w: %s: %s/%d is not in shard %d's open", errBadGroupOffsets, pf, Clip(tp.Topic), tp.Partition, ss.shard)
 			}
 			if seen[tp] {
 				return fmt.Errorf("%w: %s: %s/%d listed twice", errBadGroupOffsets, pf, tp.Topic, tp.Partition)

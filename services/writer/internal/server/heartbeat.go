@@ -52,7 +52,7 @@ func (ss *session) heartbeat(hb *ferryv1.Heartbeat) error {
 		tp := topicPartition{Topic: p.GetTopic(), Partition: p.GetPartition()}
 		field := fmt.Sprintf("heartbeat.partitions[%d]", i)
 		if !ss.opened[tp] {
-			return fmt.Errorf("%w: %s: %s/%d is not in shard %d's open", errBadHeartbeat, field, clip(tp.Topic), tp.Partition, ss.shard)
+			return fmt.Errorf("%w: %s: %s/%d is not in shard %d's open", errBadHeartbeat, field, Clip(tp.Topic), tp.Partition, ss.shard)
 		}
 		if seen[tp] {
 			return fmt.Errorf("%w: %s: %s/%d listed twice", errBadHeartbeat, field, tp.Topic, tp.Partition)

@@ -15,8 +15,9 @@ const (
 	// maxOpenName bounds the fetcher name and the source cluster id (the
 	// producer registry's own limit for the latter).
 	maxOpenName = 255
-	// maxTopicName is Kafka's limit for a topic name.
-	maxTopicName = 249
+	// MaxTopicName is Kafka's limit for a topic name, which the control
+	// verbs hold their requests to as well.
+	MaxTopicName = 249
 	// topicIDBytes is a Kafka topic id's size; an Open may also send none.
 	topicIDBytes = 16
 	// maxOpenTopics and maxOpenPartitions bound one shard's lists.
@@ -56,8 +57,8 @@ func checkOpen(open *ferryv1.Open) error {
 		}
 	}
 	for _, p := range open.GetPartitions() {
-		if n := len(p.GetTopic()); n > maxTopicName {
-			return bad("partition of a topic name of %d bytes, above %d", n, maxTopicName)
+		if n := len(p.GetTopic()); n > MaxTopicName {
+			return bad("partition of a topic name of %d bytes, above %d", n, MaxTopicName)
 		}
 	}
 	return nil
@@ -77,7 +78,7 @@ func checkTopicSpec(t *ferryv1.TopicSpec) error {
 	for k, v := range t.GetConfigs() {
 		switch {
 		case len(k) > maxConfigBytes:
-			return fmt.Errorf("topic %q: config key %s of %d bytes, above %d", name, clip(k), len(k), maxConfigBytes)
+			return fmt.Errorf("topic %q: config key %s of %d bytes, above %d", name, Clip(k), len(k), maxConfigBytes)
 		case len(v) > maxConfigBytes:
 			return fmt.Errorf("topic %q: config %s: value of %d bytes, above %d", name, k, len(v), maxConfigBytes)
 		}

@@ -329,7 +329,7 @@ func (s *Server) admit(ctx context.Context, open *ferryv1.Open) (Link, error) {
 			errBadOpen, open.GetShard(), link.Name, link.Shards, link.Shards-1))
 	}
 	// Before the epoch is looked at: a zombie of a failed-over link
-	// neither writes nor fences anything (control.go).
+	// neither writes nor fences anything (linkstate.go).
 	if err := s.linkRefusal(link.Name); err != nil {
 		return Link{}, reject(s.metrics, link.Name, err)
 	}
@@ -354,7 +354,7 @@ func (s *Server) admitPeer(ctx context.Context) error {
 func (s *Server) admitLink(ctx context.Context, name string) (Link, error) {
 	link, ok := s.links[name]
 	if !ok {
-		return Link{}, reject(s.metrics, unknownLink, fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, clip(name)))
+		return Link{}, reject(s.metrics, unknownLink, fmt.Errorf("%w %q: this writer is not configured for it", errUnknownLink, Clip(name)))
 	}
 	if !link.AllowedIDs.Empty() {
 		if err := link.AllowedIDs.AdmitPeer(ctx); err != nil {
@@ -369,8 +369,8 @@ func (s *Server) admitLink(ctx context.Context, name string) (Link, error) {
 // series per Open.
 const unknownLink = ""
 
-// clip shortens a client-chosen name for an error or a log line.
-func clip(name string) string {
+// Clip shortens a client-chosen name for an error or a log line.
+func Clip(name string) string {
 	const max = 128
 	if len(name) <= max {
 		return name
@@ -466,9 +466,9 @@ func (s *Server) startLoad(sess *session) (context.Context, context.CancelFunc) 
 	return ctx, cancel
 }
 
-// streamOpened is true when a stream of link has opened on this writer
+// StreamOpened is true when a stream of link has opened on this writer
 // since it started (a shard it claimed).
-func (s *Server) streamOpened(link string) bool {
+func (s *Server) StreamOpened(link string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k := range s.shards {

@@ -91,8 +91,8 @@ func checkSpec(link Link, t *ferryv1.TopicSpec, counts map[string]int32) error {
 // checkTopicName refuses a name Kafka refuses (Topic.validate): 1 to 249
 // ASCII letters, digits, '.', '_' and '-', and neither "." nor "..".
 func checkTopicName(name string) error {
-	if len(name) == 0 || len(name) > maxTopicName {
-		return fmt.Errorf("name of %d bytes (1 to %d)", len(name), maxTopicName)
+	if len(name) == 0 || len(name) > MaxTopicName {
+		return fmt.Errorf("name of %d bytes (1 to %d)", len(name), MaxTopicName)
 	}
 	if name == "." || name == ".." {
 		return fmt.Errorf("name %q", name)
