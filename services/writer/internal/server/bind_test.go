@@ -4,18 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/status"
 
 	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
@@ -95,48 +91,6 @@ func boundWriter(t *testing.T) (w *testWriter, east, west ferryv1.ReplicationSer
 	}
 	w = startWriterGRPC(t, links, func(*Options) {}, pki.server(t), pki.client(t, eastFetcher))
 	return w, w.client, w.dial(t, pki.client(t, westFetcher))
-}
-
-// openShard sends an Open as shard of link (n shards) at epoch, listing
-// the shard's first partition of orders (orders/0 in a link of one
-// shard), and returns the stream and its first answer's error (nil:
-// Opened).
-func openShard(ctx context.Context, t *testing.T, c ferryv1.ReplicationServiceClient, link string, shard, n uint32, epoch uint64) (ferryv1.ReplicationService_ReplicateClient, error) {
-	t.Helper()
-	stream, err := c.Replicate(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := int32(0)
-	if shard < n {
-		p = inShard("orders", shard, n)
-	}
-	open := &ferryv1.Open{Link: link, Shard: shard, Epoch: epoch, Fetcher: "f",
-		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: p + 1}},
-		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: p}}}
-	// A writer that refuses the peer (tls.allowed_ids) ends the stream
-	// before it reads the Open: Send then says only io.EOF, and Recv
-	// gives the refusal.
-	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil && !errors.Is(err, io.EOF) {
-		t.Fatal(err)
-	}
-	resp, err := stream.Recv()
-	if err == nil && resp.GetOpened() == nil {
-		t.Fatalf("open answered %v, want Opened", resp)
-	}
-	return stream, err
-}
-
-func wantRefusal(t *testing.T, err error, code codes.Code, parts ...string) {
-	t.Helper()
-	if status.Code(err) != code {
-		t.Fatalf("answered %v (%v), want %v", status.Code(err), err, code)
-	}
-	for _, p := range parts {
-		if !strings.Contains(status.Convert(err).Message(), p) {
-			t.Errorf("refusal %q does not say %q", status.Convert(err).Message(), p)
-		}
-	}
 }
 
 // A link with allowed_ids is opened only by those identities: another

@@ -72,26 +72,6 @@ func (w *testWriter) openTwo(ctx context.Context, t *testing.T) ferryv1.Replicat
 	return stream
 }
 
-// sendToPartition sends a wire batch of Kafka batches to orders/partition as batch
-// seq, and returns its ack or the stream's end.
-func sendToPartition(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, seq uint64, partition int32, first int64, raws ...[]byte) error {
-	t.Helper()
-	b := wireKafka(t, first, raws...)
-	b.Sequence, b.Epoch, b.Topic, b.Partition = seq, 1, "orders", partition
-	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			return err
-		}
-		if ack := resp.GetAck(); ack != nil && ack.GetSequence() == seq {
-			return nil
-		}
-	}
-}
-
 // TestDecompressionBombStopsItsPartition: a source batch of a few hundred
 // bytes that must be rebuilt (LogAppendTime) and would inflate to a
 // million records (7 MB decompressed, 176 MB of decoded records) is

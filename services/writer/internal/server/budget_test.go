@@ -50,29 +50,6 @@ func (w *testWriter) openPartition(ctx context.Context, t *testing.T, partition 
 	return stream
 }
 
-// sendTo sends b as batch seq of orders/partition without waiting.
-func sendTo(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, seq uint64, partition int32, b *ferryv1.Batch) {
-	t.Helper()
-	b.Sequence, b.Epoch, b.Topic, b.Partition = seq, 1, "orders", partition
-	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// awaitAck waits for the ack of batch seq (or of a later one) or the
-// stream's end.
-func awaitAck(stream ferryv1.ReplicationService_ReplicateClient, seq uint64) error {
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			return err
-		}
-		if ack := resp.GetAck(); ack != nil && ack.GetSequence() >= seq {
-			return nil
-		}
-	}
-}
-
 // holdProduce holds the first produce request carrying records of
 // orders/partition at the target, without holding the others (each stream
 // has its own client, so its own connection), until release is called;

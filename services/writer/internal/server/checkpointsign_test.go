@@ -60,26 +60,6 @@ func signingWriter(t *testing.T, certs certSet, acceptUnsigned bool) *testWriter
 
 var orders0 = checkpoint.Key{Link: "east", Topic: "orders", Partition: 0}
 
-// produceCheckpoint writes rec to the checkpoint topic as anyone allowed
-// to produce to it can, waits until the writer's view has read it, and
-// returns its offset.
-func (w *testWriter) produceCheckpoint(ctx context.Context, t *testing.T, rec *kgo.Record) int64 {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...), kgo.DefaultProduceTopic(cpTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	rec.Topic, rec.Partition = cpTopic, 0
-	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.store.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return rec.Offset
-}
-
 // forgedCheckpoint is a checkpoint of orders/0 at next, signed by signer
 // (nil: unsigned).
 func forgedCheckpoint(t *testing.T, next int64, signer checkpoint.Signer) *kgo.Record {

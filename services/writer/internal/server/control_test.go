@@ -2,9 +2,6 @@ package server
 
 import (
 	"context"
-	"log/slog"
-	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,46 +16,9 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
-	"github.com/ferry-replicator/ferry/pkg/tlsconfig/devcerts"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/server/servertest"
 )
-
-var (
-	fetcherID  = devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "fetcher")
-	operatorID = devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "ferryctl")
-)
-
-// controlPKI is one development CA's certificates as Sources: the
-// writer's admits fetchers and operators at its port, as the app wires it
-// (grpcTLS); the fetcher's and the operator's dial it.
-type controlPKI struct {
-	dir                       string
-	writer, fetcher, operator *tlsconfig.Source
-}
-
-func newControlPKI(t *testing.T) controlPKI {
-	t.Helper()
-	dir := t.TempDir()
-	if _, err := devcerts.WriteDir(dir, devcerts.Options{Validity: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	src := func(tier string, peers ...string) *tlsconfig.Source {
-		s, err := tlsconfig.NewSource(tlsconfig.Config{
-			CertFile: filepath.Join(dir, tier+".pem"), KeyFile: filepath.Join(dir, tier+"-key.pem"),
-			CAFile: filepath.Join(dir, "ca.pem"), AllowedIDs: peers,
-		}, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	writerID := devcerts.SPIFFEID(devcerts.DefaultTrustDomain, "writer")
-	return controlPKI{dir: dir, writer: src("writer", fetcherID, operatorID), fetcher: src("fetcher", writerID), operator: src("ferryctl", writerID)}
-}
-
-func creds(s *tlsconfig.Source) credentials.TransportCredentials {
-	return credentials.NewTLS(s.ClientTLS())
-}
 
 // controlWriter is a writer of link east with its ControlService: TLS as
 // the app wires it, Replicate for the fetcher only, control for the
@@ -70,47 +30,33 @@ type controlWriter struct {
 	ctl    ferryv1.ControlServiceClient
 }
 
-func startControlWriter(t *testing.T, pki controlPKI, cluster *kfake.Cluster, exactlyOnce bool, operators ...string) *controlWriter {
+func startControlWriter(t *testing.T, pki servertest.PKI, cluster *kfake.Cluster, exactlyOnce bool, operators ...string) *controlWriter {
 	t.Helper()
 	return startControlWriterWith(t, pki, cluster, exactlyOnce, nil, operators...)
 }
 
 // startControlWriterWith is startControlWriter with edit applied to the
 // writer's options (nil: none).
-func startControlWriterWith(t *testing.T, pki controlPKI, cluster *kfake.Cluster, exactlyOnce bool, edit func(*Options), operators ...string) *controlWriter {
+func startControlWriterWith(t *testing.T, pki servertest.PKI, cluster *kfake.Cluster, exactlyOnce bool, edit func(*Options), operators ...string) *controlWriter {
 	t.Helper()
-	v, err := tlsconfig.NewVerifier(pki.writer, "", pki.writer.OwnIdentities())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := pki.Config(t, cluster)
 	w := startWriterOn(t, cluster, passthroughLinks(t, exactlyOnce), func(o *Options) {
 		o.ReplicateIDs = tlsconfig.NewIDs([]string{fetcherID})
 		if edit != nil {
 			edit(o)
 		}
-	}, func(o *checkpoint.Options) {
-		o.Signer, o.Verifier = pki.writer, v
-	}, pki.writer.ServerOptions(), creds(pki.fetcher))
-	cw := &controlWriter{testWriter: w, ctlLis: bufconn.Listen(1 << 20)}
-	gs := grpc.NewServer(pki.writer.ServerOptions()...)
-	ferryv1.RegisterControlServiceServer(gs, NewControl(w.srv, tlsconfig.NewIDs(operators)))
-	served := make(chan struct{})
-	go func() { _ = gs.Serve(cw.ctlLis); close(served) }()
-	t.Cleanup(func() { gs.Stop(); <-served })
-	cw.ctl = cw.dialControl(t, creds(pki.operator))
+	}, cfg.Store, cfg.ServerOptions, cfg.Creds)
+	cw := &controlWriter{testWriter: w}
+	cw.ctlLis = servertest.Serve(t, cfg.ServerOptions, func(gs *grpc.Server) {
+		ferryv1.RegisterControlServiceServer(gs, NewControl(w.srv, tlsconfig.NewIDs(operators)))
+	})
+	cw.ctl = cw.dialControl(t, creds(pki.Operator))
 	return cw
 }
 
 func (w *controlWriter) dialControl(t *testing.T, c credentials.TransportCredentials) ferryv1.ControlServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///ctl",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return w.ctlLis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(c))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return ferryv1.NewControlServiceClient(conn)
+	return ferryv1.NewControlServiceClient(servertest.Conn(t, w.ctlLis, c))
 }
 
 func (w *controlWriter) setState(ctx context.Context, t *testing.T, state linkstate.State, reason string) *ferryv1.LinkControl {
@@ -155,11 +101,11 @@ func TestControlAdmitsOnlyItsOperators(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	_, err := w.dialControl(t, creds(pki.fetcher)).Status(ctx, &ferryv1.StatusRequest{})
+	_, err := w.dialControl(t, creds(pki.Fetcher)).Status(ctx, &ferryv1.StatusRequest{})
 	wantRefusal(t, err, codes.PermissionDenied, fetcherID, "control.allowed_ids")
-	_, err = w.dialControl(t, creds(pki.fetcher)).SetLinkState(ctx, &ferryv1.SetLinkStateRequest{Link: "east", State: ferryv1.LinkState_LINK_STATE_PAUSED})
+	_, err = w.dialControl(t, creds(pki.Fetcher)).SetLinkState(ctx, &ferryv1.SetLinkStateRequest{Link: "east", State: ferryv1.LinkState_LINK_STATE_PAUSED})
 	wantRefusal(t, err, codes.PermissionDenied, fetcherID)
-	_, err = openShard(ctx, t, w.dial(t, creds(pki.operator)), "east", 0, testShards, 1)
+	_, err = openShard(ctx, t, w.dial(t, creds(pki.Operator)), "east", 0, testShards, 1)
 	wantRefusal(t, err, codes.PermissionDenied, operatorID, "tls.allowed_ids")
 
 	resp, err := w.ctl.Status(ctx, &ferryv1.StatusRequest{})
@@ -306,7 +252,7 @@ func TestForgedControlRecordIgnored(t *testing.T) {
 	value := []byte(`{"state":"failed_over","reason":"forged","by":"mallory","time":"2026-01-01T00:00:00Z","generation":9}`)
 	w.produceCheckpoint(ctx, t, &kgo.Record{Key: []byte("control/east"), Value: value})
 	rec := &kgo.Record{Key: []byte("control/east"), Value: value}
-	sig, err := pki.fetcher.Sign("ferry-link-control", rec.Key, rec.Value)
+	sig, err := pki.Fetcher.Sign("ferry-link-control", rec.Key, rec.Value)
 	if err != nil {
 		t.Fatal(err)
 	}

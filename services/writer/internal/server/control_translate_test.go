@@ -169,26 +169,6 @@ func pruneFirstIndexRecord(ctx context.Context, t *testing.T, w *controlWriter) 
 	}
 }
 
-// commitOnTarget commits group's offset on orders/0 of the target with
-// metadata, as a consumer (or Ferry's group sync) would.
-func commitOnTarget(ctx context.Context, t *testing.T, w *controlWriter, group string, offset int64, metadata string) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var os kadm.Offsets
-	os.Add(kadm.Offset{Topic: "orders", Partition: 0, At: offset, LeaderEpoch: -1, Metadata: metadata})
-	resp, err := kadm.NewClient(cl).CommitOffsets(ctx, group, os)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		t.Fatalf("commit group %s at %d: %v", group, offset, err)
-	}
-}
-
 // The group form reads the group's committed offsets on the target: an
 // offset Ferry's group sync committed stands for the source offset its
 // marker names; one a consumer committed on the target is translated back
@@ -198,8 +178,8 @@ func TestTranslateGroup(t *testing.T) {
 	defer cancel()
 	_, w, copied := twoControlWriters(ctx, t, true)
 	synced, moved := copied[3], copied[len(copied)-2]
-	commitOnTarget(ctx, t, w, "synced", synced.target, groupsync.Marker(synced.source))
-	commitOnTarget(ctx, t, w, "moved", moved.target, "consumer metadata")
+	commitOnTarget(ctx, t, w.testWriter, "synced", synced.target, groupsync.Marker(synced.source))
+	commitOnTarget(ctx, t, w.testWriter, "moved", moved.target, "consumer metadata")
 
 	for _, tc := range []struct {
 		group   string
@@ -242,7 +222,7 @@ func TestTranslateRefusals(t *testing.T) {
 	offset := func(topic string, partition int32, offset int64) *ferryv1.TranslateRequest_Offset {
 		return &ferryv1.TranslateRequest_Offset{Offset: &ferryv1.OffsetQuery{Topic: topic, Partition: partition, Offset: offset}}
 	}
-	_, err := w.dialControl(t, creds(pki.fetcher)).Translate(ctx, &ferryv1.TranslateRequest{Link: "east", Query: offset("orders", 0, 0)})
+	_, err := w.dialControl(t, creds(pki.Fetcher)).Translate(ctx, &ferryv1.TranslateRequest{Link: "east", Query: offset("orders", 0, 0)})
 	wantRefusal(t, err, codes.PermissionDenied, "control.allowed_ids")
 	_, err = w.ctl.Translate(ctx, &ferryv1.TranslateRequest{Link: "west", Query: offset("orders", 0, 0)})
 	wantRefusal(t, err, codes.NotFound, `"west"`)

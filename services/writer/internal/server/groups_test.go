@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -18,7 +17,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
-	"github.com/ferry-replicator/ferry/pkg/groupcommit"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
@@ -63,113 +61,6 @@ func groupWriterOn(t *testing.T, cluster *kfake.Cluster, exactlyOnce bool, edits
 			edit(o)
 		}
 	}, nil, nil, insecure.NewCredentials())
-}
-
-// groupCommitterOn is the group sync's committer on cluster.
-func groupCommitterOn(t *testing.T, cluster *kfake.Cluster) *groupcommit.Committer {
-	t.Helper()
-	cfg := sarama.NewConfig()
-	cfg.Version = sarama.V3_6_0_0
-	sc, err := sarama.NewClient(cluster.ListenAddrs(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sc.Close() })
-	gc, err := groupcommit.New(sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return gc
-}
-
-// groupOffsets is a GroupOffsets of orders/0, epoch 1: offset per group.
-func groupOffsets(offsets map[string]int64) *ferryv1.ReplicateRequest {
-	m := &ferryv1.GroupOffsets{Epoch: 1, ReadAt: time.Now().UnixMilli()}
-	for g, o := range offsets {
-		m.Groups = append(m.Groups, &ferryv1.GroupOffset{Group: g, Partitions: []*ferryv1.GroupPartitionOffset{{Topic: "orders", Partition: 0, Offset: o}}})
-	}
-	return &ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_GroupOffsets{GroupOffsets: m}}
-}
-
-// groupOf is the group's line in the writer's /status, if any.
-func groupOf(w *testWriter, group string) (groupsyncer.Status, bool) {
-	for _, g := range w.srv.Groups() {
-		if g.Link == "east" && g.Group == group {
-			return g, true
-		}
-	}
-	return groupsyncer.Status{}, false
-}
-
-// syncUntil sends offsets, as a fetcher does each interval, until every
-// group's status satisfies ok (a first read can find the shard's index
-// still loading).
-func syncUntil(t *testing.T, w *testWriter, stream ferryv1.ReplicationService_ReplicateClient, offsets map[string]int64, what string, ok func(groupsyncer.Status) bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if err := stream.Send(groupOffsets(offsets)); err != nil {
-			t.Fatalf("send group offsets: %v", err)
-		}
-		done := true
-		for g := range offsets {
-			st, found := groupOf(w, g)
-			done = done && found && ok(st)
-		}
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 15s: %s; groups %+v", what, w.srv.Groups())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// standsFor is whether the group stands on orders/0 for source offset s,
-// as Ferry's marker says: moved there by this sync or, when a later sync
-// found it there already, unchanged (a poll can miss the sync that moved
-// it). Where exactly it stands on the target each test checks after.
-func standsFor(g groupsyncer.Status, s int64) bool {
-	return (g.Outcome == "moved" || g.Outcome == "unchanged") && len(g.Partitions) == 1 && g.Partitions[0].StandsFor == s
-}
-
-// targetGroup is the group's committed offset and metadata on the
-// target's orders/0, -1 when none.
-func (w *testWriter) targetGroup(t *testing.T, group string) (int64, string) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	os, err := kadm.NewClient(cl).FetchOffsets(context.Background(), group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, ok := os.Lookup("orders", 0)
-	if !ok || o.At < 0 {
-		return -1, ""
-	}
-	return o.At, o.Metadata
-}
-
-// copyWithGaps copies orders/0's source offsets 0..29: a committed
-// transaction 0..4 and its marker 5, an aborted one 6..9 and its marker
-// 10 (neither copied), 11..15 plain, compaction's survivors 16, 18, 19
-// and 23, and 24..29, in three rounds (exactly-once: a marker on the
-// target between each).
-func copyWithGaps(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient) {
-	t.Helper()
-	mustSend(t, stream, 1, 0, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, transactional), sourceBatch(t, 11, 5, nil, recordbatch.LZ4, 0))
-	mustSend(t, stream, 2, 0, 16, sourceBatch(t, 16, 0, []int32{0, 2, 3, 7}, recordbatch.None, 0))
-	mustSend(t, stream, 3, 0, 24, sourceBatch(t, 24, 6, nil, recordbatch.None, 0))
-}
-
-func bothModes(t *testing.T, f func(t *testing.T, exactlyOnce bool)) {
-	for _, exactlyOnce := range []bool{false, true} {
-		t.Run(map[bool]string{false: "at-least-once", true: "exactly-once"}[exactlyOnce], func(t *testing.T) { f(t, exactlyOnce) })
-	}
 }
 
 // A source group's committed offset lands on the target group translated

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,64 +19,6 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupsyncer"
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 )
-
-const groupStateTopic = "__ferry_groups"
-
-// groupStateOn creates the group state topic on cluster, with one
-// committed transactional record of someone else's in it (a reader
-// waiting for the record at the high watermark minus one would wait for
-// ever: a marker stands there) and one record that does not decode, and
-// returns a store of it.
-func groupStateOn(ctx context.Context, t *testing.T, cluster *kfake.Cluster) *groupstate.Store {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.TransactionalID("someone"), kgo.DefaultProduceTopic(groupStateTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": new("compact")}, groupStateTopic); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("not a key"), Value: []byte("{}")}).FirstErr(); err == nil {
-		t.Fatal("a transactional producer produced outside a transaction")
-	}
-	if err := cl.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("not a key"), Value: []byte("{}")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Fatal(err)
-	}
-	st, err := groupstate.NewStore([]kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, groupStateTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	return st
-}
-
-// groupStateCluster is a target cluster holding the group state topic
-// as groupStateOn leaves it, and a store of it.
-func groupStateCluster(ctx context.Context, t *testing.T) (*kfake.Cluster, *groupstate.Store) {
-	t.Helper()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	return cluster, groupStateOn(ctx, t, cluster)
-}
-
-// runGroupSync runs s's group syncer until the test ends.
-func runGroupSync(t *testing.T, s *Server) {
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); s.RunGroupSync(ctx) }()
-	t.Cleanup(func() { stop(); wg.Wait() })
-}
 
 // comparable is a group's status as it must read after a restart: what
 // the sync knew (times to the millisecond, as the topic keeps them).
@@ -137,7 +77,7 @@ func TestGroupStateSurvivesARestart(t *testing.T) {
 	copyWithGaps(t, stream)
 	// "theirs" is a consumer's on the target: committed there without
 	// Ferry's marker, so the sync leaves it (owned).
-	commitOnTarget(ctx, t, &controlWriter{testWriter: first}, "theirs", 2, "")
+	commitOnTarget(ctx, t, first, "theirs", 2, "")
 	offsets := map[string]int64{"g3": 3, "g17": 17, "g29": 29, "theirs": 5}
 	syncUntil(t, first, stream, offsets, "every group synced or owned", func(g groupsyncer.Status) bool {
 		if g.Group == "theirs" {
@@ -288,7 +228,7 @@ func TestHandBackGroupsAfterARoundTrip(t *testing.T) {
 	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 17}, "g synced", func(g groupsyncer.Status) bool { return standsFor(g, 17) })
 
 	// The outage: g's consumers read on the target and commit there.
-	commitOnTarget(ctx, t, w, "g", 14, "")
+	commitOnTarget(ctx, t, w.testWriter, "g", 14, "")
 	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 17}, "g owned", func(g groupsyncer.Status) bool { return g.Outcome == "owned" })
 
 	if _, err := w.ctl.HandBackGroups(ctx, &ferryv1.HandBackGroupsRequest{Link: "east"}); status.Code(err) != codes.InvalidArgument {
@@ -328,6 +268,6 @@ func TestHandBackGroupsAfterARoundTrip(t *testing.T) {
 	if at, md := w.targetGroup(t, "g"); md != groupsync.Marker(29) || at <= 14 {
 		t.Errorf("g on the target after the hand-back: %d %q, want past 14 with Ferry's marker of 29", at, md)
 	}
-	commitOnTarget(ctx, t, w, "g", 30, "")
+	commitOnTarget(ctx, t, w.testWriter, "g", 30, "")
 	syncUntil(t, w.testWriter, stream, map[string]int64{"g": 29}, "g owned again", func(g groupsyncer.Status) bool { return g.Outcome == "owned" })
 }

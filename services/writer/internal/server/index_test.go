@@ -7,12 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -25,52 +23,6 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 )
-
-// copiedRecord is a record of the target: its offset there, and the source
-// offset its value ("v<offset>") names.
-type copiedRecord struct{ source, target int64 }
-
-// copiedRecords reads what a read_committed consumer of orders/partition
-// sees on the target, up to its last stable offset.
-func copiedRecords(ctx context.Context, t *testing.T, w *testWriter, partition int32) []copiedRecord {
-	t.Helper()
-	seeds := kgo.SeedBrokers(w.cluster.ListenAddrs()...)
-	admin, err := kgo.NewClient(seeds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	ends, err := kadm.NewClient(admin).ListCommittedOffsets(ctx, "orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	end, _ := ends.Lookup("orders", partition)
-	cl, err := kgo.NewClient(seeds, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"orders": {partition: kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var out []copiedRecord
-	for read := int64(0); read < end.Offset; {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("reading orders/%d up to %d: %v", partition, end.Offset, ctx.Err())
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			read = r.Offset + 1
-			if r.Attrs.IsControl() || r.Offset >= end.Offset {
-				return
-			}
-			src, err := strconv.ParseInt(strings.TrimPrefix(string(r.Value), "v"), 10, 64)
-			if err != nil {
-				t.Fatalf("orders/%d at %d holds %q", partition, r.Offset, r.Value)
-			}
-			out = append(out, copiedRecord{source: src, target: r.Offset})
-		})
-	}
-	return out
-}
 
 // span is a source partition's offsets, [start, end): those of the source
 // partition, or, for start > 0, what is left of it.
@@ -168,15 +120,6 @@ func checkIndexOf(ctx context.Context, t *testing.T, w *testWriter, store *check
 	}
 }
 
-// mustSend sends the Kafka batches as one wire batch of orders/partition
-// copying from first, as batch seq, and waits for its acknowledgement.
-func mustSend(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, seq uint64, partition int32, first int64, raws ...[]byte) {
-	t.Helper()
-	if err := sendToPartition(t, stream, seq, partition, first, raws...); err != nil {
-		t.Fatalf("batch %d: stream ended: %v", seq, err)
-	}
-}
-
 // mustSendWire sends b (a Skip) as batch seq of orders/0 and waits for its
 // acknowledgement.
 func mustSendWire(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, seq uint64, b *ferryv1.Batch) {
@@ -185,8 +128,6 @@ func mustSendWire(t *testing.T, stream ferryv1.ReplicationService_ReplicateClien
 		t.Fatalf("batch %d: stream ended: %v", seq, err)
 	}
 }
-
-const transactional = 0x10 // a source batch's transactional attribute
 
 // indexCases copy a source partition the ways the index must describe
 // exactly; each returns the source spans to check.

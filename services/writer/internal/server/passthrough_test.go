@@ -3,15 +3,11 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/kversion"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -23,95 +19,12 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 )
 
-// sourceBatch is a Kafka batch as a source broker stores it: records
-// "v<offset>" at base with the given offset deltas (consecutive when nil),
-// compressed with c, with optional extra attributes (LogAppendTime).
-func sourceBatch(t *testing.T, base int64, n int, deltas []int32, c recordbatch.Compression, attrs int16) []byte {
-	t.Helper()
-	if deltas == nil {
-		for i := range n {
-			deltas = append(deltas, int32(i))
-		}
-	}
-	now := time.Now().UnixMilli()
-	var recs []byte
-	for i, d := range deltas {
-		r := kmsg.Record{OffsetDelta: d, TimestampDelta64: int64(i), Key: []byte("k"), Value: fmt.Appendf(nil, "v%d", base+int64(d))}
-		recs = appendRecord(recs, &r)
-	}
-	rb := kmsg.RecordBatch{
-		FirstOffset: base, PartitionLeaderEpoch: 3, Magic: 2, Attributes: int16(c) | attrs,
-		LastOffsetDelta: deltas[len(deltas)-1], FirstTimestamp: now, MaxTimestamp: now + int64(len(deltas)),
-		ProducerID: 77, ProducerEpoch: 1, FirstSequence: 500, NumRecords: int32(len(deltas)),
-	}
-	if c != recordbatch.None {
-		// The records section compressed by the package's own codec: a
-		// Build of the same records has it after its header.
-		built := buildSameRecords(t, deltas, base, c)
-		rb.Records = built[recordbatch.HeaderSize:]
-	} else {
-		rb.Records = recs
-	}
-	rb.Length = int32(recordbatch.HeaderSize - 12 + len(rb.Records)) // what follows the length field
-	raw := rb.AppendTo(nil)
-	binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return raw
-}
-
-// appendRecord appends r with its length, which kmsg takes as given: the
-// length counts what follows the length varint.
-func appendRecord(dst []byte, r *kmsg.Record) []byte {
-	r.Length = 0
-	r.Length = int32(len(r.AppendTo(nil)) - 1)
-	return r.AppendTo(dst)
-}
-
-// buildSameRecords compresses records like sourceBatch's with Build; only
-// consecutive deltas can be built this way.
-func buildSameRecords(t *testing.T, deltas []int32, base int64, c recordbatch.Compression) []byte {
-	t.Helper()
-	now := time.Now().UnixMilli()
-	var recs []recordbatch.Record
-	for i, d := range deltas {
-		if d != int32(i) {
-			t.Fatal("compressed source batches with gaps are not built by this helper")
-		}
-		recs = append(recs, recordbatch.Record{Timestamp: now + int64(i), Key: []byte("k"), Value: fmt.Appendf(nil, "v%d", base+int64(d))})
-	}
-	raw, err := recordbatch.Build(nil, recs, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw
-}
-
 // sendKafka sends the Kafka batches of orders/0 as one wire batch copying
 // from first, and returns the stream's end: nil after an ack.
 func sendKafka(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient, seq uint64, first int64, raws ...[]byte) error {
 	t.Helper()
 	_, err := sendWire(t, stream, seq, wireKafka(t, first, raws...))
 	return err
-}
-
-// wireKafka seals Kafka batches into one wire batch copying from first.
-func wireKafka(t *testing.T, first int64, raws ...[]byte) *ferryv1.Batch {
-	t.Helper()
-	codecs, err := batch.NewCodecs(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer codecs.Close()
-	var kbs []batch.KafkaBatch
-	var payload []byte
-	for _, raw := range raws {
-		info, err := recordbatch.Parse(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kbs = append(kbs, batch.KafkaBatch{Raw: raw, Info: info})
-		payload = append(payload, raw...)
-	}
-	return codecs.SealKafka(payload, kbs, first, ferryv1.Codec_CODEC_NONE)
 }
 
 // sendWire sends b as batch seq of orders/0 and returns its ack, or the
@@ -145,84 +58,10 @@ func targetRaw(t *testing.T, w *testWriter) ([]recordbatch.Info, [][]byte) {
 	return partitionRaw(t, w, 0)
 }
 
-// partitionRaw fetches the data batches of orders/partition raw from the
-// target, with their headers.
-func partitionRaw(t *testing.T, w *testWriter, partition int32) ([]recordbatch.Info, [][]byte) {
-	t.Helper()
-	v := kversion.Stable()
-	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 12) // topics by name
-	cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...), kgo.MaxVersions(v))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrFetchRequest()
-	req.ReplicaID, req.MaxWaitMillis, req.MaxBytes, req.SessionEpoch = -1, 100, 16<<20, -1
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic = "orders"
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.PartitionMaxBytes, rp.CurrentLeaderEpoch = partition, 16<<20, -1
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rpart := resp.Topics[0].Partitions[0]
-	if rpart.ErrorCode != 0 {
-		t.Fatalf("fetch orders/%d: error %d", partition, rpart.ErrorCode)
-	}
-	raws, _, err := recordbatch.Split(rpart.RecordBatches)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		infos []recordbatch.Info
-		data  [][]byte
-	)
-	for _, raw := range raws {
-		info, err := recordbatch.Parse(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !info.Control() { // exactly-once: the transactions' markers
-			infos, data = append(infos, info), append(data, raw)
-		}
-	}
-	return infos, data
-}
-
 // targetValues are the values of orders/0 in order.
 func targetValues(t *testing.T, w *testWriter) []string {
 	t.Helper()
 	return partitionValues(t, w, 0)
-}
-
-// partitionValues are the values of orders/partition in order.
-func partitionValues(t *testing.T, w *testWriter, partition int32) []string {
-	t.Helper()
-	_, raws := partitionRaw(t, w, partition)
-	var out []string
-	for _, raw := range raws {
-		recs, err := recordbatch.Records(raw, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range recs {
-			out = append(out, string(r.Value))
-		}
-	}
-	return out
-}
-
-func vals(from, to int64) []string {
-	var out []string
-	for o := from; o < to; o++ {
-		out = append(out, fmt.Sprintf("v%d", o))
-	}
-	return out
 }
 
 func passthroughLinks(t *testing.T, exactlyOnce bool) []Link {

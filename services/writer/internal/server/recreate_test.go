@@ -35,20 +35,6 @@ func (w *testWriter) openOrdersAs(ctx context.Context, t *testing.T, link string
 	return stream, resp.GetOpened().GetResume()[0]
 }
 
-// closeStream ends a stream as a fetcher closing its shard does, and waits
-// for the writer to end it.
-func closeStream(t *testing.T, stream ferryv1.ReplicationService_ReplicateClient) {
-	t.Helper()
-	if err := stream.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := stream.Recv(); err != nil {
-			return
-		}
-	}
-}
-
 // A source topic deleted and created again starts its offsets anew: the
 // checkpoint of the old one, which the writer reports with the old id so
 // the fetcher stops the partition (or, under on_data_loss: skip, copies

@@ -329,7 +329,7 @@ func TestOperatorMayNotReport(t *testing.T) {
 	defer cancel()
 	_, opened := openAt(ctx, t, w.client, "east", 1)
 	bind := &ferryv1.ReportOpen{Link: "east", Shard: 0, Epoch: 1, Session: opened.GetSession()}
-	wantRefusal(t, reportAnswer(ctx, t, w.dial(t, creds(pki.operator)), bind), codes.PermissionDenied, operatorID, "tls.allowed_ids")
+	wantRefusal(t, reportAnswer(ctx, t, w.dial(t, creds(pki.Operator)), bind), codes.PermissionDenied, operatorID, "tls.allowed_ids")
 	if err := reportAnswer(ctx, t, w.client, bind); err != nil {
 		t.Fatalf("the fetcher's own report refused: %v", err)
 	}

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -29,15 +28,7 @@ var stallTopic = "stall-" + strings.Repeat("x", 190)
 // reading blocks the writer's sends soon.
 func (w *testWriter) dialFixedWindows(t *testing.T) ferryv1.ReplicationServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return w.lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.conns = append(w.conns, conn)
-	return ferryv1.NewReplicationServiceClient(conn)
+	return w.h.Dial(t, insecure.NewCredentials(), grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 }
 
 // ackWithin is awaitAck bounded by d.

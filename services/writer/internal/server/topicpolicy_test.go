@@ -2,9 +2,6 @@ package server
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -12,27 +9,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
-	"github.com/ferry-replicator/ferry/pkg/kafkaclient"
-	"github.com/ferry-replicator/ferry/pkg/provenance"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
-	"github.com/ferry-replicator/ferry/pkg/shards"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
-	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/naming"
-	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
+	"github.com/ferry-replicator/ferry/services/writer/internal/server/servertest"
 	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
-	"github.com/ferry-replicator/ferry/services/writer/internal/topics"
 )
 
 func TestMain(m *testing.M) {
@@ -42,47 +31,15 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// cpTopic does not start with __ferry, so refusing it shows the checkpoint
-// topic is reserved by name, not only by the prefix.
-const cpTopic = "ferry-state"
-
-// indexTopic, likewise, shows the offset index topic is reserved by name.
-const indexTopic = "ferry-index"
-
 // testWriter is a Server over a kfake target, with a real checkpoint store
-// and topic ensurer, served through bufconn.
+// and topic ensurer, served through bufconn (servertest.Start).
 type testWriter struct {
+	h       *servertest.Writer
 	cluster *kfake.Cluster
 	reg     *prometheus.Registry
 	client  ferryv1.ReplicationServiceClient
 	store   *checkpoint.Store
 	srv     *Server
-	lis     *bufconn.Listener
-	conns   []*grpc.ClientConn // closed before the server drains
-}
-
-// rejected is ferry_writer_rejected_total of the link and reason.
-func (w *testWriter) rejected(t *testing.T, link, reason string) float64 {
-	t.Helper()
-	mfs, err := w.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "ferry_writer_rejected_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["link"] == link && labels["reason"] == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 func startWriter(t *testing.T, links []Link) *testWriter {
@@ -103,24 +60,11 @@ func startWriterOptions(t *testing.T, links []Link, edit func(*Options)) *testWr
 	return startWriterGRPC(t, links, edit, nil, insecure.NewCredentials())
 }
 
-// testSyncInterval is the test writers' topic sync round.
-const testSyncInterval = 50 * time.Millisecond
-
 // testShards is the shard count of a test link that sets none: every
 // partition is in shard 0, so a test of one stream lists any partitions.
 // A test of several shards sets links[].shards and lists each shard's
 // own (inShard).
 const testShards = 1
-
-// inShard is the first partition of topic in shard when the link has n
-// shards (shards.Of, as the fetchers place them).
-func inShard(topic string, shard, n uint32) int32 {
-	for p := int32(0); ; p++ {
-		if shards.Of(topic, p, int(n)) == int(shard) {
-			return p
-		}
-	}
-}
 
 // withShards is links with n shards each.
 func withShards(links []Link, n uint32) []Link {
@@ -149,100 +93,23 @@ func startWriterOn(t *testing.T, cluster *kfake.Cluster, links []Link, edit func
 			links[i].Shards = testShards
 		}
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if cluster == nil {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		cluster = c
-	}
-	addrs := cluster.ListenAddrs()
-	kc := kafkaclient.Defaults("ferry-test")
-	base, err := kc.Sarama()
-	if err != nil {
-		t.Fatal(err)
-	}
-	storeOpts := checkpoint.Options{Topic: cpTopic, Partitions: 1, ReplicationFactor: -1, Writer: "w1"}
-	if editStore != nil {
-		editStore(&storeOpts)
-	}
-	store, err := checkpoint.Open(addrs, base, storeOpts, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	ens, err := topics.New(addrs, base, m.TopicsRecreated, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ens.Close() })
-	if err := ens.Ensure(topics.Spec{Name: provenance.Topic, Partitions: 1, ReplicationFactor: -1, Configs: provenance.Configs}); err != nil {
-		t.Fatal(err)
-	}
-	indexParts, err := ens.EnsureOwn(topics.Spec{Name: indexTopic, Partitions: 1, ReplicationFactor: -1, Configs: offsetindex.Configs(offsetindex.DefaultRetention)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recorder, err := provenance.NewRecorder([]kgo.Opt{kgo.SeedBrokers(addrs...)}, "w1", nil, provenance.KeyByStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(recorder.Close)
-	codecs, err := batch.NewCodecs(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(codecs.Close)
-	// The syncer runs as the writer's app runs it, each round short.
-	syncer := topics.NewSyncer(ens, m.TopicConfigDrift, log)
-	syncCtx, stopSync := context.WithCancel(context.Background())
-	syncDone := make(chan struct{})
-	go func() { syncer.Run(syncCtx, testSyncInterval); close(syncDone) }()
-	t.Cleanup(func() { stopSync(); <-syncDone })
-	opts := Options{ID: "w1", Syncer: syncer, Target: []kgo.Opt{kgo.SeedBrokers(addrs...)}, MaxBatchBytes: 1 << 20, MaxPartitions: 1000, MaxStreams: 1000, MaxStreamsPerPeer: 1000, MaxGroupBytes: 1 << 20, MaxBufferedBytes: 64 << 20, Recorder: recorder,
-		Index:    offsetindex.Topic{Name: indexTopic, Partitions: indexParts},
-		Producer: ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, MergeBelow: 64 << 10, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second}}
-	edit(&opts)
-	srv := New(opts, links, ens, store, codecs, m, log)
-
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(serverOpts...)
-	ferryv1.RegisterReplicationServiceServer(gs, srv)
-	served := make(chan struct{})
-	go func() { _ = gs.Serve(lis); close(served) }()
-	w := &testWriter{cluster: cluster, reg: reg, store: store, srv: srv, lis: lis}
-	w.client = w.dial(t, creds)
-	t.Cleanup(func() {
-		for _, c := range w.conns {
-			c.Close()
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Drain(ctx); err != nil {
-			t.Error(err)
-		}
-		gs.Stop()
-		<-served
+	var srv *Server
+	h := servertest.Start(t, servertest.Config{Cluster: cluster, Store: editStore, ServerOptions: serverOpts, Creds: creds}, func(tg *servertest.Target) servertest.Server {
+		opts := Options{ID: servertest.WriterID, Syncer: tg.Syncer, Target: tg.Kafka, MaxBatchBytes: 1 << 20, MaxPartitions: 1000, MaxStreams: 1000, MaxStreamsPerPeer: 1000, MaxGroupBytes: 1 << 20, MaxBufferedBytes: 64 << 20, Recorder: tg.Recorder,
+			Index:    tg.Index,
+			Producer: ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, MergeBelow: 64 << 10, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second}}
+		edit(&opts)
+		srv = New(opts, links, tg.Ensurer, tg.Store, tg.Codecs, tg.Metrics, tg.Log)
+		return srv
 	})
-	return w
+	return &testWriter{h: h, cluster: h.Cluster, reg: h.Reg, client: h.Client, store: h.Store, srv: srv}
 }
 
 // dial connects another client to the writer, with creds; the connection
 // closes when the test ends, before the writer drains.
 func (w *testWriter) dial(t *testing.T, creds credentials.TransportCredentials) ferryv1.ReplicationServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return w.lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.conns = append(w.conns, conn)
-	return ferryv1.NewReplicationServiceClient(conn)
+	return w.h.Dial(t, creds)
 }
 
 // open sends an Open of one partition of each topic and returns the
@@ -292,21 +159,7 @@ func (w *testWriter) openOrders(ctx context.Context, t *testing.T, link string) 
 // id is source; it returns the writer's Opened too.
 func (w *testWriter) openOrdersFrom(ctx context.Context, t *testing.T, link, source string) (ferryv1.ReplicationService_ReplicateClient, *ferryv1.Opened) {
 	t.Helper()
-	stream, err := w.client.Replicate(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := &ferryv1.Open{Link: link, Shard: 0, Epoch: 1, Fetcher: "f1", SourceClusterId: source,
-		Topics:     []*ferryv1.TopicSpec{{Name: "orders", PartitionCount: 1}},
-		Partitions: []*ferryv1.TopicPartition{{Topic: "orders", Partition: 0}}}
-	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Open{Open: open}}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := stream.Recv()
-	if err != nil || resp.GetOpened() == nil {
-		t.Fatalf("open answered %v, %v; want Opened", resp, err)
-	}
-	return stream, resp.GetOpened()
+	return servertest.OpenOrdersFrom(ctx, t, w.client, link, source)
 }
 
 func mustFilter(t *testing.T, include, exclude []string) topicfilter.Filter {
