@@ -35,6 +35,7 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/tracing"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/config"
+	"github.com/ferry-replicator/ferry/services/writer/internal/control"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupstate"
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
@@ -321,7 +322,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, promReg 
 	ferryv1.RegisterReplicationServiceServer(gs, srv)
 	// Operators' calls (ferryctl); refused unless control.allowed_ids
 	// names the caller.
-	ferryv1.RegisterControlServiceServer(gs, server.NewControl(srv, tlsconfig.NewIDs(cfg.Control.AllowedIDs)))
+	ferryv1.RegisterControlServiceServer(gs, control.New(srv, tlsconfig.NewIDs(cfg.Control.AllowedIDs), log.With("component", "control")))
 	// One readiness answer for /readyz (Consul, Kubernetes) and gRPC health.
 	var ready *readiness.Checker
 	if err := wait.Do(gctx, target, kafkaclient.Unreachable, func() (err error) {
@@ -459,7 +460,7 @@ func checkpointTrust(cfg *config.Config, certs *tlsconfig.Source, log *slog.Logg
 
 // grpcTLS is the gRPC port's TLS: its handshake and interceptors admit the
 // fetchers of tls.allowed_ids and the operators of control.allowed_ids;
-// each service then admits only its own (replicateIDs, server.Control).
+// each service then admits only its own (replicateIDs, control.Service).
 func grpcTLS(cfg *config.Config) tlsconfig.Config {
 	t := cfg.TLS
 	t.AllowedIDs = append(slices.Clone(t.AllowedIDs), cfg.Control.AllowedIDs...)

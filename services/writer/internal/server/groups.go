@@ -123,7 +123,7 @@ const durableTimeout = 5 * time.Second
 
 // Durable writes what the heartbeats and the group sync changed since
 // their last writes before a report of a link that does not run is given
-// (Control.Status): the partitions and groups ferryctl failover and
+// (control.Service.Status): the partitions and groups ferryctl failover and
 // failback print then survive a writer killed the moment after, though
 // the persist interval had not come round.
 func (s *Server) Durable(ctx context.Context) error {

@@ -8,6 +8,7 @@ import (
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupsyncer"
 	"github.com/ferry-replicator/ferry/services/writer/internal/server/servertest"
 )
@@ -17,20 +18,12 @@ import (
 // the server's tests call them by these names.
 
 const (
-	cpTopic         = servertest.CheckpointTopic
-	indexTopic      = servertest.IndexTopic
-	groupStateTopic = servertest.GroupStateTopic
-	transactional   = servertest.Transactional
+	cpTopic       = servertest.CheckpointTopic
+	indexTopic    = servertest.IndexTopic
+	transactional = servertest.Transactional
 )
 
 var (
-	fetcherID  = servertest.FetcherID
-	operatorID = servertest.OperatorID
-)
-
-var (
-	newControlPKI     = servertest.NewPKI
-	creds             = servertest.Creds
 	openShard         = servertest.OpenShard
 	inShard           = servertest.InShard
 	closeStream       = servertest.CloseStream
@@ -46,7 +39,6 @@ var (
 	copyWithGaps      = servertest.CopyWithGaps
 	vals              = servertest.Vals
 	groupCommitterOn  = servertest.GroupCommitterOn
-	groupStateOn      = servertest.GroupStateOn
 	groupStateCluster = servertest.GroupStateCluster
 	groupOffsets      = servertest.GroupOffsets
 	standsFor         = servertest.StandsFor
@@ -121,4 +113,15 @@ func groupOf(w *testWriter, group string) (groupsyncer.Status, bool) {
 func syncUntil(t *testing.T, w *testWriter, stream ferryv1.ReplicationService_ReplicateClient, offsets map[string]int64, what string, ok func(groupsyncer.Status) bool) {
 	t.Helper()
 	servertest.SyncUntil(t, w.srv.Groups, stream, offsets, what, ok)
+}
+
+// startTLSWriter is a writer of link east (at-least-once) with TLS as the
+// app wires it (servertest.PKI.Config): its port admits pki's fetcher and
+// operator, and Replicate only the fetcher.
+func startTLSWriter(t *testing.T, pki servertest.PKI) *testWriter {
+	t.Helper()
+	cfg := pki.Config(t, nil)
+	return startWriterOn(t, nil, passthroughLinks(t, false), func(o *Options) {
+		o.ReplicateIDs = tlsconfig.NewIDs([]string{servertest.FetcherID})
+	}, cfg.Store, cfg.ServerOptions, cfg.Creds)
 }

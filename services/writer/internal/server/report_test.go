@@ -12,6 +12,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
+	"github.com/ferry-replicator/ferry/services/writer/internal/server/servertest"
 )
 
 // reportBound is how soon a heartbeat or group offsets sent while the
@@ -323,13 +324,13 @@ func TestReportEndsWithItsStream(t *testing.T) {
 // report for a link any more than replicate it, even naming a stream the
 // link's fetcher has open.
 func TestOperatorMayNotReport(t *testing.T) {
-	pki := newControlPKI(t)
-	w := startControlWriter(t, pki, nil, false, operatorID)
+	pki := servertest.NewPKI(t)
+	w := startTLSWriter(t, pki)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, opened := openAt(ctx, t, w.client, "east", 1)
 	bind := &ferryv1.ReportOpen{Link: "east", Shard: 0, Epoch: 1, Session: opened.GetSession()}
-	wantRefusal(t, reportAnswer(ctx, t, w.dial(t, creds(pki.Operator)), bind), codes.PermissionDenied, operatorID, "tls.allowed_ids")
+	wantRefusal(t, reportAnswer(ctx, t, w.dial(t, servertest.Creds(pki.Operator)), bind), codes.PermissionDenied, servertest.OperatorID, "tls.allowed_ids")
 	if err := reportAnswer(ctx, t, w.client, bind); err != nil {
 		t.Fatalf("the fetcher's own report refused: %v", err)
 	}

@@ -41,12 +41,12 @@ func GroupCommitterOn(t *testing.T, cluster *kfake.Cluster) *groupcommit.Committ
 	return gc
 }
 
-// GroupStateOn creates the group state topic on cluster, with one
+// groupStateOn creates the group state topic on cluster, with one
 // committed transactional record of someone else's in it (a reader
 // waiting for the record at the high watermark minus one would wait for
 // ever: a marker stands there) and one record that does not decode, and
 // returns a store of it.
-func GroupStateOn(ctx context.Context, t *testing.T, cluster *kfake.Cluster) *groupstate.Store {
+func groupStateOn(ctx context.Context, t *testing.T, cluster *kfake.Cluster) *groupstate.Store {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.TransactionalID("someone"), kgo.DefaultProduceTopic(GroupStateTopic))
 	if err != nil {
@@ -77,7 +77,7 @@ func GroupStateOn(ctx context.Context, t *testing.T, cluster *kfake.Cluster) *gr
 }
 
 // GroupStateCluster is a target cluster holding the group state topic
-// as GroupStateOn leaves it, and a store of it.
+// as groupStateOn leaves it, and a store of it.
 func GroupStateCluster(ctx context.Context, t *testing.T) (*kfake.Cluster, *groupstate.Store) {
 	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
@@ -85,7 +85,7 @@ func GroupStateCluster(ctx context.Context, t *testing.T) (*kfake.Cluster, *grou
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
-	return cluster, GroupStateOn(ctx, t, cluster)
+	return cluster, groupStateOn(ctx, t, cluster)
 }
 
 // RunGroupSync runs a writer's group syncer (server.Server's

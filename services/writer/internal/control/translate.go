@@ -1,4 +1,4 @@
-package server
+package control
 
 import (
 	"context"
@@ -14,15 +14,17 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
+	"github.com/ferry-replicator/ferry/services/writer/internal/server"
 )
 
 // Translate for operators (ferryctl offsets translate). Unlike group
-// sync's translator (translate.go), which only the writer serving a shard
-// holds, every writer of the target answers: it reads the partition's
-// index records from the index topic itself (offsetindex.Reader, from the
-// partition's log start to its last stable offset), so the answer needs
-// neither the shard's owner, nor a fetcher, nor the source region, and it
-// is never trimmed to what a writer keeps in memory.
+// sync's translator (package translation), which only the writer serving
+// a shard holds, every writer of the target answers: it reads the
+// partition's index records from the index topic itself
+// (offsetindex.Reader, from the partition's log start to its last stable
+// offset), so the answer needs neither the shard's owner, nor a fetcher,
+// nor the source region, and it is never trimmed to what a writer keeps
+// in memory.
 
 // maxTranslations bounds the Translate calls a writer serves at once:
 // each reads an index partition with clients of its own, and the writer's
@@ -31,15 +33,15 @@ const maxTranslations = 2
 
 // Translate answers one offset of a link's partition, either way, or a
 // group's committed offsets on the target.
-func (c *Control) Translate(ctx context.Context, req *ferryv1.TranslateRequest) (*ferryv1.TranslateResponse, error) {
+func (c *Service) Translate(ctx context.Context, req *ferryv1.TranslateRequest) (*ferryv1.TranslateResponse, error) {
 	if _, err := c.admitLink(ctx, req.GetLink()); err != nil {
 		return nil, err
 	}
-	link := c.s.links[req.GetLink()]
+	link, _ := c.s.Link(req.GetLink())
 	if err := checkQuery(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if c.s.opts.Index.Name == "" {
+	if c.s.IndexTopic() == "" {
 		return nil, status.Error(codes.FailedPrecondition, "this writer has no offset index topic")
 	}
 	select {
@@ -48,12 +50,12 @@ func (c *Control) Translate(ctx context.Context, req *ferryv1.TranslateRequest) 
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	r, err := offsetindex.NewReader(c.s.opts.Target, c.s.opts.Index.Name)
+	r, err := offsetindex.NewReader(c.s.Target(), c.s.IndexTopic())
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "offset index: %v", err)
 	}
 	defer r.Close()
-	resp := &ferryv1.TranslateResponse{Writer: c.s.opts.ID}
+	resp := &ferryv1.TranslateResponse{Writer: c.s.ID()}
 	if q := req.GetOffset(); q != nil {
 		resp.Offset, err = c.translateOffset(ctx, r, link, q)
 	} else {
@@ -73,8 +75,8 @@ func checkQuery(req *ferryv1.TranslateRequest) error {
 		switch {
 		case o == nil:
 			return errors.New("offset: empty query")
-		case o.GetTopic() == "" || len(o.GetTopic()) > MaxTopicName:
-			return fmt.Errorf("offset.topic of %d bytes: want 1 to %d", len(o.GetTopic()), MaxTopicName)
+		case o.GetTopic() == "" || len(o.GetTopic()) > server.MaxTopicName:
+			return fmt.Errorf("offset.topic of %d bytes: want 1 to %d", len(o.GetTopic()), server.MaxTopicName)
 		case o.GetPartition() < 0:
 			return fmt.Errorf("offset.partition %d is negative", o.GetPartition())
 		case o.GetOffset() < 0:
@@ -100,8 +102,8 @@ func unavailable(ctx context.Context, err error) error {
 }
 
 // translateOffset answers q from the partition's index records.
-func (c *Control) translateOffset(ctx context.Context, r *offsetindex.Reader, link Link, q *ferryv1.OffsetQuery) (*ferryv1.OffsetTranslation, error) {
-	x, err := loadIndex(ctx, r, c.s.store, offsetindex.Key{Link: link.Name, Topic: q.GetTopic(), Partition: q.GetPartition()})
+func (c *Service) translateOffset(ctx context.Context, r *offsetindex.Reader, link server.Link, q *ferryv1.OffsetQuery) (*ferryv1.OffsetTranslation, error) {
+	x, err := c.s.LoadIndex(ctx, r, offsetindex.Key{Link: link.Name, Topic: q.GetTopic(), Partition: q.GetPartition()})
 	if err != nil {
 		return nil, err
 	}
@@ -139,8 +141,8 @@ func answer(x *offsetindex.Index, offset int64, reverse bool) (outcome ferryv1.T
 // source offset the marker names; any other (a consumer committed it on
 // the target, after a failover) is translated back through the index,
 // one read of the index for all such partitions.
-func (c *Control) translateGroup(ctx context.Context, r *offsetindex.Reader, link Link, group string) (*ferryv1.GroupTranslation, error) {
-	cl, err := kgo.NewClient(c.s.opts.Target...)
+func (c *Service) translateGroup(ctx context.Context, r *offsetindex.Reader, link server.Link, group string) (*ferryv1.GroupTranslation, error) {
+	cl, err := kgo.NewClient(c.s.Target()...)
 	if err != nil {
 		return nil, fmt.Errorf("target client: %w", err)
 	}
@@ -168,7 +170,7 @@ func (c *Control) translateGroup(ctx context.Context, r *offsetindex.Reader, lin
 		if s, ours := groupsync.ParseMarker(o.Metadata); ours {
 			p.Ferry, p.SourceOffset, p.Outcome = true, s, ferryv1.TranslateOutcome_TRANSLATE_OUTCOME_EXACT
 		} else {
-			p.Metadata = Clip(o.Metadata)
+			p.Metadata = server.Clip(o.Metadata)
 			back = append(back, offsetindex.Key{Link: link.Name, Topic: source, Partition: o.Partition})
 		}
 		out.Partitions = append(out.Partitions, p)
@@ -176,7 +178,7 @@ func (c *Control) translateGroup(ctx context.Context, r *offsetindex.Reader, lin
 	if len(back) == 0 {
 		return out, nil
 	}
-	xs, err := loadIndexes(ctx, r, c.s.store, back)
+	xs, err := c.s.LoadIndexes(ctx, r, back)
 	if err != nil {
 		return nil, err
 	}

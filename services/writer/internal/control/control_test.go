@@ -1,4 +1,4 @@
-package server
+package control
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -17,15 +18,29 @@ import (
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/tlsconfig"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/server"
 	"github.com/ferry-replicator/ferry/services/writer/internal/server/servertest"
+	"github.com/ferry-replicator/ferry/services/writer/internal/topicfilter"
 )
 
-// controlWriter is a writer of link east with its ControlService: TLS as
-// the app wires it, Replicate for the fetcher only, control for the
-// operator only (none when operators is empty), checkpoints and control
-// records signed with the writer's certificate.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// go-metrics, which sarama uses, starts a process-wide meter ticker.
+		goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
+	)
+}
+
+// testShards is the shard count of the test writers' link: every
+// partition is in shard 0.
+const testShards = 1
+
+// controlWriter is a writer of link east (servertest.Start) with its
+// ControlService: TLS as the app wires it, Replicate for the fetcher
+// only, control for the operator only (none when operators is empty),
+// checkpoints and control records signed with the writer's certificate.
 type controlWriter struct {
-	*testWriter
+	*servertest.Writer
+	srv    *server.Server
 	ctlLis *bufconn.Listener
 	ctl    ferryv1.ControlServiceClient
 }
@@ -37,20 +52,30 @@ func startControlWriter(t *testing.T, pki servertest.PKI, cluster *kfake.Cluster
 
 // startControlWriterWith is startControlWriter with edit applied to the
 // writer's options (nil: none).
-func startControlWriterWith(t *testing.T, pki servertest.PKI, cluster *kfake.Cluster, exactlyOnce bool, edit func(*Options), operators ...string) *controlWriter {
+func startControlWriterWith(t *testing.T, pki servertest.PKI, cluster *kfake.Cluster, exactlyOnce bool, edit func(*server.Options), operators ...string) *controlWriter {
 	t.Helper()
+	topics, err := topicfilter.Parse(topicfilter.DefaultInclude, topicfilter.DefaultExclude)
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := []server.Link{{Name: "east", ExactlyOnce: exactlyOnce, Topics: topics, Shards: testShards}}
 	cfg := pki.Config(t, cluster)
-	w := startWriterOn(t, cluster, passthroughLinks(t, exactlyOnce), func(o *Options) {
-		o.ReplicateIDs = tlsconfig.NewIDs([]string{fetcherID})
+	cw := &controlWriter{}
+	cw.Writer = servertest.Start(t, cfg, func(tg *servertest.Target) servertest.Server {
+		opts := server.Options{ID: servertest.WriterID, Syncer: tg.Syncer, Target: tg.Kafka, Recorder: tg.Recorder, Index: tg.Index,
+			MaxBatchBytes: 1 << 20, MaxGroupBytes: 1 << 20, MaxBufferedBytes: 64 << 20, MaxPartitions: 1000, MaxStreams: 1000, MaxStreamsPerPeer: 1000,
+			Producer:     server.ProducerSettings{Compression: recordbatch.LZ4, MaxMessageBytes: 1 << 20, MergeBelow: 64 << 10, Timeout: 10 * time.Second, TransactionTimeout: 10 * time.Second},
+			ReplicateIDs: tlsconfig.NewIDs([]string{servertest.FetcherID})}
 		if edit != nil {
-			edit(o)
+			edit(&opts)
 		}
-	}, cfg.Store, cfg.ServerOptions, cfg.Creds)
-	cw := &controlWriter{testWriter: w}
-	cw.ctlLis = servertest.Serve(t, cfg.ServerOptions, func(gs *grpc.Server) {
-		ferryv1.RegisterControlServiceServer(gs, NewControl(w.srv, tlsconfig.NewIDs(operators)))
+		cw.srv = server.New(opts, links, tg.Ensurer, tg.Store, tg.Codecs, tg.Metrics, tg.Log)
+		return cw.srv
 	})
-	cw.ctl = cw.dialControl(t, creds(pki.Operator))
+	cw.ctlLis = servertest.Serve(t, cfg.ServerOptions, func(gs *grpc.Server) {
+		ferryv1.RegisterControlServiceServer(gs, New(cw.srv, tlsconfig.NewIDs(operators), cw.Log))
+	})
+	cw.ctl = cw.dialControl(t, servertest.Creds(pki.Operator))
 	return cw
 }
 
@@ -76,7 +101,7 @@ func wantLinkRefusal(t *testing.T, err error, state linkstate.State) {
 	if !ok || r.State != state || r.Link != "east" {
 		t.Fatalf("stream ended with %v; want the refusal of link east as %s", err, state)
 	}
-	wantRefusal(t, err, codes.FailedPrecondition, `link "east"`)
+	servertest.WantRefusal(t, err, codes.FailedPrecondition, `link "east"`)
 }
 
 // untilEnd reads the stream's answers until it ends and returns how it
@@ -96,17 +121,17 @@ func untilEnd(stream ferryv1.ReplicationService_ReplicateClient, acked int64) (i
 // Only control.allowed_ids may call the ControlService, and they may not
 // call Replicate: the gRPC port admits both fetchers and operators.
 func TestControlAdmitsOnlyItsOperators(t *testing.T) {
-	pki := newControlPKI(t)
-	w := startControlWriter(t, pki, nil, false, operatorID)
+	pki := servertest.NewPKI(t)
+	w := startControlWriter(t, pki, nil, false, servertest.OperatorID)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	_, err := w.dialControl(t, creds(pki.Fetcher)).Status(ctx, &ferryv1.StatusRequest{})
-	wantRefusal(t, err, codes.PermissionDenied, fetcherID, "control.allowed_ids")
-	_, err = w.dialControl(t, creds(pki.Fetcher)).SetLinkState(ctx, &ferryv1.SetLinkStateRequest{Link: "east", State: ferryv1.LinkState_LINK_STATE_PAUSED})
-	wantRefusal(t, err, codes.PermissionDenied, fetcherID)
-	_, err = openShard(ctx, t, w.dial(t, creds(pki.Operator)), "east", 0, testShards, 1)
-	wantRefusal(t, err, codes.PermissionDenied, operatorID, "tls.allowed_ids")
+	_, err := w.dialControl(t, servertest.Creds(pki.Fetcher)).Status(ctx, &ferryv1.StatusRequest{})
+	servertest.WantRefusal(t, err, codes.PermissionDenied, servertest.FetcherID, "control.allowed_ids")
+	_, err = w.dialControl(t, servertest.Creds(pki.Fetcher)).SetLinkState(ctx, &ferryv1.SetLinkStateRequest{Link: "east", State: ferryv1.LinkState_LINK_STATE_PAUSED})
+	servertest.WantRefusal(t, err, codes.PermissionDenied, servertest.FetcherID)
+	_, err = servertest.OpenShard(ctx, t, w.Dial(t, servertest.Creds(pki.Operator)), "east", 0, testShards, 1)
+	servertest.WantRefusal(t, err, codes.PermissionDenied, servertest.OperatorID, "tls.allowed_ids")
 
 	resp, err := w.ctl.Status(ctx, &ferryv1.StatusRequest{})
 	if err != nil {
@@ -116,34 +141,34 @@ func TestControlAdmitsOnlyItsOperators(t *testing.T) {
 		t.Fatalf("status %v, want link east running", resp)
 	}
 	_, err = w.ctl.Status(ctx, &ferryv1.StatusRequest{Link: "west"})
-	wantRefusal(t, err, codes.NotFound, `"west"`)
+	servertest.WantRefusal(t, err, codes.NotFound, `"west"`)
 
 	off := startControlWriter(t, pki, nil, false)
 	_, err = off.ctl.Status(ctx, &ferryv1.StatusRequest{})
-	wantRefusal(t, err, codes.PermissionDenied, "control.allowed_ids is empty")
+	servertest.WantRefusal(t, err, codes.PermissionDenied, "control.allowed_ids is empty")
 }
 
 // Pause ends the link's streams after committing what they hold and
 // refuses their opens; resume lets the fetcher open again from the
 // checkpoint, and the target holds every record exactly once.
 func TestPauseAndResumeCopyExactlyOnce(t *testing.T) {
-	pki := newControlPKI(t)
-	w := startControlWriter(t, pki, nil, true, operatorID)
+	pki := servertest.NewPKI(t)
+	w := startControlWriter(t, pki, nil, true, servertest.OperatorID)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	stream, err := openShard(ctx, t, w.client, "east", 0, testShards, 1)
+	stream, err := servertest.OpenShard(ctx, t, w.Client, "east", 0, testShards, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sendToPartition(t, stream, 1, 0, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0)); err != nil {
+	if err := servertest.SendToPartition(t, stream, 1, 0, 0, servertest.SourceBatch(t, 0, 5, nil, recordbatch.None, 0)); err != nil {
 		t.Fatal(err)
 	}
 	// The second batch races the pause: committed or dropped, never half.
-	sendTo(t, stream, 2, 0, wireKafka(t, 5, sourceBatch(t, 5, 5, nil, recordbatch.None, 0)))
+	servertest.SendTo(t, stream, 2, 0, servertest.WireKafka(t, 5, servertest.SourceBatch(t, 5, 5, nil, recordbatch.None, 0)))
 	paused := w.setState(ctx, t, linkstate.Paused, "maintenance")
-	if paused.GetGeneration() != 1 || paused.GetBy() != operatorID {
-		t.Fatalf("paused as %v, want generation 1 by %s", paused, operatorID)
+	if paused.GetGeneration() != 1 || paused.GetBy() != servertest.OperatorID {
+		t.Fatalf("paused as %v, want generation 1 by %s", paused, servertest.OperatorID)
 	}
 	start := time.Now()
 	_, err = untilEnd(stream, 5)
@@ -151,37 +176,48 @@ func TestPauseAndResumeCopyExactlyOnce(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("the stream ended %v after the pause", took)
 	}
-	_, err = openShard(ctx, t, w.client, "east", 0, testShards, 2)
+	_, err = servertest.OpenShard(ctx, t, w.Client, "east", 0, testShards, 2)
 	wantLinkRefusal(t, err, linkstate.Paused)
-	if got := w.rejected(t, "east", "link_paused"); got < 1 {
+	if got := w.Rejected(t, "east", "link_paused"); got < 1 {
 		t.Errorf("rejected{reason=link_paused} = %v", got)
 	}
 
 	w.setState(ctx, t, linkstate.Running, "")
-	stream, err = openShard(ctx, t, w.client, "east", 0, testShards, 2)
+	stream, err = servertest.OpenShard(ctx, t, w.Client, "east", 0, testShards, 2)
 	if err != nil {
 		t.Fatalf("open after resume: %v", err)
 	}
 	from := w.resumeFrom(t, 0)
-	b := wireKafka(t, from, sourceBatch(t, from, int(15-from), nil, recordbatch.None, 0))
+	b := servertest.WireKafka(t, from, servertest.SourceBatch(t, from, int(15-from), nil, recordbatch.None, 0))
 	b.Epoch = 2
 	b.Sequence, b.Topic, b.Partition = 1, "orders", 0
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := awaitAck(stream, 1); err != nil {
+	if err := servertest.AwaitAck(stream, 1); err != nil {
 		t.Fatal(err)
 	}
-	closeStream(t, stream)
-	if got, want := partitionValues(t, w.testWriter, 0), vals(0, 15); !equalStrings(got, want) {
+	servertest.CloseStream(t, stream)
+	if got, want := servertest.PartitionValues(t, w.Cluster, 0), servertest.Vals(0, 15); !equalStrings(got, want) {
 		t.Fatalf("target holds %v, want %v exactly once", got, want)
 	}
+}
+
+// shardEpoch is the highest epoch the shard has seen on s (its line in
+// Status), 0 when none.
+func shardEpoch(s *server.Server, link string, shard uint32) uint64 {
+	for _, st := range s.Status() {
+		if st.Link == link && st.Shard == shard {
+			return st.Epoch
+		}
+	}
+	return 0
 }
 
 // resumeFrom is partition's committed next offset in the writer's view.
 func (w *controlWriter) resumeFrom(t *testing.T, partition int32) int64 {
 	t.Helper()
-	cp, ok, err := w.store.Get(checkpoint.Key{Link: "east", Topic: "orders", Partition: partition})
+	cp, ok, err := w.Store.Get(checkpoint.Key{Link: "east", Topic: "orders", Partition: partition})
 	if err != nil || !ok {
 		t.Fatalf("checkpoint of orders/%d: %v, %v", partition, ok, err)
 	}
@@ -205,30 +241,30 @@ func equalStrings(a, b []string) bool {
 // zombie fetcher's with a newer epoch included, which writes nothing and
 // does not raise the shard's epoch.
 func TestFailedOverRefusesZombiesOnEveryWriter(t *testing.T) {
-	pki := newControlPKI(t)
-	w1 := startControlWriter(t, pki, nil, false, operatorID)
-	w2 := startControlWriter(t, pki, w1.cluster, false, operatorID)
+	pki := servertest.NewPKI(t)
+	w1 := startControlWriter(t, pki, nil, false, servertest.OperatorID)
+	w2 := startControlWriter(t, pki, w1.Cluster, false, servertest.OperatorID)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	stream, err := openShard(ctx, t, w2.client, "east", 0, testShards, 1)
+	stream, err := servertest.OpenShard(ctx, t, w2.Client, "east", 0, testShards, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sendToPartition(t, stream, 1, 0, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0)); err != nil {
+	if err := servertest.SendToPartition(t, stream, 1, 0, 0, servertest.SourceBatch(t, 0, 5, nil, recordbatch.None, 0)); err != nil {
 		t.Fatal(err)
 	}
 	w1.setState(ctx, t, linkstate.FailedOver, "region east lost")
 	_, err = untilEnd(stream, 5)
 	wantLinkRefusal(t, err, linkstate.FailedOver)
-	hw := w1.cluster.PartitionInfo("orders", 0).HighWatermark
+	hw := w1.Cluster.PartitionInfo("orders", 0).HighWatermark
 
-	_, err = openShard(ctx, t, w2.client, "east", 0, testShards, 7)
+	_, err = servertest.OpenShard(ctx, t, w2.Client, "east", 0, testShards, 7)
 	wantLinkRefusal(t, err, linkstate.FailedOver)
-	if got := w2.srv.currentEpoch("east", 0); got != 1 {
+	if got := shardEpoch(w2.srv, "east", 0); got != 1 {
 		t.Errorf("shard epoch %d after the zombie's open, want 1", got)
 	}
-	if got := w1.cluster.PartitionInfo("orders", 0).HighWatermark; got != hw {
+	if got := w1.Cluster.PartitionInfo("orders", 0).HighWatermark; got != hw {
 		t.Errorf("orders/0 high watermark %d after the zombie's open, want %d", got, hw)
 	}
 	resp, err := w2.ctl.Status(ctx, &ferryv1.StatusRequest{Link: "east"})
@@ -244,13 +280,13 @@ func TestFailedOverRefusesZombiesOnEveryWriter(t *testing.T) {
 // (unsigned, or signed by a certificate checkpoints.signers does not
 // admit) is ignored: the link runs on.
 func TestForgedControlRecordIgnored(t *testing.T) {
-	pki := newControlPKI(t)
-	w := startControlWriter(t, pki, nil, false, operatorID)
+	pki := servertest.NewPKI(t)
+	w := startControlWriter(t, pki, nil, false, servertest.OperatorID)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	value := []byte(`{"state":"failed_over","reason":"forged","by":"mallory","time":"2026-01-01T00:00:00Z","generation":9}`)
-	w.produceCheckpoint(ctx, t, &kgo.Record{Key: []byte("control/east"), Value: value})
+	w.ProduceCheckpoint(ctx, t, &kgo.Record{Key: []byte("control/east"), Value: value})
 	rec := &kgo.Record{Key: []byte("control/east"), Value: value}
 	sig, err := pki.Fetcher.Sign("ferry-link-control", rec.Key, rec.Value)
 	if err != nil {
@@ -259,12 +295,12 @@ func TestForgedControlRecordIgnored(t *testing.T) {
 	for _, h := range sig.Headers() {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader(h))
 	}
-	w.produceCheckpoint(ctx, t, rec)
+	w.ProduceCheckpoint(ctx, t, rec)
 
-	if _, err := openShard(ctx, t, w.client, "east", 0, testShards, 1); err != nil {
+	if _, err := servertest.OpenShard(ctx, t, w.Client, "east", 0, testShards, 1); err != nil {
 		t.Fatalf("open after forged control records: %v", err)
 	}
-	if c := w.store.Control("east"); c.State != linkstate.Running || c.Generation != 0 {
+	if c := w.Store.Control("east"); c.State != linkstate.Running || c.Generation != 0 {
 		t.Fatalf("link east is %s at generation %d after forged records", c.State, c.Generation)
 	}
 	// The genuine change that follows counts from the verified state.

@@ -1,4 +1,4 @@
-package server
+package control
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
+	"github.com/ferry-replicator/ferry/services/writer/internal/server/servertest"
 )
 
 const (
@@ -43,15 +44,15 @@ type indexStart struct{ source, target int64 }
 // record at or after the target offset; past the last copied record, the
 // copied end, beyond_copied; before the index's start, before_index
 // naming it.
-func checkTranslate(ctx context.Context, t *testing.T, w *controlWriter, copied []copiedRecord, end int64, start indexStart) {
+func checkTranslate(ctx context.Context, t *testing.T, w *controlWriter, copied []servertest.CopiedRecord, end int64, start indexStart) {
 	t.Helper()
 	last := copied[len(copied)-1]
 	for s := int64(0); s < end; s++ {
 		got := w.translateOffset(ctx, t, "orders", 0, s, false)
-		want := &ferryv1.OffsetTranslation{Topic: "orders", TargetTopic: "orders", Offset: s, Outcome: beyondCopied, Translated: last.target + 1}
+		want := &ferryv1.OffsetTranslation{Topic: "orders", TargetTopic: "orders", Offset: s, Outcome: beyondCopied, Translated: last.Target + 1}
 		for _, c := range copied {
-			if c.source >= s {
-				want.Outcome, want.Translated = exact, c.target
+			if c.Source >= s {
+				want.Outcome, want.Translated = exact, c.Target
 				break
 			}
 		}
@@ -62,13 +63,13 @@ func checkTranslate(ctx context.Context, t *testing.T, w *controlWriter, copied 
 			t.Errorf("source %d: answered %v, want %v (target: %v)", s, got, want, copied)
 		}
 	}
-	hw := w.cluster.PartitionInfo("orders", 0).HighWatermark
+	hw := w.Cluster.PartitionInfo("orders", 0).HighWatermark
 	for tgt := int64(0); tgt <= hw; tgt++ {
 		got := w.translateOffset(ctx, t, "orders", 0, tgt, true)
-		want := &ferryv1.OffsetTranslation{Topic: "orders", TargetTopic: "orders", Offset: tgt, Reverse: true, Outcome: beyondCopied, Translated: last.source + 1}
+		want := &ferryv1.OffsetTranslation{Topic: "orders", TargetTopic: "orders", Offset: tgt, Reverse: true, Outcome: beyondCopied, Translated: last.Source + 1}
 		for _, c := range copied {
-			if c.target >= tgt {
-				want.Outcome, want.Translated = exact, c.source
+			if c.Target >= tgt {
+				want.Outcome, want.Translated = exact, c.Source
 				break
 			}
 		}
@@ -91,18 +92,18 @@ func sameTranslation(got, want *ferryv1.OffsetTranslation) bool {
 // survivors, a transaction's marker, an aborted transaction) through the
 // first of two writers of one target and closes the stream: the fetcher
 // is gone. It returns both writers and what the target holds.
-func twoControlWriters(ctx context.Context, t *testing.T, exactlyOnce bool) (owner, other *controlWriter, copied []copiedRecord) {
+func twoControlWriters(ctx context.Context, t *testing.T, exactlyOnce bool) (owner, other *controlWriter, copied []servertest.CopiedRecord) {
 	t.Helper()
-	pki := newControlPKI(t)
-	owner = startControlWriter(t, pki, nil, exactlyOnce, operatorID)
-	other = startControlWriter(t, pki, owner.cluster, exactlyOnce, operatorID)
-	stream, err := openShard(ctx, t, owner.client, "east", 0, testShards, 1)
+	pki := servertest.NewPKI(t)
+	owner = startControlWriter(t, pki, nil, exactlyOnce, servertest.OperatorID)
+	other = startControlWriter(t, pki, owner.Cluster, exactlyOnce, servertest.OperatorID)
+	stream, err := servertest.OpenShard(ctx, t, owner.Client, "east", 0, testShards, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	copyWithGaps(t, stream)
-	closeStream(t, stream)
-	return owner, other, copiedRecords(ctx, t, owner.testWriter, 0)
+	servertest.CopyWithGaps(t, stream)
+	servertest.CloseStream(t, stream)
+	return owner, other, servertest.CopiedRecords(ctx, t, owner.Cluster, 0)
 }
 
 // Translate answers every source offset and every target offset exactly,
@@ -111,14 +112,14 @@ func twoControlWriters(ctx context.Context, t *testing.T, exactlyOnce bool) (own
 // index, once its first record is pruned, answer before_index with where
 // it starts; a partition without an index answers no_index.
 func TestTranslateEveryOffsetOnEveryWriter(t *testing.T) {
-	bothModes(t, func(t *testing.T, exactlyOnce bool) {
+	servertest.BothModes(t, func(t *testing.T, exactlyOnce bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 		defer cancel()
 		owner, other, copied := twoControlWriters(ctx, t, exactlyOnce)
 		for name, w := range map[string]*controlWriter{"owner": owner, "other writer": other} {
 			t.Run(name, func(t *testing.T) { checkTranslate(ctx, t, w, copied, 32, indexStart{}) })
 		}
-		if got := other.translateOffset(ctx, t, "orders", 0, 1_000_000, false); got.GetOutcome() != beyondCopied || got.GetTranslated() != copied[len(copied)-1].target+1 {
+		if got := other.translateOffset(ctx, t, "orders", 0, 1_000_000, false); got.GetOutcome() != beyondCopied || got.GetTranslated() != copied[len(copied)-1].Target+1 {
 			t.Errorf("far beyond the copy: %v, want beyond_copied at the copied end", got)
 		}
 		if got := other.translateOffset(ctx, t, "payments", 3, 0, false); got.GetOutcome() != noIndex {
@@ -131,8 +132,8 @@ func TestTranslateEveryOffsetOnEveryWriter(t *testing.T) {
 		pruneFirstIndexRecord(ctx, t, owner)
 		start := indexStart{source: 16}
 		for _, c := range copied {
-			if c.source < 16 {
-				start.target = c.target + 1
+			if c.Source < 16 {
+				start.target = c.Target + 1
 			}
 		}
 		checkTranslate(ctx, t, other, copied, 32, start)
@@ -143,8 +144,8 @@ func TestTranslateEveryOffsetOnEveryWriter(t *testing.T) {
 // second data record, as retention would.
 func pruneFirstIndexRecord(ctx context.Context, t *testing.T, w *controlWriter) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(w.cluster.ListenAddrs()...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{indexTopic: {0: kgo.NewOffset().AtStart()}}),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(w.Cluster.ListenAddrs()...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{servertest.IndexTopic: {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +160,7 @@ func pruneFirstIndexRecord(ctx context.Context, t *testing.T, w *controlWriter) 
 		fs.EachRecord(func(r *kgo.Record) { offsets = append(offsets, r.Offset) })
 	}
 	var to kadm.Offsets
-	to.Add(kadm.Offset{Topic: indexTopic, Partition: 0, At: offsets[1]})
+	to.Add(kadm.Offset{Topic: servertest.IndexTopic, Partition: 0, At: offsets[1]})
 	resp, err := kadm.NewClient(cl).DeleteRecords(ctx, to)
 	if err == nil {
 		err = resp.Error()
@@ -178,8 +179,8 @@ func TestTranslateGroup(t *testing.T) {
 	defer cancel()
 	_, w, copied := twoControlWriters(ctx, t, true)
 	synced, moved := copied[3], copied[len(copied)-2]
-	commitOnTarget(ctx, t, w.testWriter, "synced", synced.target, groupsync.Marker(synced.source))
-	commitOnTarget(ctx, t, w.testWriter, "moved", moved.target, "consumer metadata")
+	servertest.CommitOnTarget(ctx, t, w.Cluster, "synced", synced.Target, groupsync.Marker(synced.Source))
+	servertest.CommitOnTarget(ctx, t, w.Cluster, "moved", moved.Target, "consumer metadata")
 
 	for _, tc := range []struct {
 		group   string
@@ -189,8 +190,8 @@ func TestTranslateGroup(t *testing.T) {
 		outcome ferryv1.TranslateOutcome
 		meta    string
 	}{
-		{"synced", true, synced.target, synced.source, exact, ""},
-		{"moved", false, moved.target, moved.source, exact, "consumer metadata"},
+		{"synced", true, synced.Target, synced.Source, exact, ""},
+		{"moved", false, moved.Target, moved.Source, exact, "consumer metadata"},
 	} {
 		resp, err := w.ctl.Translate(ctx, &ferryv1.TranslateRequest{Link: "east", Query: &ferryv1.TranslateRequest_Group{Group: tc.group}})
 		if err != nil {
@@ -215,17 +216,17 @@ func TestTranslateGroup(t *testing.T) {
 // Translate is refused to callers outside control.allowed_ids, for links
 // the writer does not serve, and for queries it cannot answer.
 func TestTranslateRefusals(t *testing.T) {
-	pki := newControlPKI(t)
-	w := startControlWriter(t, pki, nil, false, operatorID)
+	pki := servertest.NewPKI(t)
+	w := startControlWriter(t, pki, nil, false, servertest.OperatorID)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	offset := func(topic string, partition int32, offset int64) *ferryv1.TranslateRequest_Offset {
 		return &ferryv1.TranslateRequest_Offset{Offset: &ferryv1.OffsetQuery{Topic: topic, Partition: partition, Offset: offset}}
 	}
-	_, err := w.dialControl(t, creds(pki.Fetcher)).Translate(ctx, &ferryv1.TranslateRequest{Link: "east", Query: offset("orders", 0, 0)})
-	wantRefusal(t, err, codes.PermissionDenied, "control.allowed_ids")
+	_, err := w.dialControl(t, servertest.Creds(pki.Fetcher)).Translate(ctx, &ferryv1.TranslateRequest{Link: "east", Query: offset("orders", 0, 0)})
+	servertest.WantRefusal(t, err, codes.PermissionDenied, "control.allowed_ids")
 	_, err = w.ctl.Translate(ctx, &ferryv1.TranslateRequest{Link: "west", Query: offset("orders", 0, 0)})
-	wantRefusal(t, err, codes.NotFound, `"west"`)
+	servertest.WantRefusal(t, err, codes.NotFound, `"west"`)
 	for name, req := range map[string]*ferryv1.TranslateRequest{
 		"no query":           {Link: "east"},
 		"no topic":           {Link: "east", Query: offset("", 0, 0)},
@@ -234,6 +235,6 @@ func TestTranslateRefusals(t *testing.T) {
 		"empty group":        {Link: "east", Query: &ferryv1.TranslateRequest_Group{Group: ""}},
 	} {
 		_, err := w.ctl.Translate(ctx, req)
-		t.Run(name, func(t *testing.T) { wantRefusal(t, err, codes.InvalidArgument) })
+		t.Run(name, func(t *testing.T) { servertest.WantRefusal(t, err, codes.InvalidArgument) })
 	}
 }

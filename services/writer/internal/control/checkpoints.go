@@ -1,4 +1,4 @@
-package server
+package control
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/linkstate"
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
+	"github.com/ferry-replicator/ferry/services/writer/internal/server"
 )
 
 // maxSetCheckpoints bounds the partitions of one SetCheckpoints call.
@@ -42,7 +43,7 @@ const maxSetCheckpoints = 1 << 16
 // when any writer it asks serves a stream of the link, and the runbook
 // sets the checkpoints before the reverse link's fetchers start, so only
 // fetchers started during the command meet that window.
-func (c *Control) SetCheckpoints(ctx context.Context, req *ferryv1.SetCheckpointsRequest) (*ferryv1.SetCheckpointsResponse, error) {
+func (c *Service) SetCheckpoints(ctx context.Context, req *ferryv1.SetCheckpointsRequest) (*ferryv1.SetCheckpointsResponse, error) {
 	link := req.GetLink()
 	by, err := c.admitLink(ctx, link)
 	if err != nil {
@@ -52,11 +53,11 @@ func (c *Control) SetCheckpoints(ctx context.Context, req *ferryv1.SetCheckpoint
 	if err := checkPositions(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if err := s.store.Sync(ctx); err != nil {
+	if err := s.Store().Sync(ctx); err != nil {
 		return nil, unavailable(ctx, fmt.Errorf("checkpoint sync: %w", err))
 	}
-	failedOver := s.store.Control(link).State == linkstate.FailedOver
-	if st := s.store.Control(link).State; !failedOver {
+	failedOver := s.Store().Control(link).State == linkstate.FailedOver
+	if st := s.Store().Control(link).State; !failedOver {
 		if err := c.checkNotStarted(link, req.GetCheckpoints()); err != nil {
 			return nil, status.Errorf(codes.FailedPrecondition, "link %s is %s, not failed_over, and %v: nothing set (checkpoints are set only on a failed-over link, or on one not started)", link, st, err)
 		}
@@ -71,18 +72,18 @@ func (c *Control) SetCheckpoints(ctx context.Context, req *ferryv1.SetCheckpoint
 	// One pass for every partition; a failed-over link's checkpoints
 	// remember where the copy stood, so a failback run again reports the
 	// same stranded tail.
-	moved, err := s.store.MoveAll(ctx, moves, s.opts.ID+" (failback by "+by+")", failedOver)
+	moved, err := s.Store().MoveAll(ctx, moves, s.ID()+" (failback by "+by+")", failedOver)
 	if err != nil {
 		return nil, unavailable(ctx, fmt.Errorf("checkpoints of %d partitions of link %s (none set, or all): %w", len(moves), link, err))
 	}
-	resp := &ferryv1.SetCheckpointsResponse{Writer: s.opts.ID}
+	resp := &ferryv1.SetCheckpointsResponse{Writer: s.ID()}
 	for i, m := range moves {
 		ch := &ferryv1.CheckpointChange{Topic: m.Key.Topic, Partition: m.Key.Partition, PreviousNextSourceOffset: -1, NextSourceOffset: m.Next}
 		if moved[i].Found {
 			ch.PreviousNextSourceOffset = moved[i].Prev.NextSourceOffset
 		}
 		resp.Changes = append(resp.Changes, ch)
-		s.log.Warn("checkpoint set by control", "link", link, "topic", m.Key.Topic, "partition", m.Key.Partition,
+		c.log.Warn("checkpoint set by control", "link", link, "topic", m.Key.Topic, "partition", m.Key.Partition,
 			"from", ch.PreviousNextSourceOffset, "to", ch.NextSourceOffset, "by", by, "reason", req.GetReason())
 	}
 	return resp, nil
@@ -91,18 +92,18 @@ func (c *Control) SetCheckpoints(ctx context.Context, req *ferryv1.SetCheckpoint
 // checkNotStarted refuses a link that has started: a named partition has
 // a checkpoint (even one that does not verify), or a stream of the link
 // opened on this writer.
-func (c *Control) checkNotStarted(link string, ps []*ferryv1.CheckpointPosition) error {
+func (c *Service) checkNotStarted(link string, ps []*ferryv1.CheckpointPosition) error {
 	if c.s.StreamOpened(link) {
 		return errors.New("a stream of it opened on this writer")
 	}
 	for _, p := range ps {
 		k := checkpoint.Key{Link: link, Topic: p.GetTopic(), Partition: p.GetPartition()}
-		cur, ok, err := c.s.store.Get(k)
+		cur, ok, err := c.s.Store().Get(k)
 		switch {
 		case ok && err != nil:
-			return fmt.Errorf("%s/%d has a checkpoint (that does not verify: %v)", Clip(k.Topic), k.Partition, err)
+			return fmt.Errorf("%s/%d has a checkpoint (that does not verify: %v)", server.Clip(k.Topic), k.Partition, err)
 		case ok:
-			return fmt.Errorf("%s/%d has a checkpoint (next source offset %d)", Clip(k.Topic), k.Partition, cur.NextSourceOffset)
+			return fmt.Errorf("%s/%d has a checkpoint (next source offset %d)", server.Clip(k.Topic), k.Partition, cur.NextSourceOffset)
 		}
 	}
 	return nil
@@ -111,10 +112,10 @@ func (c *Control) checkNotStarted(link string, ps []*ferryv1.CheckpointPosition)
 // checkForward refuses, before anything is written, a checkpoint that
 // does not verify or that would move back: every writer ignores a
 // checkpoint below the latest as a replay (forget the partition first).
-func (c *Control) checkForward(link string, ps []*ferryv1.CheckpointPosition) error {
+func (c *Service) checkForward(link string, ps []*ferryv1.CheckpointPosition) error {
 	for _, p := range ps {
 		k := checkpoint.Key{Link: link, Topic: p.GetTopic(), Partition: p.GetPartition()}
-		cur, ok, err := c.s.store.Get(k)
+		cur, ok, err := c.s.Store().Get(k)
 		switch {
 		case err != nil:
 			return fmt.Errorf("checkpoint of %s: %w: nothing set (forget it first with ferry-writer checkpoint forget)", k, err)
@@ -139,12 +140,12 @@ func checkPositions(req *ferryv1.SetCheckpointsRequest) error {
 	for _, p := range ps {
 		k := checkpoint.Key{Topic: p.GetTopic(), Partition: p.GetPartition()}
 		switch {
-		case k.Topic == "" || len(k.Topic) > MaxTopicName:
-			return fmt.Errorf("topic of %d bytes: want 1 to %d", len(k.Topic), MaxTopicName)
+		case k.Topic == "" || len(k.Topic) > server.MaxTopicName:
+			return fmt.Errorf("topic of %d bytes: want 1 to %d", len(k.Topic), server.MaxTopicName)
 		case k.Partition < 0 || p.GetNextSourceOffset() < 0:
-			return fmt.Errorf("%s/%d: a negative partition or offset (%d)", Clip(k.Topic), k.Partition, p.GetNextSourceOffset())
+			return fmt.Errorf("%s/%d: a negative partition or offset (%d)", server.Clip(k.Topic), k.Partition, p.GetNextSourceOffset())
 		case seen[k]:
-			return fmt.Errorf("%s/%d named twice", Clip(k.Topic), k.Partition)
+			return fmt.Errorf("%s/%d named twice", server.Clip(k.Topic), k.Partition)
 		}
 		seen[k] = true
 	}

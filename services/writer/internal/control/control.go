@@ -1,9 +1,20 @@
-package server
+// Package control serves the writer's ferry.v1.ControlService, the
+// operators' verbs (ferryctl): a link's status and failover report, its
+// state (pause, resume, failover), offset translation, failback's
+// checkpoints and the hand-back of consumer groups. It reads the
+// replication stream's server (package server), which never calls it.
+// The verbs that stop, resume or move a link's copy write to the
+// checkpoint topic (a link's signed state record, checkpoints), which
+// every writer of the target reads: the streams of every writer act on
+// the change, and any writer answers for a link. Only
+// control.allowed_ids may call it.
+package control
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -17,15 +28,17 @@ import (
 	"github.com/ferry-replicator/ferry/services/writer/internal/checkpoint"
 	"github.com/ferry-replicator/ferry/services/writer/internal/groupsyncer"
 	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
+	"github.com/ferry-replicator/ferry/services/writer/internal/server"
 )
 
 // maxReason bounds an operator's reason, which every writer keeps.
 const maxReason = 1024
 
-// Control serves ferry.v1.ControlService for a Server.
-type Control struct {
+// Service serves ferry.v1.ControlService for a server.Server.
+type Service struct {
 	ferryv1.UnimplementedControlServiceServer
-	s *Server
+	s   *server.Server
+	log *slog.Logger
 	// ids are control.allowed_ids: the only callers admitted. Empty
 	// refuses every call.
 	ids tlsconfig.IDs
@@ -34,15 +47,16 @@ type Control struct {
 	translations chan struct{}
 }
 
-// NewControl serves s's control plane to the callers ids names.
-func NewControl(s *Server, ids tlsconfig.IDs) *Control {
-	return &Control{s: s, ids: ids, translations: make(chan struct{}, maxTranslations)}
+// New serves s's control plane to the callers ids names; log takes what
+// the verbs change.
+func New(s *server.Server, ids tlsconfig.IDs, log *slog.Logger) *Service {
+	return &Service{s: s, log: log, ids: ids, translations: make(chan struct{}, maxTranslations)}
 }
 
 // admit returns the caller's identity if control.allowed_ids names it.
 // The writer's TLS interceptors admit tls.allowed_ids too (fetchers),
 // which must not change a link's state.
-func (c *Control) admit(ctx context.Context) (string, error) {
+func (c *Service) admit(ctx context.Context) (string, error) {
 	if c.ids.Empty() {
 		return "", status.Error(codes.PermissionDenied, "control refused: control.allowed_ids is empty on this writer, so it admits no operator")
 	}
@@ -54,19 +68,19 @@ func (c *Control) admit(ctx context.Context) (string, error) {
 
 // admitLink admits the caller (admit) to act on link, which this writer
 // must serve; it returns the caller's identity.
-func (c *Control) admitLink(ctx context.Context, link string) (string, error) {
+func (c *Service) admitLink(ctx context.Context, link string) (string, error) {
 	by, err := c.admit(ctx)
 	if err != nil {
 		return "", err
 	}
-	if _, ok := c.s.links[link]; !ok {
-		return "", status.Errorf(codes.NotFound, "link %q: this writer does not serve it", Clip(link))
+	if _, ok := c.s.Link(link); !ok {
+		return "", status.Errorf(codes.NotFound, "link %q: this writer does not serve it", server.Clip(link))
 	}
 	return by, nil
 }
 
 // Status answers the writer's view of its links (or of the one named).
-func (c *Control) Status(ctx context.Context, req *ferryv1.StatusRequest) (*ferryv1.StatusResponse, error) {
+func (c *Service) Status(ctx context.Context, req *ferryv1.StatusRequest) (*ferryv1.StatusResponse, error) {
 	var err error
 	if req.GetLink() != "" {
 		_, err = c.admitLink(ctx, req.GetLink())
@@ -77,7 +91,7 @@ func (c *Control) Status(ctx context.Context, req *ferryv1.StatusRequest) (*ferr
 		return nil, err
 	}
 	s := c.s
-	var states []LinkState
+	var states []server.LinkState
 	for _, ls := range s.LinkStates() {
 		if req.GetLink() == "" || ls.Link == req.GetLink() {
 			states = append(states, ls)
@@ -85,12 +99,12 @@ func (c *Control) Status(ctx context.Context, req *ferryv1.StatusRequest) (*ferr
 	}
 	// A stopped link's report (failover, failback) is what an operator
 	// acts on: its groups are on the target cluster before it is given.
-	if slices.ContainsFunc(states, func(ls LinkState) bool { return ls.State != linkstate.Running }) {
+	if slices.ContainsFunc(states, func(ls server.LinkState) bool { return ls.State != linkstate.Running }) {
 		if err := s.Durable(ctx); err != nil {
 			return nil, status.Errorf(codes.Unavailable, "a stopped link's report would not survive this writer: not written to the target cluster: %v", err)
 		}
 	}
-	resp := &ferryv1.StatusResponse{Writer: s.opts.ID, TimeUnixMs: time.Now().UnixMilli()}
+	resp := &ferryv1.StatusResponse{Writer: s.ID(), TimeUnixMs: time.Now().UnixMilli()}
 	shards, meter, groups, stopped := s.Status(), s.Failover(), s.Groups(), s.Stopped()
 	for _, ls := range states {
 		out := c.linkStatus(ls, shards, meter)
@@ -101,9 +115,10 @@ func (c *Control) Status(ctx context.Context, req *ferryv1.StatusRequest) (*ferr
 	return resp, nil
 }
 
-func (c *Control) linkStatus(ls LinkState, shards []ShardStatus, meter []heartbeat.Exposure) *ferryv1.LinkStatus {
-	out := &ferryv1.LinkStatus{Name: ls.Link, Control: controlProto(c.s.store.Control(ls.Link)), Shards: c.s.links[ls.Link].Shards,
-		IndexGaps: c.s.gaps.of(ls.Link)}
+func (c *Service) linkStatus(ls server.LinkState, shards []server.ShardStatus, meter []heartbeat.Exposure) *ferryv1.LinkStatus {
+	link, _ := c.s.Link(ls.Link)
+	out := &ferryv1.LinkStatus{Name: ls.Link, Control: controlProto(c.s.Store().Control(ls.Link)), Shards: link.Shards,
+		IndexGaps: c.s.IndexGaps(ls.Link)}
 	for _, sh := range shards {
 		if sh.Link == ls.Link {
 			out.ShardStates = append(out.ShardStates, &ferryv1.LinkShard{Shard: sh.Shard, Epoch: sh.Epoch, Active: sh.Active, Fetcher: sh.Fetcher})
@@ -135,7 +150,7 @@ func (c *Control) linkStatus(ls LinkState, shards []ShardStatus, meter []heartbe
 }
 
 // stoppedProto is link's part of the stopped partitions.
-func stoppedProto(link string, all []StoppedPartition) []*ferryv1.LinkStoppedPartition {
+func stoppedProto(link string, all []server.StoppedPartition) []*ferryv1.LinkStoppedPartition {
 	var out []*ferryv1.LinkStoppedPartition
 	for _, p := range all {
 		if p.Link == link {
@@ -183,7 +198,7 @@ func controlProto(c checkpoint.Control) *ferryv1.LinkControl {
 }
 
 // SetLinkState records a link's new state for every writer of the target.
-func (c *Control) SetLinkState(ctx context.Context, req *ferryv1.SetLinkStateRequest) (*ferryv1.SetLinkStateResponse, error) {
+func (c *Service) SetLinkState(ctx context.Context, req *ferryv1.SetLinkStateRequest) (*ferryv1.SetLinkStateResponse, error) {
 	link := req.GetLink()
 	by, err := c.admitLink(ctx, link)
 	if err != nil {
@@ -197,7 +212,7 @@ func (c *Control) SetLinkState(ctx context.Context, req *ferryv1.SetLinkStateReq
 	if len(req.GetReason()) > maxReason {
 		return nil, status.Errorf(codes.InvalidArgument, "reason of %d bytes, above %d", len(req.GetReason()), maxReason)
 	}
-	got, err := s.store.SetControl(ctx, link, checkpoint.Control{
+	got, err := s.Store().SetControl(ctx, link, checkpoint.Control{
 		State: state, Reason: req.GetReason(), By: by, Time: time.Now().UTC(),
 	}, req.GetExpectedGeneration())
 	switch {
@@ -206,13 +221,13 @@ func (c *Control) SetLinkState(ctx context.Context, req *ferryv1.SetLinkStateReq
 	case err != nil:
 		return nil, status.Errorf(codes.Unavailable, "record the state of link %s: %v", link, err)
 	}
-	s.log.Warn("link state set", "link", link, "state", state, "reason", req.GetReason(), "by", by, "generation", got.Generation)
+	c.log.Warn("link state set", "link", link, "state", state, "reason", req.GetReason(), "by", by, "generation", got.Generation)
 	return &ferryv1.SetLinkStateResponse{Control: controlProto(got)}, nil
 }
 
 // HandBackGroups returns consumer groups to a link's group sync after a
 // round trip (failback --move-groups moved them back to the old source).
-func (c *Control) HandBackGroups(ctx context.Context, req *ferryv1.HandBackGroupsRequest) (*ferryv1.HandBackGroupsResponse, error) {
+func (c *Service) HandBackGroups(ctx context.Context, req *ferryv1.HandBackGroupsRequest) (*ferryv1.HandBackGroupsResponse, error) {
 	link := req.GetLink()
 	by, err := c.admitLink(ctx, link)
 	if err != nil {
@@ -227,9 +242,9 @@ func (c *Control) HandBackGroups(ctx context.Context, req *ferryv1.HandBackGroup
 		return nil, unavailable(ctx, fmt.Errorf("hand back %d groups of link %s: %w", len(known), link, err))
 	}
 	if len(known) > 0 {
-		s.log.Warn("groups handed back to the sync", "link", link, "groups", known, "by", by)
+		c.log.Warn("groups handed back to the sync", "link", link, "groups", known, "by", by)
 	}
-	return &ferryv1.HandBackGroupsResponse{Writer: s.opts.ID, HandedBack: known, Unknown: unknown}, nil
+	return &ferryv1.HandBackGroupsResponse{Writer: s.ID(), HandedBack: known, Unknown: unknown}, nil
 }
 
 // checkGroupNames says what is wrong with a HandBackGroups list.
