@@ -36,6 +36,7 @@ var (
 	sourceBatch       = servertest.SourceBatch
 	appendRecord      = servertest.AppendRecord
 	wireKafka         = servertest.WireKafka
+	wireKafkaCodec    = servertest.WireKafkaCodec
 	copyWithGaps      = servertest.CopyWithGaps
 	vals              = servertest.Vals
 	groupCommitterOn  = servertest.GroupCommitterOn

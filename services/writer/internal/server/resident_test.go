@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ferry-replicator/ferry/pkg/batch"
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
 	"github.com/ferry-replicator/ferry/pkg/testwait"
@@ -19,28 +18,6 @@ import (
 // attrLogAppendTime marks a source batch stamped by its broker: the writer
 // rebuilds it (parts), so it decodes its records.
 const attrLogAppendTime = 8
-
-// wireKafkaCodec is wireKafka with the wire payload compressed with codec
-// (as the fetcher compresses batches of uncompressed Kafka batches).
-func wireKafkaCodec(t *testing.T, first int64, codec ferryv1.Codec, raws ...[]byte) *ferryv1.Batch {
-	t.Helper()
-	codecs, err := batch.NewCodecs(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer codecs.Close()
-	var kbs []batch.KafkaBatch
-	var payload []byte
-	for _, raw := range raws {
-		info, err := recordbatch.Parse(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kbs = append(kbs, batch.KafkaBatch{Raw: raw, Info: info})
-		payload = append(payload, raw...)
-	}
-	return codecs.SealKafka(payload, kbs, first, codec)
-}
 
 // holdAllProduce holds every produce request carrying records of orders at
 // the target until release is called.

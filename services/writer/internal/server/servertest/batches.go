@@ -82,6 +82,13 @@ func buildSameRecords(t *testing.T, deltas []int32, base int64, c recordbatch.Co
 // WireKafka seals Kafka batches into one wire batch copying from first.
 func WireKafka(t *testing.T, first int64, raws ...[]byte) *ferryv1.Batch {
 	t.Helper()
+	return WireKafkaCodec(t, first, ferryv1.Codec_CODEC_NONE, raws...)
+}
+
+// WireKafkaCodec is WireKafka with the wire payload compressed with codec
+// (as the fetcher compresses batches of uncompressed Kafka batches).
+func WireKafkaCodec(t *testing.T, first int64, codec ferryv1.Codec, raws ...[]byte) *ferryv1.Batch {
+	t.Helper()
 	codecs, err := batch.NewCodecs(1 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +104,7 @@ func WireKafka(t *testing.T, first int64, raws ...[]byte) *ferryv1.Batch {
 		kbs = append(kbs, batch.KafkaBatch{Raw: raw, Info: info})
 		payload = append(payload, raw...)
 	}
-	return codecs.SealKafka(payload, kbs, first, ferryv1.Codec_CODEC_NONE)
+	return codecs.SealKafka(payload, kbs, first, codec)
 }
 
 // CopyWithGaps copies orders/0's source offsets 0..29: a committed
