@@ -21,10 +21,11 @@ import (
 // sync's translator (package translation), which only the writer serving
 // a shard holds, every writer of the target answers: it reads the
 // partition's index records from the index topic itself
-// (offsetindex.Reader, from the partition's log start to its last stable
-// offset), so the answer needs neither the shard's owner, nor a fetcher,
-// nor the source region, and it is never trimmed to what a writer keeps
-// in memory.
+// (offsetindex.Reader, to the partition's last stable offset: a forward
+// translation from the landmark below the offset its checkpoint carries,
+// a reverse one from the log start), so the answer needs neither the
+// shard's owner, nor a fetcher, nor the source region, and it is never
+// trimmed to what a writer keeps in memory.
 
 // maxTranslations bounds the Translate calls a writer serves at once:
 // each reads an index partition with clients of its own, and the writer's
@@ -103,7 +104,17 @@ func unavailable(ctx context.Context, err error) error {
 
 // translateOffset answers q from the partition's index records.
 func (c *Service) translateOffset(ctx context.Context, r *offsetindex.Reader, link server.Link, q *ferryv1.OffsetQuery) (*ferryv1.OffsetTranslation, error) {
-	x, err := c.s.LoadIndex(ctx, r, offsetindex.Key{Link: link.Name, Topic: q.GetTopic(), Partition: q.GetPartition()})
+	key := offsetindex.Key{Link: link.Name, Topic: q.GetTopic(), Partition: q.GetPartition()}
+	var x *offsetindex.Index
+	var err error
+	if q.GetReverse() {
+		x, err = c.s.LoadIndex(ctx, r, key)
+	} else {
+		// Forward, from the partition's landmark below the offset (its
+		// checkpoint's): a recent offset reads a few records, not the
+		// index partition's history.
+		x, err = c.s.LoadIndexFor(ctx, r, key, q.GetOffset())
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -280,7 +281,7 @@ func decodeUnindexed(values [][]byte) ([]offsetindex.Entry, error) {
 // partition's checkpoint in store carries that the topic does not hold
 // yet (loadIndexes).
 func loadIndex(ctx context.Context, r *offsetindex.Reader, store *checkpoint.Store, key offsetindex.Key) (*offsetindex.Index, error) {
-	xs, err := loadIndexes(ctx, r, store, []offsetindex.Key{key})
+	xs, err := loadIndexes(ctx, r, store, []offsetindex.Key{key}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -292,14 +293,17 @@ func loadIndex(ctx context.Context, r *offsetindex.Reader, store *checkpoint.Sto
 // flush between the two reads makes them overlap, which Index.Extend
 // trims, and never leaves a gap. A checkpoint that does not verify adds
 // nothing.
-func loadIndexes(ctx context.Context, r *offsetindex.Reader, store *checkpoint.Store, keys []offsetindex.Key) (map[offsetindex.Key]*offsetindex.Index, error) {
+//
+// from gives a key's read its start in the index topic (a landmark's; nil
+// or absent: the log start), Reader.LoadFrom.
+func loadIndexes(ctx context.Context, r *offsetindex.Reader, store *checkpoint.Store, keys []offsetindex.Key, from map[offsetindex.Key]int64) (map[offsetindex.Key]*offsetindex.Index, error) {
 	carried := make(map[offsetindex.Key][][]byte, len(keys))
 	for _, k := range keys {
 		if cp, ok, err := store.Get(k); ok && err == nil {
 			carried[k] = cp.Unindexed
 		}
 	}
-	xs, err := r.LoadAll(ctx, keys, 0)
+	xs, err := r.LoadFrom(ctx, keys, 0, from)
 	if err != nil {
 		return nil, err
 	}
@@ -323,4 +327,22 @@ func (s *Server) landmarks(k offsetindex.Key) []offsetindex.Landmark {
 		return cp.Landmarks
 	}
 	return nil
+}
+
+// loadIndexFor is loadIndex for translating source offset s of key
+// forward: read from key's landmark below s, and again from the log
+// start only when the records from there do not reach back to s (the
+// index read whole answers offsets before that, or says where it starts).
+func (s *Server) loadIndexFor(ctx context.Context, r *offsetindex.Reader, key offsetindex.Key, offset int64) (*offsetindex.Index, error) {
+	if from := offsetindex.From(s.landmarks(key), offset); from > 0 {
+		xs, err := loadIndexes(ctx, r, s.store, []offsetindex.Key{key}, map[offsetindex.Key]int64{key: from})
+		if err != nil {
+			return nil, err
+		}
+		x := xs[key]
+		if _, err := x.Translate(offset); !errors.Is(err, offsetindex.ErrNotIndexed) && offset >= x.Start() {
+			return x, nil
+		}
+	}
+	return loadIndex(ctx, r, s.store, key)
 }

@@ -471,5 +471,28 @@ func TestFlushesLeaveLandmarksInTheCheckpoint(t *testing.T) {
 		if n := r.RecordsRead(); n > 4 {
 			t.Errorf("translating %d read %d index records, want the few from its landmark on", s, n)
 		}
+		// So does an operator's translation (ferryctl offsets translate),
+		// answering every offset as the whole index does; an offset
+		// before the first landmark reads from the log start.
+		whole, err := w.srv.LoadIndex(ctx, r, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := int64(0); off <= 5*rounds+1; off++ {
+			before := r.RecordsRead()
+			x, err := w.srv.LoadIndexFor(ctx, r, key, off)
+			if err != nil {
+				t.Fatal(err)
+			}
+			read := r.RecordsRead() - before
+			got, gerr := x.Translate(off)
+			want, werr := whole.Translate(off)
+			if got != want || fmt.Sprint(gerr) != fmt.Sprint(werr) {
+				t.Fatalf("LoadIndexFor(%d) translates to %+v, %v; the whole index: %+v, %v", off, got, gerr, want, werr)
+			}
+			if off >= s && read > 4 {
+				t.Errorf("LoadIndexFor(%d) read %d index records, want the few from its landmark on", off, read)
+			}
+		}
 	})
 }

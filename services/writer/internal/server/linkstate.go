@@ -109,5 +109,12 @@ func (s *Server) LoadIndex(ctx context.Context, r *offsetindex.Reader, key offse
 // LoadIndexes is LoadIndex for several keys, reading the index topic
 // once for all of them.
 func (s *Server) LoadIndexes(ctx context.Context, r *offsetindex.Reader, keys []offsetindex.Key) (map[offsetindex.Key]*offsetindex.Index, error) {
-	return loadIndexes(ctx, r, s.store, keys)
+	return loadIndexes(ctx, r, s.store, keys, nil)
+}
+
+// LoadIndexFor is LoadIndex for translating source offset s forward: the
+// read starts at key's landmark below s when the records from there
+// answer it as the whole index would (loadIndexFor).
+func (s *Server) LoadIndexFor(ctx context.Context, r *offsetindex.Reader, key offsetindex.Key, offset int64) (*offsetindex.Index, error) {
+	return s.loadIndexFor(ctx, r, key, offset)
 }
