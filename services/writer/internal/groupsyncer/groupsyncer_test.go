@@ -1,4 +1,4 @@
-package groupsyncer
+package groupsyncer_test
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -16,34 +15,25 @@ import (
 
 	"github.com/ferry-replicator/ferry/pkg/groupcommit"
 	"github.com/ferry-replicator/ferry/pkg/groupsync"
+	"github.com/ferry-replicator/ferry/services/writer/internal/groupsyncer"
 	"github.com/ferry-replicator/ferry/services/writer/internal/metrics"
 	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 	"github.com/ferry-replicator/ferry/services/writer/internal/partkey"
+	"github.com/ferry-replicator/ferry/services/writer/internal/server/servertest"
 	"github.com/ferry-replicator/ferry/services/writer/internal/translation"
 )
 
 // target is a kfake cluster holding orders/0, a syncer committing to it
 // (links in refused do not run), and a translator of orders/0 that has
 // copied source [0, 10) to target [0, 10).
-func target(t *testing.T, refused map[string]bool) (*kfake.Cluster, *Syncer, *translation.Translator) {
+func target(t *testing.T, refused map[string]bool) (*kfake.Cluster, *groupsyncer.Syncer, *translation.Translator) {
 	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
-	cfg := sarama.NewConfig()
-	cfg.Version = sarama.V3_6_0_0
-	sc, err := sarama.NewClient(cluster.ListenAddrs(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sc.Close() })
-	gc, err := groupcommit.New(sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := New(Config{Commit: gc, Metrics: metrics.New(prometheus.NewRegistry()), Log: slog.New(slog.DiscardHandler),
+	g := groupsyncer.New(groupsyncer.Config{Commit: servertest.GroupCommitterOn(t, cluster), Metrics: metrics.New(prometheus.NewRegistry()), Log: slog.New(slog.DiscardHandler),
 		Refused: func(link string) error {
 			if refused[link] {
 				return errors.New("failed over")
@@ -65,13 +55,13 @@ func copyTo(tr *translation.Translator, from, next int64) {
 }
 
 // offer hands g group's offset on orders/0 as a stream translates it.
-func offer(g *Syncer, tr *translation.Translator, link, group string, reported int64) {
+func offer(g *groupsyncer.Syncer, tr *translation.Translator, link, group string, reported int64) {
 	pos, why, ok := tr.Translate(orders, reported)
-	g.Offer(Key{Link: link, Group: group}, map[partkey.Partition]Want{orders: {Reported: reported, ReadAt: time.Now(),
+	g.Offer(groupsyncer.Key{Link: link, Group: group}, map[partkey.Partition]groupsyncer.Want{orders: {Reported: reported, ReadAt: time.Now(),
 		Target: groupcommit.TopicPartition{Topic: "orders", Partition: 0}, Pos: pos, OK: ok, Why: why}}, tr)
 }
 
-func statusOf(t *testing.T, g *Syncer, link, group string) Status {
+func statusOf(t *testing.T, g *groupsyncer.Syncer, link, group string) groupsyncer.Status {
 	t.Helper()
 	for _, s := range g.Status(time.Now(), func(string, partkey.Partition) int64 { return 10 }) {
 		if s.Link == link && s.Group == group {
@@ -79,25 +69,7 @@ func statusOf(t *testing.T, g *Syncer, link, group string) Status {
 		}
 	}
 	t.Fatalf("no status of %s/%s", link, group)
-	return Status{}
-}
-
-func committedOn(t *testing.T, cluster *kfake.Cluster, group string) (int64, string) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	os, err := kadm.NewClient(cl).FetchOffsets(context.Background(), group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, ok := os.Lookup("orders", 0)
-	if !ok {
-		return -1, ""
-	}
-	return o.At, o.Metadata
+	return groupsyncer.Status{}
 }
 
 // A group that read past the copy lands at the copied end, marked as
@@ -109,12 +81,12 @@ func TestSyncerFollowsTheCopy(t *testing.T) {
 	offer(g, tr, "east", "app", 15)
 	offer(g, tr, "west", "frozen", 15)
 	g.SyncQueued()
-	for _, k := range []Key{{"east", "app"}, {"west", "frozen"}} {
+	for _, k := range []groupsyncer.Key{{Link: "east", Group: "app"}, {Link: "west", Group: "frozen"}} {
 		s := statusOf(t, g, k.Link, k.Group)
 		if s.Outcome != string(groupcommit.Moved) || s.Partitions[0].TargetOffset != 10 || s.Partitions[0].StandsFor != 10 {
 			t.Fatalf("%v after the first sync: %+v, want moved to target 10 standing for 10", k, s)
 		}
-		if at, md := committedOn(t, cluster, k.Group); at != 10 || !groupsync.IsFerry(md) {
+		if at, md := servertest.TargetGroup(t, cluster, k.Group); at != 10 || !groupsync.IsFerry(md) {
 			t.Fatalf("%v committed at %d %q on the target, want 10 with Ferry's marker", k, at, md)
 		}
 	}
@@ -128,7 +100,7 @@ func TestSyncerFollowsTheCopy(t *testing.T) {
 	if s := statusOf(t, g, "east", "app"); s.Partitions[0].TargetOffset != 15 || s.Partitions[0].StandsFor != 15 {
 		t.Fatalf("after the copy moved on: %+v, want target 15 standing for 15 (what the group read)", s.Partitions[0])
 	}
-	if at, _ := committedOn(t, cluster, "app"); at != 15 {
+	if at, _ := servertest.TargetGroup(t, cluster, "app"); at != 15 {
 		t.Fatalf("app committed at %d, want 15", at)
 	}
 	if s := statusOf(t, g, "west", "frozen"); s.Partitions[0].TargetOffset != 10 {
@@ -166,7 +138,7 @@ func TestSyncerHandsBackOwnedGroups(t *testing.T) {
 	if s.HandedBack || s.Partitions[0].TargetOffset != 7 {
 		t.Fatalf("after the hand back: %+v, want taken over at 7 and no longer handed back", s)
 	}
-	if at, md := committedOn(t, cluster, "app"); at != 7 || !groupsync.IsFerry(md) {
+	if at, md := servertest.TargetGroup(t, cluster, "app"); at != 7 || !groupsync.IsFerry(md) {
 		t.Fatalf("app committed at %d %q, want 7 with Ferry's marker", at, md)
 	}
 }
