@@ -159,83 +159,31 @@ func (w *testWriter) failNextCommit(err *kerr.Error) {
 	})
 }
 
-// At-least-once, a round's checkpoints ride with the next round. A stream
-// cut (the source region lost, its fetcher gone) before they are written
-// used to leave the round's records on the target past their checkpoint:
-// the failover counted them lost, and failback --copy-stranded copied
-// them again. The writer now writes those checkpoints as the stream ends.
-func TestCutStreamCheckpointsWhatLanded(t *testing.T) {
+// cutDuringProduce copies one at-least-once batch of 5 records on a
+// stream that is cut while the first produce hold picks is held at the
+// target; once the writer has seen the cut, the produce is answered as
+// answer says (nil: written). It returns the writer, and where a new
+// stream of the shard resumes.
+func cutDuringProduce(t *testing.T, hold func(topic string) bool, answer error) (*testWriter, *ferryv1.PartitionPosition) {
+	t.Helper()
 	w := startWriter(t, passthroughLinks(t, false))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sctx, cut := context.WithCancel(ctx)
 	defer cut()
 	stream, _ := w.openOrdersFrom(sctx, t, "east", "")
-	// The first checkpoint produce from here on (the batch's, in the
-	// round after its records) is held until the stream is cut, then
-	// dropped with its connection: it never lands.
-	var armed atomic.Bool
-	armed.Store(true)
-	held, dropped := make(chan struct{}), make(chan struct{})
-	w.cluster.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		w.cluster.KeepControl()
-		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
-			if rt.Topic == cpTopic && armed.CompareAndSwap(true, false) {
-				close(held)
-				w.cluster.SleepControl(func() { <-dropped })
-				return nil, errors.New("connection lost"), true
-			}
-		}
-		return nil, nil, false
-	})
-	b := wireKafka(t, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0))
-	b.Sequence, b.Epoch, b.Topic, b.Partition = 1, 1, "orders", 0
-	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-held:
-	case <-ctx.Done():
-		t.Fatal("the batch's checkpoint was never produced")
-	}
-	cut()
-	waitFor(t, "the writer to see the stream cut", func() bool {
-		w.srv.mu.Lock()
-		defer w.srv.mu.Unlock()
-		st := w.srv.shards[shardKey{"east", 0}]
-		return st.active == nil || st.active.ctx.Err() != nil
-	})
-	close(dropped)
-	waitFor(t, "the cut stream's end", func() bool { return testutil.ToFloat64(w.srv.metrics.Streams) == 0 })
-	_, opened := w.openOrdersFrom(ctx, t, "east", "")
-	if r := opened.GetResume(); len(r) != 1 || !r[0].GetHasCheckpoint() || r[0].GetNextOffset() != 5 {
-		t.Fatalf("resume %+v after the cut, want from 5: the records that landed are checkpointed", r)
-	}
-}
-
-// The round in flight at a cut: its records' produce reached the target
-// as the stream was cut, and the target wrote them. A produce the cut
-// abandoned would leave them there without a checkpoint: counted lost at
-// a failover, copied again by --copy-stranded and by the next stream. The
-// round is let finish (bounded), and settle writes its checkpoints.
-func TestCutStreamCheckpointsTheRoundInFlight(t *testing.T) {
-	w := startWriter(t, passthroughLinks(t, false))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	sctx, cut := context.WithCancel(ctx)
-	defer cut()
-	stream, _ := w.openOrdersFrom(sctx, t, "east", "")
-	// The first produce of records is held until the stream is cut, then
-	// written as the target would have written it.
 	var armed atomic.Bool
 	armed.Store(true)
 	held, release := make(chan struct{}), make(chan struct{})
 	w.cluster.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		w.cluster.KeepControl()
 		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
-			if rt.Topic != cpTopic && rt.Topic != indexTopic && armed.CompareAndSwap(true, false) {
+			if hold(rt.Topic) && armed.CompareAndSwap(true, false) {
 				close(held)
 				w.cluster.SleepControl(func() { <-release })
+				if answer != nil {
+					return nil, answer, true
+				}
 			}
 		}
 		return nil, nil, false
@@ -248,7 +196,7 @@ func TestCutStreamCheckpointsTheRoundInFlight(t *testing.T) {
 	select {
 	case <-held:
 	case <-ctx.Done():
-		t.Fatal("the batch's records were never produced")
+		t.Fatal("the produce to hold was never sent")
 	}
 	cut()
 	waitFor(t, "the writer to see the stream cut", func() bool {
@@ -260,7 +208,35 @@ func TestCutStreamCheckpointsTheRoundInFlight(t *testing.T) {
 	close(release)
 	waitFor(t, "the cut stream's end", func() bool { return testutil.ToFloat64(w.srv.metrics.Streams) == 0 })
 	_, opened := w.openOrdersFrom(ctx, t, "east", "")
-	if r := opened.GetResume(); len(r) != 1 || !r[0].GetHasCheckpoint() || r[0].GetNextOffset() != 5 {
+	if r := opened.GetResume(); len(r) == 1 {
+		return w, r[0]
+	}
+	t.Fatalf("resume %+v after the cut, want orders/0's", opened.GetResume())
+	return nil, nil
+}
+
+// At-least-once, a round's checkpoints ride with the next round. A stream
+// cut (the source region lost, its fetcher gone) before they are written
+// used to leave the round's records on the target past their checkpoint:
+// the failover counted them lost, and failback --copy-stranded copied
+// them again. The writer now writes those checkpoints as the stream ends.
+// Here the batch's checkpoint produce (in the round after its records) is
+// held until the cut, then dropped with its connection: it never lands.
+func TestCutStreamCheckpointsWhatLanded(t *testing.T) {
+	_, r := cutDuringProduce(t, func(topic string) bool { return topic == cpTopic }, errors.New("connection lost"))
+	if !r.GetHasCheckpoint() || r.GetNextOffset() != 5 {
+		t.Fatalf("resume %+v after the cut, want from 5: the records that landed are checkpointed", r)
+	}
+}
+
+// The round in flight at a cut: its records' produce reached the target
+// as the stream was cut, and the target wrote them. A produce the cut
+// abandoned would leave them there without a checkpoint: counted lost at
+// a failover, copied again by --copy-stranded and by the next stream. The
+// round is let finish (bounded), and settle writes its checkpoints.
+func TestCutStreamCheckpointsTheRoundInFlight(t *testing.T) {
+	w, r := cutDuringProduce(t, func(topic string) bool { return topic != cpTopic && topic != indexTopic }, nil)
+	if !r.GetHasCheckpoint() || r.GetNextOffset() != 5 {
 		t.Fatalf("resume %+v after the cut, want from 5: the round in flight landed and is checkpointed", r)
 	}
 	if got := targetValuesCommitted(t, w); len(got) != 5 {
