@@ -206,10 +206,7 @@ type atLeastOnce struct {
 func (c *atLeastOnce) idle() bool { return len(c.pending) == 0 }
 
 func (c *atLeastOnce) round(ctx context.Context, group []work) (committed, error) {
-	r, err := c.build(group)
-	if err == nil {
-		err = c.prog.add(r, c.cps, c.prog.flushDue(time.Now()))
-	}
+	r, err := c.assemble(group)
 	if err != nil {
 		return committed{}, err
 	}
@@ -222,18 +219,43 @@ func (c *atLeastOnce) round(ctx context.Context, group []work) (committed, error
 	offsets, err := c.prod.Produce(pctx, r.batches)
 	stop()
 	if err != nil {
-		err = fmt.Errorf("produce to target: %w", c.obs.refusedBy(err, group, r))
-		c.obs.traceFailed(ctx, group, "ferry.produce", start, err)
-		c.obs.traceFailed(ctx, c.pending, "ferry.commit", start, err) // their checkpoints were in this round
-		return committed{}, err
+		return committed{}, c.failed(ctx, group, r, start, err)
 	}
+	return c.landed(ctx, group, r, offsets, start), nil
+}
+
+// assemble builds the round of group: its records, and the checkpoints
+// (and index records) of the round before.
+func (c *atLeastOnce) assemble(group []work) (*round, error) {
+	r, err := c.build(group)
+	if err == nil {
+		err = c.prog.add(r, c.cps, c.prog.flushDue(time.Now()))
+	}
+	return r, err
+}
+
+// failed ends round r of group whose produce failed with err: the index
+// records it was to flush are flushed again by the next round (they may
+// not have landed), and err is traced and returned.
+func (c *atLeastOnce) failed(ctx context.Context, group []work, r *round, start time.Time, err error) error {
+	c.prog.unflush()
+	err = fmt.Errorf("produce to target: %w", c.obs.refusedBy(err, group, r))
+	c.obs.traceFailed(ctx, group, "ferry.produce", start, err)
+	c.obs.traceFailed(ctx, c.pending, "ferry.commit", start, err) // their checkpoints were in this round
+	return err
+}
+
+// landed takes round r of group as written (offsets: its batches' first
+// target offsets): the batches pending before it are committed (their
+// checkpoints were in it), and group's wait for the next round.
+func (c *atLeastOnce) landed(ctx context.Context, group []work, r *round, offsets []int64, start time.Time) committed {
 	now := time.Now()
 	c.prog.marked(r, offsets)
 	done := committed{batches: c.pending, cps: c.cps, since: start}
 	c.pending, c.cps = group, checkpoints{}
 	c.prog.reached(group, r, offsets, now, c.cps)
 	c.obs.written(ctx, group, start, now, now)
-	return done, nil
+	return done
 }
 
 // cutGrace is how long an at-least-once round's produce may run on after

@@ -179,6 +179,11 @@ func (p *progress) addIndex(r *round, cps checkpoints, flush bool) (map[topicPar
 	return carried, nil
 }
 
+// unflush is told that the round that was to flush the index failed: its
+// index records may not have landed, so the next round writes them again
+// (the same records twice are one: Index.Add).
+func (p *progress) unflush() { clear(p.flushing) }
+
 // indexMark is the first index record of a partition a round flushes:
 // its range's first source offset, and where it is in the round's
 // batches.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
+	"github.com/ferry-replicator/ferry/services/writer/internal/offsetindex"
 )
 
 // A partition's checkpoint records the target offset after its last copied
@@ -39,5 +40,32 @@ func TestProgressKeepsTargetPosition(t *testing.T) {
 	p.reached([]work{batchOf(a, 13, 20)}, r, nil, now, cps)
 	if got := cps[a]; got.NextSourceOffset != 21 || got.TargetOffset != 103 {
 		t.Errorf("round 2: checkpoint of a = %+v, want next 21, target 103 kept", got)
+	}
+}
+
+// A round that was to flush a partition's index entries and failed may
+// have written none of them: the next round (settle's, after a cut) must
+// still carry or flush them, not take them as in the index topic.
+func TestFailedFlushIsNotTakenAsWritten(t *testing.T) {
+	a := topicPartition{Topic: "t", Partition: 0}
+	p := newProgress("east", "w1", 7, nil, nil)
+	p.index = offsetindex.Topic{Name: "idx", Partitions: 1}
+	p.target[a] = -1
+	r := &round{last: []batchRecord{{batch: 0, index: 4}}}
+	p.reached([]work{{b: &ferryv1.Batch{Topic: "t", Partition: 0, FirstOffset: 0, LastOffset: 4}}}, r, []int64{0}, time.Unix(1000, 0), checkpoints{})
+	flushing := &round{}
+	if _, err := p.addIndex(flushing, checkpoints{a: {}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(flushing.batches) != 1 {
+		t.Fatalf("the flushing round holds %d index batches, want 1", len(flushing.batches))
+	}
+	p.unflush() // its produce failed
+	carried, err := p.addIndex(&round{}, checkpoints{a: {}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(carried[a]) != 1 {
+		t.Fatalf("after the failed flush the checkpoint carries %d entries, want the one not known to be in the index topic", len(carried[a]))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc/peer"
@@ -308,18 +309,43 @@ func (ss *session) settle(c committer, cl *producer.Client, log *slog.Logger) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
 	defer cancel()
-	prod, err := producer.New(ctx, cl, producer.Options{Timeout: ss.s.opts.Producer.Timeout})
-	if err == nil {
-		alo.prod = prod
-		var done committed
-		if done, err = alo.round(ctx, nil); err == nil {
+	r, err := alo.assemble(nil)
+	for err == nil {
+		retry := false
+		// A producer of its own each try: the stream's may have failed
+		// with it, and a connection the cut broke fails the first request
+		// sent on it. The round holds checkpoints and index records only,
+		// which written twice are written once.
+		start := time.Now()
+		var offsets []int64
+		var prod *producer.Producer
+		if prod, err = producer.New(ctx, cl, producer.Options{Timeout: ss.s.opts.Producer.Timeout}); err == nil {
+			offsets, err = prod.Produce(ctx, r.batches)
+		}
+		if err == nil {
+			done := alo.landed(ctx, nil, r, offsets, start)
 			ss.progress.committed(done.cps)
 			ss.obs.committed(ctx, done)
 			return
 		}
+		if kgo.IsRetryableBrokerErr(err) {
+			select {
+			case <-time.After(settleRetry):
+				retry = true
+			case <-ctx.Done():
+				err = fmt.Errorf("%w (last try: %v)", ctx.Err(), err)
+			}
+		}
+		if !retry {
+			break
+		}
+		err = nil
 	}
 	log.Warn("checkpoints of records on the target not written as the stream ended: they are copied again", "err", err)
 }
+
+// settleRetry is settle's pause between tries.
+const settleRetry = 100 * time.Millisecond
 
 // queueSlots bounds how many checked batches wait for a round; their bytes
 // are bounded by session.queued. Under a slow target (a long round trip)
