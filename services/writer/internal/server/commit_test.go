@@ -16,6 +16,7 @@ import (
 
 	ferryv1 "github.com/ferry-replicator/ferry/pkg/gen/ferry/v1"
 	"github.com/ferry-replicator/ferry/pkg/recordbatch"
+	"github.com/ferry-replicator/ferry/services/writer/internal/heartbeat"
 )
 
 // checkpointRecords reads the checkpoint topic's records (read_committed
@@ -241,5 +242,60 @@ func TestCutStreamCheckpointsTheRoundInFlight(t *testing.T) {
 	}
 	if got := targetValuesCommitted(t, w); len(got) != 5 {
 		t.Fatalf("target holds %d records, want the round's 5 once", len(got))
+	}
+}
+
+// Exactly-once, the transaction in flight at a cut: its commit reached the
+// target as the stream was cut, and the target committed it. A commit the
+// cut abandoned left its outcome unknown to the writer, whose failover
+// meter then counted the round's records read and lost though they were
+// on the target (region-loss soak seed 781: 442 records over 441
+// offsets). The round is let finish (bounded), and its records are taken
+// off the meter.
+func TestCutStreamObservesTheCommitInFlight(t *testing.T) {
+	w := startWriter(t, passthroughLinks(t, true))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sctx, cut := context.WithCancel(ctx)
+	defer cut()
+	stream, _ := w.openOrdersFrom(sctx, t, "east", "")
+	var armed atomic.Bool
+	armed.Store(true)
+	held, release := make(chan struct{}), make(chan struct{})
+	w.cluster.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		w.cluster.KeepControl()
+		if req.(*kmsg.EndTxnRequest).Commit && armed.CompareAndSwap(true, false) {
+			close(held)
+			w.cluster.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	// The source holds 10 records; the fetcher has read 5 and sends them.
+	now := time.Now().UnixMilli()
+	sendHeartbeat(t, stream, 1, &ferryv1.PartitionHeartbeat{Topic: "orders", Partition: 0, HighWatermark: 10, LogStartOffset: 0,
+		HeadOffset: 9, HeadTimestamp: now, ObservedAt: now, ReadNext: 5, RecordsRead: 5, ReadsCounted: true})
+	meterOf(t, w, "the heartbeat", func(e heartbeat.Exposure) bool { return e.LostRecords != nil && *e.LostRecords == 5 })
+	b := wireKafka(t, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0))
+	b.Sequence, b.Epoch, b.Topic, b.Partition = 1, 1, "orders", 0
+	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the round was never committed")
+	}
+	cut()
+	waitFor(t, "the writer to see the stream cut", func() bool {
+		w.srv.mu.Lock()
+		defer w.srv.mu.Unlock()
+		st := w.srv.shards[shardKey{"east", 0}]
+		return st.active == nil || st.active.ctx.Err() != nil
+	})
+	close(release)
+	waitFor(t, "the cut stream's end", func() bool { return testutil.ToFloat64(w.srv.metrics.Streams) == 0 })
+	e := meterOf(t, w, "the committed round in the checkpoint view", func(e heartbeat.Exposure) bool { return e.Committed == 5 })
+	if e.Records != 5 || e.LostRecords == nil || *e.LostRecords != 0 || e.UnreadOffsets == nil || *e.UnreadOffsets != 5 {
+		t.Fatalf("offsets %d, records %v, unread %v; want 5 offsets at risk: none read and lost (the round committed), 5 unread", e.Records, e.LostRecords, e.UnreadOffsets)
 	}
 }
