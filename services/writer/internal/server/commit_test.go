@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -160,14 +161,20 @@ func (w *testWriter) failNextCommit(err *kerr.Error) {
 	})
 }
 
-// cutDuringProduce copies one at-least-once batch of 5 records on a
-// stream that is cut while the first produce hold picks is held at the
-// target; once the writer has seen the cut, the produce is answered as
-// answer says (nil: written). It returns the writer, and where a new
-// stream of the shard resumes.
-func cutDuringProduce(t *testing.T, hold func(topic string) bool, answer error) (*testWriter, *ferryv1.PartitionPosition) {
+// heldCut is a request a cut stream's round makes, held at the target
+// until the writer has seen the cut: the first request of kind key that
+// pick picks, then answered with answer (nil: as the target would).
+type heldCut struct {
+	key    kmsg.Key
+	pick   func(kmsg.Request) bool
+	answer error
+}
+
+// cutWhileHeld copies one batch of 5 records on a stream of w that is cut
+// while h's request is held; before runs on the stream first. It returns
+// once the cut stream has ended.
+func cutWhileHeld(t *testing.T, w *testWriter, h heldCut, before func(ferryv1.ReplicationService_ReplicateClient)) {
 	t.Helper()
-	w := startWriter(t, passthroughLinks(t, false))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sctx, cut := context.WithCancel(ctx)
@@ -176,19 +183,20 @@ func cutDuringProduce(t *testing.T, hold func(topic string) bool, answer error) 
 	var armed atomic.Bool
 	armed.Store(true)
 	held, release := make(chan struct{}), make(chan struct{})
-	w.cluster.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+	w.cluster.ControlKey(h.key.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		w.cluster.KeepControl()
-		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
-			if hold(rt.Topic) && armed.CompareAndSwap(true, false) {
-				close(held)
-				w.cluster.SleepControl(func() { <-release })
-				if answer != nil {
-					return nil, answer, true
-				}
+		if h.pick(req) && armed.CompareAndSwap(true, false) {
+			close(held)
+			w.cluster.SleepControl(func() { <-release })
+			if h.answer != nil {
+				return nil, h.answer, true
 			}
 		}
 		return nil, nil, false
 	})
+	if before != nil {
+		before(stream)
+	}
 	b := wireKafka(t, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0))
 	b.Sequence, b.Epoch, b.Topic, b.Partition = 1, 1, "orders", 0
 	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
@@ -197,7 +205,7 @@ func cutDuringProduce(t *testing.T, hold func(topic string) bool, answer error) 
 	select {
 	case <-held:
 	case <-ctx.Done():
-		t.Fatal("the produce to hold was never sent")
+		t.Fatal("the request to hold was never sent")
 	}
 	cut()
 	waitFor(t, "the writer to see the stream cut", func() bool {
@@ -208,6 +216,20 @@ func cutDuringProduce(t *testing.T, hold func(topic string) bool, answer error) 
 	})
 	close(release)
 	waitFor(t, "the cut stream's end", func() bool { return testutil.ToFloat64(w.srv.metrics.Streams) == 0 })
+}
+
+// cutDuringProduce is cutWhileHeld at-least-once, holding the first
+// produce to a topic hold picks: it returns the writer and where a new
+// stream of the shard resumes.
+func cutDuringProduce(t *testing.T, hold func(topic string) bool, answer error) (*testWriter, *ferryv1.PartitionPosition) {
+	t.Helper()
+	w := startWriter(t, passthroughLinks(t, false))
+	produces := func(req kmsg.Request) bool {
+		return slices.ContainsFunc(req.(*kmsg.ProduceRequest).Topics, func(rt kmsg.ProduceRequestTopic) bool { return hold(rt.Topic) })
+	}
+	cutWhileHeld(t, w, heldCut{key: kmsg.Produce, pick: produces, answer: answer}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	_, opened := w.openOrdersFrom(ctx, t, "east", "")
 	if r := opened.GetResume(); len(r) == 1 {
 		return w, r[0]
@@ -254,46 +276,14 @@ func TestCutStreamCheckpointsTheRoundInFlight(t *testing.T) {
 // off the meter.
 func TestCutStreamObservesTheCommitInFlight(t *testing.T) {
 	w := startWriter(t, passthroughLinks(t, true))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	sctx, cut := context.WithCancel(ctx)
-	defer cut()
-	stream, _ := w.openOrdersFrom(sctx, t, "east", "")
-	var armed atomic.Bool
-	armed.Store(true)
-	held, release := make(chan struct{}), make(chan struct{})
-	w.cluster.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		w.cluster.KeepControl()
-		if req.(*kmsg.EndTxnRequest).Commit && armed.CompareAndSwap(true, false) {
-			close(held)
-			w.cluster.SleepControl(func() { <-release })
-		}
-		return nil, nil, false
+	commits := func(req kmsg.Request) bool { return req.(*kmsg.EndTxnRequest).Commit }
+	cutWhileHeld(t, w, heldCut{key: kmsg.EndTxn, pick: commits}, func(stream ferryv1.ReplicationService_ReplicateClient) {
+		// The source holds 10 records; the fetcher has read 5 and sends them.
+		now := time.Now().UnixMilli()
+		sendHeartbeat(t, stream, 1, &ferryv1.PartitionHeartbeat{Topic: "orders", Partition: 0, HighWatermark: 10, LogStartOffset: 0,
+			HeadOffset: 9, HeadTimestamp: now, ObservedAt: now, ReadNext: 5, RecordsRead: 5, ReadsCounted: true})
+		meterOf(t, w, "the heartbeat", func(e heartbeat.Exposure) bool { return e.LostRecords != nil && *e.LostRecords == 5 })
 	})
-	// The source holds 10 records; the fetcher has read 5 and sends them.
-	now := time.Now().UnixMilli()
-	sendHeartbeat(t, stream, 1, &ferryv1.PartitionHeartbeat{Topic: "orders", Partition: 0, HighWatermark: 10, LogStartOffset: 0,
-		HeadOffset: 9, HeadTimestamp: now, ObservedAt: now, ReadNext: 5, RecordsRead: 5, ReadsCounted: true})
-	meterOf(t, w, "the heartbeat", func(e heartbeat.Exposure) bool { return e.LostRecords != nil && *e.LostRecords == 5 })
-	b := wireKafka(t, 0, sourceBatch(t, 0, 5, nil, recordbatch.None, 0))
-	b.Sequence, b.Epoch, b.Topic, b.Partition = 1, 1, "orders", 0
-	if err := stream.Send(&ferryv1.ReplicateRequest{Msg: &ferryv1.ReplicateRequest_Batch{Batch: b}}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-held:
-	case <-ctx.Done():
-		t.Fatal("the round was never committed")
-	}
-	cut()
-	waitFor(t, "the writer to see the stream cut", func() bool {
-		w.srv.mu.Lock()
-		defer w.srv.mu.Unlock()
-		st := w.srv.shards[shardKey{"east", 0}]
-		return st.active == nil || st.active.ctx.Err() != nil
-	})
-	close(release)
-	waitFor(t, "the cut stream's end", func() bool { return testutil.ToFloat64(w.srv.metrics.Streams) == 0 })
 	e := meterOf(t, w, "the committed round in the checkpoint view", func(e heartbeat.Exposure) bool { return e.Committed == 5 })
 	if e.Records != 5 || e.LostRecords == nil || *e.LostRecords != 0 || e.UnreadOffsets == nil || *e.UnreadOffsets != 5 {
 		t.Fatalf("offsets %d, records %v, unread %v; want 5 offsets at risk: none read and lost (the round committed), 5 unread", e.Records, e.LostRecords, e.UnreadOffsets)
