@@ -258,8 +258,8 @@ func (c *atLeastOnce) landed(ctx context.Context, group []work, r *round, offset
 	return done
 }
 
-// cutGrace is how long a round's produce (exactly-once: its transaction)
-// may run on after its stream is cut (producer.timeout is 20 s by default;
+// cutGrace is how long an at-least-once round's produce may run on after
+// its stream is cut (producer.timeout is 20 s by default;
 // a healthy target answers within a round trip). A replacing stream of
 // the shard waits for it (settle).
 const cutGrace = 10 * time.Second
@@ -288,12 +288,6 @@ func (c *exactlyOnce) round(ctx context.Context, group []work) (committed, error
 	if err != nil {
 		return committed{}, err
 	}
-	// A stream cut while its transaction is on the way lets it finish
-	// (cutGrace), as at-least-once does: a commit abandoned at the cut
-	// may commit anyway, and only its answer says so; the failover meter
-	// takes a committed round's records off what was read and lost.
-	ctx, stop := outliveCut(ctx, cutGrace)
-	defer stop()
 	// The round's checkpoints need its target offsets, so they follow its
 	// records in the same transaction; its data and checkpoint partitions
 	// join the transaction in one request, and so do its index partitions
